@@ -1,0 +1,95 @@
+"""The importer contract: sniff content, split a document into records, convert one record.
+
+The ingest driver (`pipelines.ingest`) owns all I/O, limits and error handling: it parses the
+container (a whole JSON document, JSON lines, a raw text stream, or a directory), asks each
+registered importer whether it recognises the content, then converts record by record. A record
+that fails becomes a quarantine row; the rest of the file goes on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any, ClassVar
+
+from schemas.records import RecordError, Trajectory, digest
+from schemas.tables import DOMAINS
+
+
+@dataclass(frozen=True)
+class ImportContext:
+    """What an importer may know about where its input came from."""
+
+    source: str
+    input_sha256: str
+    domain_override: str | None = None
+    path: Path | None = None  # the real file on disk, for formats with companion files
+
+    def record_digest(self, locator: str) -> str:
+        """Content address of one record: the input's sha256 and the record's place in it."""
+        return digest(self.input_sha256, locator)
+
+    def domain(self, default: str) -> str:
+        """The domain for formats that do not state one themselves (`ingest --domain` wins)."""
+        return self.domain_override or default
+
+
+class Importer:
+    """One trace format. Subclasses set `name`, `container` and implement `sniff` and `convert`.
+
+    container:
+      - "json":  `sniff`/`split` get the parsed document;
+      - "jsonl": `sniff` gets the first parsed line, `convert` gets each parsed line;
+      - "text":  `sniff` gets the first bytes, `split` gets a binary stream;
+      - "dir":   `sniff`/`split` get a directory `Path` (the importer consumes the whole folder).
+    """
+
+    name: ClassVar[str]
+    version: ClassVar[str] = "1"
+    container: ClassVar[str]
+
+    def sniff(self, sample: Any) -> bool:
+        raise NotImplementedError
+
+    def split(self, doc: Any, ctx: ImportContext) -> Iterator[tuple[str, Any]]:
+        """Yield (locator, record) pairs; the default is one record per document."""
+        yield "$", doc
+
+    def convert(self, record: Any, locator: str, ctx: ImportContext) -> Trajectory:
+        raise NotImplementedError
+
+    def consumes(self, directory: Path) -> list[Path]:
+        """For "dir" importers: the files under `directory` that this importer reads."""
+        return [p for p in directory.rglob("*") if p.is_file()]
+
+
+def require(obj: Any, key: str, where: str) -> Any:
+    """obj[key], or a RecordError that names the record and the missing field."""
+    if not isinstance(obj, dict):
+        raise RecordError("malformed_record", f"{where}: expected an object, got {type(obj).__name__}")
+    if key not in obj:
+        raise RecordError("missing_field", f"{where}: required field {key!r} is missing")
+    return obj[key]
+
+
+def check_domain(domain: str) -> str:
+    if domain not in DOMAINS:
+        raise RecordError("bad_domain", f"domain {domain!r} is not one of {list(DOMAINS)}")
+    return domain
+
+
+def as_text(value: Any) -> str | None:
+    """Text of a field that formats store as a string, a list of content parts, or a structure."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list) and all(isinstance(p, dict) and "text" in p for p in value):
+        return "".join(str(p["text"]) for p in value)
+    from schemas.records import dumps
+
+    return dumps(value)
+
+
+TextStream = IO[bytes]

@@ -1,0 +1,181 @@
+"""SWE-agent `.traj` files, both the classic (text commands) and function-calling variants.
+
+A turn is one `trajectory[]` step. Files that carry only `history` (some demonstrations) are read
+from the chat: each assistant action paired with the observation message that follows it.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from typing import Any
+
+import orjson
+
+from collectors.base import ImportContext, Importer, as_text, require
+from schemas.records import Trajectory, Turn, dumps
+
+_CTF = re.compile(r"\bCTF\b|capture the flag", re.I)
+
+
+def _loose_obj(value: Any) -> Any:
+    """SWE-agent stores some structures as JSON and some as Python reprs."""
+    if not isinstance(value, str):
+        return value
+    s = value.strip()
+    if not s:
+        return None
+    try:
+        return orjson.loads(s)
+    except orjson.JSONDecodeError:
+        pass
+    try:
+        return ast.literal_eval(s)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return value
+
+
+def _float(v: Any) -> float | None:
+    try:
+        return float(v) if v is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+class SweAgentImporter(Importer):
+    name = "swe-agent"
+    container = "json"
+
+    def sniff(self, doc: Any) -> bool:
+        if not isinstance(doc, dict):
+            return False
+        if isinstance(doc.get("trajectory"), list) and ("history" in doc or "info" in doc):
+            steps = doc["trajectory"]
+            return not steps or (isinstance(steps[0], dict) and "action" in steps[0] and "observation" in steps[0])
+        hist = doc.get("history")
+        return (
+            isinstance(hist, list)
+            and bool(hist)
+            and isinstance(hist[0], dict)
+            and "role" in hist[0]
+            and any(isinstance(m, dict) and "message_type" in m for m in hist[:3])
+        )
+
+    def convert(self, doc: dict, locator: str, ctx: ImportContext) -> Trajectory:
+        history = doc.get("history") or []
+        info = doc.get("info") or {}
+        steps = doc.get("trajectory")
+        calls = [m for m in history if isinstance(m, dict) and m.get("role") == "assistant"]
+        if steps is not None:
+            turns = [self._step(s, i, calls) for i, s in enumerate(steps)]
+        else:
+            turns = self._from_history(history)
+        task = self._task(history)
+        replay = _loose_obj(doc.get("replay_config")) or {}
+        agent_cfg = replay.get("agent", {}) if isinstance(replay, dict) else {}
+        model = agent_cfg.get("model", {}).get("name") if isinstance(agent_cfg.get("model"), dict) else None
+        is_ctf = bool(task and _CTF.search(task[:2000]))
+        meta = {
+            "environment": doc.get("environment"),
+            "model_stats": _loose_obj(info.get("model_stats")),
+            "submission": info.get("submission"),
+        }
+        return Trajectory(
+            domain=ctx.domain("terminal" if is_ctf else "swe"),
+            source_format=self.name,
+            native_id=(replay.get("env", {}) or {}).get("deployment", {}).get("instance_id")
+            if isinstance(replay, dict) and isinstance(replay.get("env"), dict)
+            else None,
+            record_digest=ctx.record_digest(locator),
+            turns=turns,
+            task=task,
+            action_space=dumps(agent_cfg.get("tools")) if agent_cfg.get("tools") else None,
+            agent="swe-agent",
+            model=model,
+            outcome=info.get("exit_status"),
+            metadata=dumps(meta),
+            locator=locator,
+        )
+
+    @staticmethod
+    def _task(history: list) -> str | None:
+        """The last user message before the first assistant message (skips demonstrations)."""
+        task = None
+        for m in history:
+            if not isinstance(m, dict):
+                continue
+            if m.get("role") == "assistant":
+                break
+            if m.get("role") == "user":
+                task = as_text(m.get("content"))
+        return task
+
+    def _step(self, step: dict, i: int, calls: list[dict]) -> Turn:
+        where = f"trajectory[{i}]"
+        action = require(step, "action", where)
+        observation = require(step, "observation", where)
+        tool_name = tool_args = tool_call_id = None
+        # In the function-calling variant the i-th assistant message holds the structured call.
+        if i < len(calls):
+            tc = _loose_obj(calls[i].get("tool_calls"))
+            if isinstance(tc, list) and tc and isinstance(tc[0], dict):
+                fn = tc[0].get("function", {})
+                tool_name = fn.get("name")
+                tool_args = dumps(_loose_obj(fn.get("arguments")))
+                tool_call_id = tc[0].get("id")
+        state = _loose_obj(step.get("state"))
+        return Turn(
+            kind="env",
+            action=as_text(action).rstrip("\n") if action is not None else None,
+            observation=as_text(observation),
+            observation_kind=self._obs_kind(action),
+            tool_name=tool_name,
+            tool_args=tool_args,
+            tool_call_id=tool_call_id,
+            thought=as_text(step.get("thought")),
+            duration_s=_float(step.get("execution_time")),
+            state=dumps(state) if state is not None else None,
+            locator=where,
+        )
+
+    @staticmethod
+    def _obs_kind(action: Any) -> str:
+        first = str(action or "").strip().split(" ", 1)[0]
+        if first in {"open", "goto", "scroll_up", "scroll_down", "create", "edit", "insert", "str_replace_editor"}:
+            return "file_view"
+        return "stdout"
+
+    def _from_history(self, history: list) -> list[Turn]:
+        turns: list[Turn] = []
+        pending: tuple[int, dict] | None = None
+        for j, m in enumerate(history):
+            if not isinstance(m, dict):
+                continue
+            role = m.get("role")
+            if role == "assistant":
+                if pending is not None:  # an action with no observation
+                    turns.append(self._hist_turn(pending, None))
+                pending = (j, m)
+            elif role in ("tool", "user") and pending is not None:
+                turns.append(self._hist_turn(pending, (j, m)))
+                pending = None
+        if pending is not None:
+            turns.append(self._hist_turn(pending, None))
+        return turns
+
+    def _hist_turn(self, act: tuple[int, dict], obs: tuple[int, dict] | None) -> Turn:
+        j, m = act
+        tc = _loose_obj(m.get("tool_calls"))
+        fn = tc[0].get("function", {}) if isinstance(tc, list) and tc and isinstance(tc[0], dict) else {}
+        action = m.get("action") or (fn.get("name") if fn else None)
+        return Turn(
+            kind="env" if obs is not None else "message",
+            action=as_text(action).rstrip("\n") if action else None,
+            observation=as_text(obs[1].get("content")) if obs else None,
+            observation_kind=self._obs_kind(action) if obs else "none",
+            tool_name=fn.get("name"),
+            tool_args=dumps(_loose_obj(fn.get("arguments"))) if fn else None,
+            tool_call_id=tc[0].get("id") if fn else None,
+            thought=as_text(m.get("thought")),
+            locator=f"history[{j}]" + (f"+history[{obs[0]}]" if obs else ""),
+        )

@@ -1,0 +1,173 @@
+"""Python records that importers and collectors yield, and their columnar conversion to Arrow.
+
+Records are plain dataclasses (cheap, picklable); `ColumnBuffer` appends them column-wise so a
+batch of many thousand turns becomes Arrow arrays without an intermediate list of dicts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field, fields
+from datetime import datetime
+from typing import Any
+
+import orjson
+import pyarrow as pa
+
+from schemas.tables import QUARANTINE, SCHEMA_VERSION, TRAJECTORIES, TURNS
+
+
+def dumps(obj: Any) -> str | None:
+    """Deterministic compact JSON (sorted keys) for the JSON-valued string columns."""
+    if obj is None:
+        return None
+    if isinstance(obj, str):
+        return obj
+    return orjson.dumps(obj, option=orjson.OPT_SORT_KEYS, default=str).decode()
+
+
+def digest(*parts: str | bytes) -> str:
+    h = hashlib.sha256()
+    for p in parts:
+        h.update(p.encode("utf-8", "surrogatepass") if isinstance(p, str) else p)
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+def trajectory_id(source_format: str, record_digest: str) -> str:
+    """Stable id from the format and the record's content: the same record always gets the same id,
+    wherever the file lies or whatever it is called."""
+    return digest(source_format, record_digest)[:32]
+
+
+@dataclass(slots=True)
+class Turn:
+    kind: str = "env"
+    action: str | None = None
+    observation: str | None = None
+    observation_kind: str | None = None
+    tool_name: str | None = None
+    tool_args: str | None = None
+    tool_call_id: str | None = None
+    thought: str | None = None
+    stdout: str | None = None
+    stderr: str | None = None
+    exit_code: int | None = None
+    is_error: bool | None = None
+    reward: float | None = None
+    started_at: datetime | None = None
+    duration_s: float | None = None
+    perturbation: str | None = None
+    state: str | None = None
+    locator: str | None = None
+    metadata: str | None = None
+
+
+@dataclass(slots=True)
+class Trajectory:
+    domain: str
+    source_format: str
+    native_id: str | None
+    record_digest: str
+    turns: list[Turn] = field(default_factory=list)
+    task: str | None = None
+    action_space: str | None = None
+    initial_state: str | None = None
+    agent: str | None = None
+    model: str | None = None
+    outcome: str | None = None
+    reward: float | None = None
+    env_fingerprint: str | None = None
+    collected_at: datetime | None = None
+    license: str | None = None
+    metadata: str | None = None
+    locator: str = "$"
+
+    @property
+    def trajectory_id(self) -> str:
+        return trajectory_id(self.source_format, self.record_digest)
+
+
+@dataclass(slots=True)
+class QuarantineRecord:
+    source: str
+    locator: str
+    reason: str
+    detail: str | None = None
+    importer: str | None = None
+    input_sha256: str | None = None
+    excerpt: str | None = None
+
+
+class RecordError(ValueError):
+    """A record that cannot be converted; the message names the record and turn."""
+
+    def __init__(self, reason: str, detail: str, locator: str | None = None):
+        super().__init__(detail)
+        self.reason = reason
+        self.detail = detail
+        self.locator = locator
+
+
+_TURN_FIELDS = [f.name for f in fields(Turn)]
+_TRAJ_FIELDS = [f.name for f in fields(Trajectory) if f.name not in ("turns", "record_digest")]
+_Q_FIELDS = [f.name for f in fields(QuarantineRecord)]
+
+
+class ColumnBuffer:
+    """Accumulates records column-wise and hands out Arrow record batches."""
+
+    def __init__(self, schema: pa.Schema):
+        self.schema = schema
+        self.cols: dict[str, list] = {f.name: [] for f in schema}
+        self.nbytes = 0
+
+    def __len__(self) -> int:
+        return len(next(iter(self.cols.values())))
+
+    def take(self) -> pa.RecordBatch:
+        arrays = [pa.array(self.cols[f.name], type=f.type) for f in self.schema]
+        self.cols = {f.name: [] for f in self.schema}
+        self.nbytes = 0
+        return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+
+
+class TrajectoryBuffer:
+    """Column buffers for the trajectories and turns of one domain."""
+
+    def __init__(self) -> None:
+        self.traj = ColumnBuffer(TRAJECTORIES)
+        self.turns = ColumnBuffer(TURNS)
+
+    def add(self, t: Trajectory, source: str, importer: str, importer_version: str) -> None:
+        tid = t.trajectory_id
+        tc = self.traj.cols
+        tc["trajectory_id"].append(tid)
+        tc["schema_version"].append(SCHEMA_VERSION)
+        for name in _TRAJ_FIELDS:
+            if name in tc:
+                tc[name].append(getattr(t, name))
+        tc["source"].append(source)
+        tc["num_turns"].append(len(t.turns))
+        tc["importer"].append(importer)
+        tc["importer_version"].append(importer_version)
+        uc = self.turns.cols
+        n = 0
+        for i, turn in enumerate(t.turns):
+            uc["trajectory_id"].append(tid)
+            uc["turn_index"].append(i)
+            uc["domain"].append(t.domain)
+            for name in _TURN_FIELDS:
+                v = getattr(turn, name)
+                uc[name].append(v)
+                if v.__class__ is str:
+                    n += len(v)
+        self.turns.nbytes += n
+
+
+def quarantine_batch(records: list[QuarantineRecord]) -> pa.RecordBatch:
+    buf = ColumnBuffer(QUARANTINE)
+    for r in records:
+        for name in _Q_FIELDS:
+            buf.cols[name].append(getattr(r, name))
+    return buf.take()
