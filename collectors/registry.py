@@ -6,40 +6,47 @@ generic OpenAI/ShareGPT chat importer last.
 
 from __future__ import annotations
 
-from collectors.agentworldbench import AgentWorldBenchImporter
-from collectors.asciicast import AsciicastImporter
-from collectors.atif import AtifImporter
-from collectors.base import Importer
-from collectors.browsergym import BrowserGymImporter
-from collectors.chat import ChatImporter
-from collectors.droidbot import DroidBotImporter
-from collectors.fireact import FireActChatImporter, FireActTrajsImporter
-from collectors.intercode import InterCodeImporter
-from collectors.openhands import OpenHandsEventsImporter, OpenHandsOutputImporter
-from collectors.swe_agent import SweAgentImporter
-from collectors.tau_bench import TauBenchImporter
-from collectors.uiautomator import UiAutomatorImporter
+import importlib
 
-IMPORTERS: list[Importer] = [
+from collectors.base import Importer
+
+_ORDER = [
     # directories
-    DroidBotImporter(),
-    BrowserGymImporter(),
+    "collectors.droidbot:DroidBotImporter",
+    "collectors.browsergym:BrowserGymImporter",
     # raw streams
-    AsciicastImporter(),
-    UiAutomatorImporter(),
+    "collectors.asciicast:AsciicastImporter",
+    "collectors.uiautomator:UiAutomatorImporter",
     # whole JSON documents
-    SweAgentImporter(),
-    OpenHandsEventsImporter(),
-    InterCodeImporter(),
-    TauBenchImporter(),
-    FireActTrajsImporter(),
-    AtifImporter(),
+    "collectors.swe_agent:SweAgentImporter",
+    "collectors.openhands:OpenHandsEventsImporter",
+    "collectors.intercode:InterCodeImporter",
+    "collectors.tau_bench:TauBenchImporter",
+    "collectors.fireact:FireActTrajsImporter",
+    "collectors.atif:AtifImporter",
     # JSON lines
-    OpenHandsOutputImporter(),
-    AgentWorldBenchImporter(),
-    FireActChatImporter(),
-    ChatImporter(),
+    "collectors.openhands:OpenHandsOutputImporter",
+    "collectors.agentworldbench:AgentWorldBenchImporter",
+    "collectors.fireact:FireActChatImporter",
+    "collectors.chat:ChatImporter",
 ]
+
+
+def _load() -> list[Importer]:
+    out: list[Importer] = []
+    for spec in _ORDER:
+        module, cls = spec.split(":")
+        try:
+            mod = importlib.import_module(module)
+        except ModuleNotFoundError as e:  # TEMPORARY while importers are being written
+            if e.name != module:
+                raise
+            continue
+        out.append(getattr(mod, cls)())
+    return out
+
+
+IMPORTERS: list[Importer] = _load()
 
 
 def importer_by_name(name: str) -> Importer:

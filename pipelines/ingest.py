@@ -1,0 +1,253 @@
+"""The ingest stage: inputs → schema-valid rows in the corpus, bad input → quarantine.
+
+Inputs are hashed first, so that re-ingesting the same content is a no-op and identical files
+under two names are read once. New inputs are grouped into tasks of roughly `task_bytes` and
+read by `workers` processes, each writing its own Parquet parts into the batch's staging
+directory; the batch is committed atomically at the end (see `pipelines.store`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from pipelines.reader import InputUnit, discover, read_unit
+from pipelines.sources import ReadLimits
+from pipelines.store import Corpus, DomainBuffers, PartWriter
+from schemas.records import QuarantineRecord
+from schemas.tables import DOMAINS, SCHEMA_VERSION
+
+MAX_MESSAGES = 1000  # one-line messages per task; every quarantined record still gets its row
+
+
+@dataclass(frozen=True)
+class IngestConfig:
+    domain_override: str | None = None
+    workers: int = 0  # 0: one per core when the input is large enough to pay for processes
+    task_bytes: int = 64 << 20
+    limits: ReadLimits = ReadLimits()
+
+    def fingerprint(self) -> str:
+        d = asdict(self)
+        d.pop("workers")  # parallelism does not change the output
+        d.pop("task_bytes")
+        return hashlib.sha256(repr(sorted(d.items())).encode()).hexdigest()[:16]
+
+
+@dataclass
+class InputStats:
+    source: str
+    bytes: int
+    records: int = 0
+    trajectories: int = 0
+    turns: int = 0
+    quarantined: int = 0
+    importers: dict[str, str] = field(default_factory=dict)
+    domains: dict[str, int] = field(default_factory=dict)
+    reasons: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class IngestSummary:
+    corpus: str
+    inputs: int = 0
+    new_inputs: int = 0
+    skipped_inputs: int = 0
+    bytes: int = 0
+    records: int = 0
+    trajectories: int = 0
+    turns: int = 0
+    quarantined: int = 0
+    seconds: float = 0.0
+    batch_id: str | None = None
+    by_domain: dict[str, list[int]] = field(default_factory=dict)  # domain -> [trajectories, turns]
+    reasons: dict[str, int] = field(default_factory=dict)
+    skipped: list[str] = field(default_factory=list)
+    messages: list[str] = field(default_factory=list)
+
+    @property
+    def reconciles(self) -> bool:
+        return self.records == self.trajectories + self.quarantined
+
+    def render(self) -> str:
+        mb = self.bytes / 1e6
+        lines = [
+            f"ingest → {self.corpus}: {self.inputs} inputs ({mb:.1f} MB) in {self.seconds:.1f} s; "
+            f"{self.new_inputs} new, {self.skipped_inputs} already ingested",
+            f"  records in {self.records} = accepted {self.trajectories} + quarantined {self.quarantined}"
+            + ("" if self.reconciles else "   ← DOES NOT RECONCILE"),
+            f"  turns {self.turns}",
+        ]
+        for dom in sorted(self.by_domain):
+            t, u = self.by_domain[dom]
+            lines.append(f"  {dom:<9} {t:>7} trajectories {u:>9} turns")
+        if self.reasons:
+            lines.append("  quarantined by reason: " + ", ".join(f"{r} {n}" for r, n in sorted(self.reasons.items(), key=lambda x: (-x[1], x[0]))))
+            lines.append(f"  see: worldline query {self.corpus} \"SELECT source, locator, reason, detail FROM quarantine\"")
+        return "\n".join(lines)
+
+
+def _process_group(
+    units: list[tuple[InputUnit, str]],
+    staging: str,
+    tag: str,
+    config: IngestConfig,
+) -> tuple[list[dict], dict[str, InputStats], list[str]]:
+    """Read a group of inputs into Parquet parts under `staging` (runs in a worker process)."""
+    out = DomainBuffers(PartWriter(Path(staging), tag))
+    stats: dict[str, InputStats] = {}
+    messages: list[str] = []
+    for unit, sha in units:
+        st = stats[sha] = InputStats(unit.source, unit.size())
+        domains: Counter[str] = Counter()
+        reasons: Counter[str] = Counter()
+        for rec, imp in read_unit(unit, sha, config.limits, config.domain_override):
+            st.records += 1
+            if isinstance(rec, QuarantineRecord):
+                st.quarantined += 1
+                reasons[rec.reason] += 1
+                out.quarantine(rec)
+                if len(messages) < MAX_MESSAGES:
+                    messages.append(f"quarantined {rec.locator}: {rec.reason}: {rec.detail}"[:400])
+                continue
+            assert imp is not None
+            st.trajectories += 1
+            st.turns += len(rec.turns)
+            domains[rec.domain] += 1
+            st.importers[imp.name] = imp.version
+            out.add(rec, unit.source, type(imp).__name__, imp.version)
+        st.domains, st.reasons = dict(domains), dict(reasons)
+    files = out.close()
+    return files, stats, messages
+
+
+def _groups(units: list[tuple[InputUnit, str, int]], task_bytes: int) -> list[list[tuple[InputUnit, str]]]:
+    groups: list[list[tuple[InputUnit, str]]] = []
+    cur: list[tuple[InputUnit, str]] = []
+    size = 0
+    for unit, sha, n in units:
+        cur.append((unit, sha))
+        size += n
+        if size >= task_bytes:
+            groups.append(cur)
+            cur, size = [], 0
+    if cur:
+        groups.append(cur)
+    return groups
+
+
+class Progress:
+    """One status line on stderr: redrawn on a terminal, every 10 s otherwise."""
+
+    def __init__(self, total_bytes: int, enabled: bool = True):
+        self.total, self.done, self.t0 = total_bytes, 0, time.monotonic()
+        self.tty = sys.stderr.isatty()
+        self.enabled = enabled
+        self.last = 0.0
+
+    def advance(self, nbytes: int, label: str = "") -> None:
+        self.done += nbytes
+        now = time.monotonic()
+        if not self.enabled or now - self.last < (0.5 if self.tty else 10.0):
+            return
+        self.last = now
+        rate = self.done / max(now - self.t0, 1e-9) / 1e6
+        pct = 100.0 * self.done / max(self.total, 1)
+        line = f"ingest {pct:5.1f}% {self.done / 1e6:,.1f}/{self.total / 1e6:,.1f} MB {rate:,.1f} MB/s {label[-60:]}"
+        print(("\r" + line.ljust(110)) if self.tty else line, end="" if self.tty else "\n", file=sys.stderr, flush=True)
+
+    def finish(self) -> None:
+        if self.enabled and self.tty and self.last:
+            print(file=sys.stderr)
+
+
+def ingest(
+    paths: Iterable[Path | str],
+    corpus_dir: Path | str,
+    config: IngestConfig = IngestConfig(),
+    progress: bool = True,
+    echo: Callable[[str], None] | None = None,
+) -> IngestSummary:
+    """Import `paths` into the corpus at `corpus_dir`; returns the counts (also in the manifest)."""
+    if config.domain_override is not None and config.domain_override not in DOMAINS:
+        raise ValueError(f"--domain {config.domain_override!r} is not one of {list(DOMAINS)}")
+    t0 = time.monotonic()
+    corpus = Corpus(corpus_dir)
+    summary = IngestSummary(corpus=str(corpus.root))
+    units = list(discover([Path(p) for p in paths]))
+    with corpus.writer() as w:
+        known = w.known_inputs()
+        todo: list[tuple[InputUnit, str, int]] = []
+        seen: dict[str, str] = {}
+        for unit in units:
+            sha, size = unit.sha256(), unit.size()
+            summary.inputs += 1
+            summary.bytes += size
+            if sha in known or sha in seen:
+                summary.skipped_inputs += 1
+                first = known[sha]["source"] if sha in known else seen[sha]
+                summary.skipped.append(f"{unit.source} (same content as {first})")
+                continue
+            seen[sha] = unit.source
+            todo.append((unit, sha, size))
+        summary.new_inputs = len(todo)
+        if not todo:
+            summary.seconds = time.monotonic() - t0
+            return summary
+        batch_id = w.new_batch_id()
+        staging = w.staging(batch_id)
+        groups = _groups(todo, config.task_bytes)
+        total = sum(n for _, _, n in todo)
+        workers = config.workers or (min(os.cpu_count() or 1, len(groups)) if total > config.task_bytes else 1)
+        bar = Progress(total, progress)
+        files: list[dict] = []
+        inputs: dict[str, dict] = {}
+
+        def take(result: tuple[list[dict], dict[str, InputStats], list[str]]) -> None:
+            part_files, stats, messages = result
+            files.extend(part_files)
+            if echo is not None:
+                for m in messages:
+                    echo(m)
+            for sha, st in stats.items():
+                inputs[sha] = {**asdict(st), "schema_version": SCHEMA_VERSION}
+                bar.advance(st.bytes, st.source)
+
+        if workers <= 1:
+            for i, g in enumerate(groups):
+                take(_process_group(g, str(staging), f"{i:05d}", config))
+        else:
+            with ProcessPoolExecutor(max_workers=workers) as pool:
+                futs = [pool.submit(_process_group, g, str(staging), f"{i:05d}", config) for i, g in enumerate(groups)]
+                for fut in as_completed(futs):
+                    take(fut.result())
+        bar.finish()
+        info = {
+            "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "schema_version": SCHEMA_VERSION,
+            "config_fingerprint": config.fingerprint(),
+            "domain_override": config.domain_override,
+        }
+        for st in inputs.values():
+            summary.records += st["records"]
+            summary.trajectories += st["trajectories"]
+            summary.turns += st["turns"]
+            summary.quarantined += st["quarantined"]
+            for r, n in st["reasons"].items():
+                summary.reasons[r] = summary.reasons.get(r, 0) + n
+        info["counts"] = {k: getattr(summary, k) for k in ("records", "trajectories", "turns", "quarantined")}
+        batch = w.commit(batch_id, files, inputs, info)
+        summary.batch_id = batch["id"]
+        for f in batch["files"]:
+            if f["table"] in ("trajectories", "turns") and f["domain"]:
+                d = summary.by_domain.setdefault(f["domain"], [0, 0])
+                d[0 if f["table"] == "trajectories" else 1] += f["rows"]
+    summary.seconds = time.monotonic() - t0
+    return summary

@@ -1,0 +1,79 @@
+"""DuckDB over the corpus: one view per table, so every query sees the same names.
+
+Views: `trajectories`, `turns`, `quarantine`, and one per side table that later stages write
+under `CORPUS/side/<name>/` (Parquet files keyed by `trajectory_id`, `turn_index`).
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import io
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import orjson
+import pyarrow as pa
+
+from pipelines.store import TABLE_SCHEMAS, Corpus, CorpusError
+
+
+def connect(corpus_dir: Path | str, con: duckdb.DuckDBPyConnection | None = None) -> duckdb.DuckDBPyConnection:
+    """An in-memory DuckDB connection with the corpus views defined."""
+    corpus = Corpus(corpus_dir)
+    if not corpus.exists():
+        raise CorpusError(f"{corpus.root} is not a corpus (no manifest.json); create one with `worldline ingest`")
+    con = con or duckdb.connect()
+    for name, schema in TABLE_SCHEMAS.items():
+        if corpus.has_table(name):
+            glob = corpus.table_glob(name).replace("'", "''")
+            con.execute(f"CREATE OR REPLACE VIEW {name} AS SELECT * FROM read_parquet('{glob}', hive_partitioning=false, union_by_name=true)")
+        else:
+            con.register(f"_empty_{name}", pa.table({f.name: pa.array([], f.type) for f in schema}))
+            con.execute(f"CREATE OR REPLACE VIEW {name} AS SELECT * FROM _empty_{name}")
+    side = corpus.root / "side"
+    if side.is_dir():
+        for d in sorted(p for p in side.iterdir() if p.is_dir() and any(p.rglob("*.parquet"))):
+            glob = str(d / "**" / "*.parquet").replace("'", "''")
+            con.execute(f"CREATE OR REPLACE VIEW {d.name} AS SELECT * FROM read_parquet('{glob}', hive_partitioning=false, union_by_name=true)")
+    return con
+
+
+def run_query(corpus_dir: Path | str, sql: str) -> tuple[list[str], list[tuple]]:
+    con = connect(corpus_dir)
+    rel = con.sql(sql)
+    if rel is None:  # a statement without a result
+        return [], []
+    return list(rel.columns), rel.fetchall()
+
+
+def _jsonable(v: Any) -> Any:
+    if isinstance(v, dt.datetime | dt.date):
+        return v.isoformat()
+    return v
+
+
+def render(columns: list[str], rows: list[tuple], fmt: str = "table", max_width: int = 60) -> str:
+    if fmt == "json":
+        return orjson.dumps([{c: _jsonable(v) for c, v in zip(columns, r, strict=True)} for r in rows], default=str).decode()
+    if fmt == "csv":
+        buf = io.StringIO()
+        w = csv.writer(buf, lineterminator="\n")
+        w.writerow(columns)
+        w.writerows(rows)
+        return buf.getvalue().rstrip("\n")
+    if fmt != "table":
+        raise ValueError(f"unknown format {fmt!r}; use table, csv or json")
+
+    def cell(v: Any) -> str:
+        s = "NULL" if v is None else str(v)
+        s = s.replace("\n", "\\n")
+        return s if len(s) <= max_width else s[: max_width - 1] + "…"
+
+    cells = [[cell(v) for v in r] for r in rows]
+    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
+    out = [" │ ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)), "─┼─".join("─" * w for w in widths)]
+    out += [" │ ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)) for r in cells]
+    out.append(f"({len(rows)} row{'s' if len(rows) != 1 else ''})")
+    return "\n".join(out)

@@ -1,0 +1,342 @@
+"""From paths to records: walk inputs, detect the container and format by content, convert.
+
+Yields `(Trajectory, importer)` for good records and `(QuarantineRecord, None)` for everything
+that cannot be read, so that `records in = accepted + quarantined` holds for every input.
+"""
+
+from __future__ import annotations
+
+import io
+import shutil
+import tempfile
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+import orjson
+
+from collectors.base import ImportContext, Importer
+from collectors.registry import IMPORTERS
+from pipelines.sources import (
+    InputError,
+    ReadLimits,
+    close_input,
+    extract_tar,
+    is_tar,
+    iter_lines,
+    open_input,
+    read_bounded,
+    sha256_file,
+)
+from schemas.records import QuarantineRecord, RecordError, Trajectory
+from schemas.tables import DOMAINS
+
+DEFAULT_LIMITS = ReadLimits()
+
+Item = tuple[Trajectory, Importer] | tuple[QuarantineRecord, None]
+
+_BY_CONTAINER: dict[str, list[Importer]] = {}
+for _imp in IMPORTERS:
+    _BY_CONTAINER.setdefault(_imp.container, []).append(_imp)
+
+
+@dataclass
+class InputUnit:
+    """One thing to import: a file, or a directory a directory-format importer claimed."""
+
+    path: Path
+    source: str  # the name shown to people and stored in `source` columns
+    importer: Importer | None = None  # set for claimed directories
+    files: list[Path] = field(default_factory=list)
+
+    @property
+    def is_dir(self) -> bool:
+        return self.importer is not None
+
+    def size(self) -> int:
+        if self.is_dir:
+            return sum(p.stat().st_size for p in self.files)
+        return self.path.stat().st_size
+
+    def sha256(self) -> str:
+        if not self.is_dir:
+            return sha256_file(self.path)
+        from schemas.records import digest
+
+        parts = []
+        for p in sorted(self.files):
+            parts += [str(p.relative_to(self.path)), sha256_file(p)]
+        return digest(*parts)
+
+
+def discover(paths: Iterable[Path], source_prefix: str | None = None, root: Path | None = None) -> Iterator[InputUnit]:
+    """Expand paths into input units, in a deterministic order. Directories claimed by a
+    directory-format importer become one unit; their consumed files are not offered again."""
+    for path in paths:
+        path = Path(path)
+        if path.is_dir():
+            yield from _walk(path, source_prefix, root if root is not None else path.parent)
+        elif path.exists():
+            yield InputUnit(path, _display(path, source_prefix, root))
+        else:
+            raise FileNotFoundError(f"input {path} does not exist")
+
+
+def _display(path: Path, prefix: str | None, root: Path | None) -> str:
+    if prefix is None:
+        return str(path)
+    rel = path.relative_to(root) if root is not None else path
+    return f"{prefix}!{rel}"
+
+
+def _walk(directory: Path, prefix: str | None, root: Path) -> Iterator[InputUnit]:
+    for imp in _BY_CONTAINER.get("dir", []):
+        try:
+            claimed = imp.sniff(directory)
+        except OSError:
+            claimed = False
+        if claimed:
+            files = sorted(imp.consumes(directory))
+            yield InputUnit(directory, _display(directory, prefix, root), imp, files)
+            consumed = set(files)
+            for p in sorted(directory.rglob("*")):
+                if p.is_file() and p not in consumed:
+                    yield InputUnit(p, _display(p, prefix, root))
+            return
+    for p in sorted(directory.iterdir()):
+        if p.is_dir():
+            yield from _walk(p, prefix, root)
+        elif p.is_file():
+            yield InputUnit(p, _display(p, prefix, root))
+
+
+def read_unit(
+    unit: InputUnit,
+    sha256: str,
+    limits: ReadLimits = DEFAULT_LIMITS,
+    domain_override: str | None = None,
+) -> Iterator[Item]:
+    """All records of one input unit. Never raises for bad content: it quarantines it."""
+    if domain_override is not None and domain_override not in DOMAINS:
+        raise ValueError(f"--domain {domain_override!r} is not one of {list(DOMAINS)}")
+    ctx = ImportContext(unit.source, sha256, domain_override, unit.path)
+    if unit.is_dir:
+        assert unit.importer is not None
+        yield from _convert_all(unit.importer, unit.importer.split(unit.path, ctx), ctx, split_locator="$")
+        return
+    try:
+        stream, _ = open_input(unit.path, limits, unit.source)
+    except OSError as e:
+        yield _q(ctx, "$", "unreadable", f"{unit.source}: {e}"), None
+        return
+    try:
+        yield from _read_stream(stream, ctx, limits)
+    except InputError as e:
+        yield _q(ctx, e.locator, e.reason, e.detail), None
+    except (EOFError, OSError, ValueError) as e:  # corrupt compressed data and the like
+        yield _q(ctx, "$", "corrupt_input", f"{unit.source}: {type(e).__name__}: {e}"), None
+    finally:
+        close_input(stream)
+
+
+def read_path(path: Path, domain_override: str | None = None, limits: ReadLimits = DEFAULT_LIMITS) -> Iterator[Trajectory | QuarantineRecord]:
+    """Every record under `path` (a file, archive or directory): the importer tests' entry point."""
+    for unit in discover([Path(path)]):
+        for rec, _imp in read_unit(unit, unit.sha256(), limits, domain_override):
+            yield rec
+
+
+def _read_stream(stream: IO[bytes], ctx: ImportContext, limits: ReadLimits) -> Iterator[Item]:
+    head = stream.peek(limits.head_bytes)[: limits.head_bytes] if hasattr(stream, "peek") else b""
+    if not head.strip():
+        rest = read_bounded(stream, limits.head_bytes, ctx.source)
+        if not rest.strip():
+            yield _q(ctx, "$", "empty_input", f"{ctx.source}: the input is empty"), None
+            return
+        head = rest
+        stream = io.BufferedReader(io.BytesIO(rest))  # type: ignore[arg-type]
+    if is_tar(head):
+        yield from _read_tar(stream, ctx, limits)
+        return
+    for imp in _BY_CONTAINER.get("text", []):
+        if imp.sniff(head):
+            yield from _convert_all(imp, imp.split(stream, ctx), ctx, split_locator="$")
+            return
+    first = head.lstrip()[:1]
+    if first in (b"{", b"["):
+        yield from _read_json(stream, ctx, limits)
+        return
+    yield _q(ctx, "$", "unknown_format", f"{ctx.source}: content matches no known trace format", head), None
+
+
+def _read_json(stream: IO[bytes], ctx: ImportContext, limits: ReadLimits) -> Iterator[Item]:
+    lines = iter_lines(stream, limits.max_record_bytes)
+    first_line: bytes | None = None
+    first_no = 0
+    for lineno, line, n in lines:
+        if line is None:
+            yield _q(ctx, f"line:{lineno}", "record_too_large", f"{ctx.source} line {lineno}: {n} bytes, above the {limits.max_record_bytes}-byte record limit"), None
+            yield from _read_jsonl(lines, ctx, limits, None)
+            return
+        if line.strip():
+            first_line, first_no = line, lineno
+            break
+    if first_line is None:
+        yield _q(ctx, "$", "empty_input", f"{ctx.source}: the input is empty"), None
+        return
+    try:
+        first_obj: Any = orjson.loads(first_line)
+    except orjson.JSONDecodeError:
+        first_obj = _NOT_JSON
+    if first_obj is _NOT_JSON:
+        # a pretty-printed document: the first line alone is not JSON
+        rest = read_bounded(stream, limits.max_record_bytes - len(first_line), ctx.source)
+        yield from _read_doc(first_line + rest, ctx)
+        return
+    # first line is complete JSON: a one-line document, or JSON lines
+    second = next(lines, None)
+    while second is not None and second[1] is not None and not second[1].strip():
+        second = next(lines, None)
+    if second is None:
+        doc_imp = _sniff(_BY_CONTAINER.get("json", []), first_obj)
+        if doc_imp is not None:
+            yield from _convert_all(doc_imp, doc_imp.split(first_obj, ctx), ctx, "$")
+            return
+    line_imp = _sniff(_BY_CONTAINER.get("jsonl", []), first_obj)
+    if line_imp is None:
+        yield _q(ctx, f"line:{first_no}", "unknown_format", f"{ctx.source} line {first_no}: JSON matches no known trace format", first_line), None
+        return
+
+    def chain() -> Iterator[tuple[int, bytes | None, int]]:
+        yield first_no, first_line, len(first_line)
+        if second is not None:
+            yield second
+        yield from lines
+
+    yield from _read_jsonl(chain(), ctx, limits, line_imp)
+
+
+_NOT_JSON = object()
+
+
+def _read_jsonl(lines: Iterator[tuple[int, bytes | None, int]], ctx: ImportContext, limits: ReadLimits, imp: Importer | None) -> Iterator[Item]:
+    for lineno, line, n in lines:
+        loc = f"line:{lineno}"
+        if line is None:
+            yield _q(ctx, loc, "record_too_large", f"{ctx.source} line {lineno}: {n} bytes, above the {limits.max_record_bytes}-byte record limit"), None
+            continue
+        if not line.strip():
+            continue
+        try:
+            obj = orjson.loads(line)
+        except orjson.JSONDecodeError as e:
+            yield _bad_json(ctx, loc, f"{ctx.source} line {lineno}", line, e), None
+            continue
+        if imp is None:
+            imp = _sniff(_BY_CONTAINER.get("jsonl", []), obj)
+            if imp is None:
+                yield _q(ctx, loc, "unknown_format", f"{ctx.source} line {lineno}: JSON matches no known trace format", line), None
+                continue
+        yield from _convert_one(imp, obj, loc, ctx)
+
+
+def _read_doc(data: bytes, ctx: ImportContext) -> Iterator[Item]:
+    try:
+        doc = orjson.loads(data)
+    except orjson.JSONDecodeError as e:
+        yield _bad_json(ctx, "$", ctx.source, data, e), None
+        return
+    imp = _sniff(_BY_CONTAINER.get("json", []), doc)
+    if imp is None:
+        yield _q(ctx, "$", "unknown_format", f"{ctx.source}: JSON document matches no known trace format", data), None
+        return
+    yield from _convert_all(imp, imp.split(doc, ctx), ctx, "$")
+
+
+def _bad_json(ctx: ImportContext, loc: str, where: str, data: bytes, e: Exception) -> QuarantineRecord:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as u:
+        return _q(ctx, loc, "invalid_utf8", f"{where}: invalid UTF-8 at byte {u.start}", data)
+    msg = str(e)
+    reason = "truncated_json" if "unexpected end" in msg.lower() or "eof" in msg.lower() else "invalid_json"
+    return _q(ctx, loc, reason, f"{where}: {msg}", data)
+
+
+def _sniff(importers: list[Importer], sample: Any) -> Importer | None:
+    for imp in importers:
+        try:
+            if imp.sniff(sample):
+                return imp
+        except Exception:  # a sniffer must never take the run down  # noqa: BLE001
+            continue
+    return None
+
+
+def _convert_all(imp: Importer, records: Iterator[tuple[str, Any]], ctx: ImportContext, split_locator: str) -> Iterator[Item]:
+    it = iter(records)
+    while True:
+        try:
+            locator, record = next(it)
+        except StopIteration:
+            return
+        except (RecordError, InputError) as e:
+            yield _q(ctx, getattr(e, "locator", None) or split_locator, e.reason, f"{ctx.source}: {e.detail}", importer=imp), None
+            return
+        except Exception as e:  # noqa: BLE001 - malformed input surfaces as arbitrary errors
+            yield _q(ctx, split_locator, "malformed_record", f"{ctx.source}: {imp.name} could not split the input: {type(e).__name__}: {e}", importer=imp), None
+            return
+        yield from _convert_one(imp, record, locator, ctx)
+
+
+def _convert_one(imp: Importer, record: Any, locator: str, ctx: ImportContext) -> Iterator[Item]:
+    try:
+        traj = imp.convert(record, locator, ctx)
+    except RecordError as e:
+        yield _q(ctx, e.locator or locator, e.reason, f"{ctx.source} {locator}: {e.detail}", importer=imp, excerpt=record), None
+        return
+    except Exception as e:  # noqa: BLE001
+        yield _q(ctx, locator, "malformed_record", f"{ctx.source} {locator}: {imp.name}: {type(e).__name__}: {e}", importer=imp, excerpt=record), None
+        return
+    if traj.domain not in DOMAINS:
+        yield _q(ctx, locator, "bad_domain", f"{ctx.source} {locator}: domain {traj.domain!r} is not one of {list(DOMAINS)}", importer=imp), None
+        return
+    yield traj, imp
+
+
+def _read_tar(stream: IO[bytes], ctx: ImportContext, limits: ReadLimits) -> Iterator[Item]:
+    tmp = Path(tempfile.mkdtemp(prefix="worldline-tar-"))
+    try:
+        rejected = extract_tar(stream, tmp, limits, ctx.source)
+        for r in rejected:
+            yield _q(ctx, f"member:{r.member}", r.reason, r.detail), None
+        for unit in discover([tmp], source_prefix=ctx.source, root=tmp):
+            yield from read_unit(unit, unit.sha256(), limits, ctx.domain_override)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _q(ctx: ImportContext, locator: str, reason: str, detail: str, excerpt: Any = None, importer: Importer | None = None) -> QuarantineRecord:
+    return QuarantineRecord(
+        source=ctx.source,
+        locator=locator,
+        reason=reason,
+        detail=detail,
+        importer=importer.name if importer else None,
+        input_sha256=ctx.input_sha256,
+        excerpt=_excerpt(excerpt),
+    )
+
+
+def _excerpt(value: Any, n: int = 300) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, bytes | bytearray):
+        return bytes(value[:n]).decode("utf-8", "replace")
+    if isinstance(value, str):
+        return value[:n]
+    try:
+        return orjson.dumps(value, default=str)[:n].decode("utf-8", "replace")
+    except TypeError:
+        return repr(value)[:n]

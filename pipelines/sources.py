@@ -1,0 +1,199 @@
+"""Opening inputs safely: content-detected decompression with bomb limits, bounded line reads,
+and tar extraction that refuses members escaping the archive.
+
+Everything here streams; nothing holds more than one record (bounded by `max_record_bytes`).
+"""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import hashlib
+import io
+import lzma
+import os
+import tarfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+import zstandard
+
+MiB = 1 << 20
+
+
+@dataclass(frozen=True)
+class ReadLimits:
+    """Bounds that keep one bad input from exhausting the machine."""
+
+    max_record_bytes: int = 64 * MiB  # one JSON document, one JSON line, one text log
+    max_decompressed_bytes: int = 32 * 1024 * MiB  # per compressed input
+    max_compression_ratio: float = 1000.0  # decompressed / compressed, checked past 16 MiB out
+    ratio_grace_bytes: int = 16 * MiB
+    head_bytes: int = 64 * 1024
+
+
+class InputError(Exception):
+    """An input (or part of one) that must be quarantined; `reason` is the reason code."""
+
+    def __init__(self, reason: str, detail: str, locator: str = "$"):
+        super().__init__(detail)
+        self.reason = reason
+        self.detail = detail
+        self.locator = locator
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(4 * MiB):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+_MAGIC = {
+    b"\x1f\x8b": "gzip",
+    b"\x28\xb5\x2f\xfd": "zstd",
+    b"BZh": "bzip2",
+    b"\xfd7zXZ\x00": "xz",
+}
+
+
+def compression_of(head: bytes) -> str | None:
+    for magic, name in _MAGIC.items():
+        if head.startswith(magic):
+            return name
+    return None
+
+
+def is_tar(head: bytes) -> bool:
+    return len(head) >= 262 and head[257:262] == b"ustar"
+
+
+class _GuardedReader(io.RawIOBase):
+    """Decompressed stream that stops a compression bomb: caps total output and the ratio of
+    output to compressed input consumed so far."""
+
+    def __init__(self, inner: IO[bytes], raw: IO[bytes], limits: ReadLimits, source: str):
+        self.inner, self.raw, self.limits, self.source = inner, raw, limits, source
+        self.out = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:  # type: ignore[override]
+        data = self.inner.read(len(b))
+        n = len(data)
+        b[:n] = data
+        self.out += n
+        lim = self.limits
+        if self.out > lim.max_decompressed_bytes:
+            raise InputError(
+                "decompression_limit",
+                f"{self.source}: decompressed size exceeds {lim.max_decompressed_bytes} bytes",
+            )
+        if self.out > lim.ratio_grace_bytes:
+            consumed = max(self.raw.tell(), 1)
+            if self.out / consumed > lim.max_compression_ratio:
+                raise InputError(
+                    "compression_bomb",
+                    f"{self.source}: compression ratio above {lim.max_compression_ratio:g} "
+                    f"({self.out} bytes out of {consumed} compressed)",
+                )
+        return n
+
+
+def open_input(path: Path, limits: ReadLimits, source: str) -> tuple[IO[bytes], str | None]:
+    """Open `path` for reading its decompressed content; returns (stream, compression name)."""
+    raw = open(path, "rb", buffering=MiB)
+    head = raw.peek(8)[:8]
+    raw.seek(0)
+    kind = compression_of(head)
+    if kind is None:
+        return raw, None
+    if kind == "gzip":
+        inner: IO[bytes] = gzip.GzipFile(fileobj=raw, mode="rb")
+    elif kind == "zstd":
+        inner = zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True)
+    elif kind == "bzip2":
+        inner = bz2.BZ2File(raw, "rb")
+    else:
+        inner = lzma.LZMAFile(raw, "rb")
+    guarded = _GuardedReader(inner, raw, limits, source)
+    stream = io.BufferedReader(guarded, buffer_size=MiB)
+    stream._worldline_raw = raw  # type: ignore[attr-defined]  # closed with the stream
+    return stream, kind
+
+
+def close_input(stream: IO[bytes]) -> None:
+    raw = getattr(stream, "_worldline_raw", None)
+    stream.close()
+    if raw is not None:
+        raw.close()
+
+
+def read_bounded(stream: IO[bytes], limit: int, what: str) -> bytes:
+    data = stream.read(limit + 1)
+    if len(data) > limit:
+        raise InputError("record_too_large", f"{what}: larger than the {limit}-byte record limit")
+    return data
+
+
+def iter_lines(stream: IO[bytes], limit: int) -> Iterator[tuple[int, bytes | None, int]]:
+    """Yield (line number, line bytes or None when over `limit`, line length). Over-long lines
+    are skipped without ever being held in memory."""
+    lineno = 0
+    step = min(limit + 1, 8 * MiB)
+    while True:
+        line = stream.readline(limit + 1)
+        if not line:
+            return
+        lineno += 1
+        if len(line) > limit and not line.endswith(b"\n"):
+            n = len(line)
+            del line
+            while True:
+                rest = stream.readline(step)
+                n += len(rest)
+                if not rest or rest.endswith(b"\n"):
+                    break
+            yield lineno, None, n
+            continue
+        yield lineno, line, len(line)
+
+
+@dataclass(frozen=True)
+class TarRejection:
+    member: str
+    reason: str
+    detail: str
+
+
+def extract_tar(stream: IO[bytes], dest: Path, limits: ReadLimits, source: str) -> list[TarRejection]:
+    """Extract regular files of a tar stream under `dest`; refuse absolute paths, `..`, links and
+    devices (each becomes a rejection to quarantine) instead of trusting the archive."""
+    rejected: list[TarRejection] = []
+    dest = dest.resolve()
+    with tarfile.open(fileobj=stream, mode="r|*") as tar:
+        for m in tar:
+            name = m.name
+            if m.isdir():
+                continue
+            if not m.isfile():
+                rejected.append(TarRejection(name, "unsafe_archive_member", f"{source}!{name}: not a regular file (links and devices are not extracted)"))
+                continue
+            target = (dest / name).resolve()
+            if os.path.isabs(name) or ".." in Path(name).parts or not str(target).startswith(str(dest) + os.sep):
+                rejected.append(TarRejection(name, "unsafe_archive_member", f"{source}!{name}: path escapes the archive"))
+                continue
+            if m.size > limits.max_decompressed_bytes:
+                rejected.append(TarRejection(name, "decompression_limit", f"{source}!{name}: member larger than {limits.max_decompressed_bytes} bytes"))
+                continue
+            target.parent.mkdir(parents=True, exist_ok=True)
+            f = tar.extractfile(m)
+            assert f is not None
+            with open(target, "wb") as out:
+                while chunk := f.read(4 * MiB):
+                    out.write(chunk)
+    return rejected

@@ -1,0 +1,269 @@
+"""The corpus directory: Parquet (zstd) tables partitioned by domain, a manifest, and a lock.
+
+Layout::
+
+    CORPUS/
+      manifest.json                 inputs (sha256, counts, importer versions) and batches (files + checksums)
+      trajectories/domain=D/part-<batch>-<n>.parquet
+      turns/domain=D/part-<batch>-<n>.parquet
+      quarantine/part-<batch>-<n>.parquet
+      .lock                         held (flock) by the one writer
+
+A batch is written into `.staging-<batch>/`, recorded in the manifest as `committing`, moved into
+place file by file (rename), then marked `committed`. A crash at any point leaves either an
+unfinished batch that the next writer completes or removes, never a half-visible one.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import hashlib
+import os
+import shutil
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from schemas.records import TrajectoryBuffer, quarantine_batch
+from schemas.tables import QUARANTINE, SCHEMA_VERSION, TRAJECTORIES, TURNS
+
+CORPUS_FORMAT = "worldline-corpus/1"
+TABLE_SCHEMAS = {"trajectories": TRAJECTORIES, "turns": TURNS, "quarantine": QUARANTINE}
+
+
+class CorpusLocked(RuntimeError):
+    pass
+
+
+class CorpusError(RuntimeError):
+    pass
+
+
+def write_json_atomic(path: Path, obj: Any) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with open(tmp, "wb") as f:
+        f.write(orjson.dumps(obj, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS))
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 22):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+class Corpus:
+    """A corpus directory. Reading needs no lock; writing goes through `writer()`."""
+
+    def __init__(self, root: Path | str):
+        self.root = Path(root)
+
+    @property
+    def manifest_path(self) -> Path:
+        return self.root / "manifest.json"
+
+    def exists(self) -> bool:
+        return self.manifest_path.exists()
+
+    def manifest(self) -> dict:
+        if not self.manifest_path.exists():
+            return {"format": CORPUS_FORMAT, "schema_version": SCHEMA_VERSION, "inputs": {}, "batches": []}
+        try:
+            m = orjson.loads(self.manifest_path.read_bytes())
+        except orjson.JSONDecodeError as e:
+            raise CorpusError(f"{self.manifest_path}: manifest is not valid JSON ({e})") from e
+        if m.get("format") != CORPUS_FORMAT:
+            raise CorpusError(f"{self.manifest_path}: not a Worldline corpus manifest (format {m.get('format')!r})")
+        return m
+
+    def table_glob(self, table: str) -> str:
+        if table == "quarantine":
+            return str(self.root / "quarantine" / "*.parquet")
+        return str(self.root / table / "*" / "*.parquet")
+
+    def has_table(self, table: str) -> bool:
+        base = self.root / table
+        return base.exists() and any(base.rglob("*.parquet"))
+
+    @contextmanager
+    def writer(self) -> Iterator[CorpusWriter]:
+        """Exclusive write access; a second writer gets `CorpusLocked` with who holds it."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        lock_path = self.root / ".lock"
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as e:
+                if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+                    raise
+                holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "unknown"
+                raise CorpusLocked(
+                    f"corpus {self.root} is being written by another process ({holder}); "
+                    "wait for it to finish (the lock is released when that process exits)"
+                ) from None
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"pid {os.getpid()} since {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}".encode(), 0)
+            w = CorpusWriter(self)
+            w.recover()
+            yield w
+        finally:
+            os.close(fd)
+
+
+@dataclass
+class BatchFiles:
+    """Part files one worker wrote into a staging directory, with row counts."""
+
+    files: list[dict] = field(default_factory=list)
+
+
+class PartWriter:
+    """Writes one worker's rows into staging: one Parquet file per (table, domain), rolled over
+    at `rows_per_file` rows so files stay coarse but bounded."""
+
+    def __init__(self, staging: Path, tag: str, rows_per_file: int = 2_000_000, row_group_rows: int = 32_768):
+        self.staging, self.tag = staging, tag
+        self.rows_per_file, self.row_group_rows = rows_per_file, row_group_rows
+        self._writers: dict[tuple[str, str], tuple[pq.ParquetWriter, Path, int]] = {}
+        self._seq = 0
+        self.files: list[dict] = []
+
+    def write(self, table: str, domain: str | None, batch: pa.RecordBatch) -> None:
+        if batch.num_rows == 0:
+            return
+        key = (table, domain or "")
+        if key not in self._writers:
+            self._seq += 1
+            rel = Path(table) / (f"domain={domain}" if domain else "") / f"part-{self.tag}-{self._seq:04d}.parquet"
+            path = self.staging / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            w = pq.ParquetWriter(path, TABLE_SCHEMAS[table], compression="zstd", compression_level=3)
+            self._writers[key] = (w, rel, 0)
+        w, rel, n = self._writers[key]
+        w.write_batch(batch, row_group_size=self.row_group_rows)
+        n += batch.num_rows
+        self._writers[key] = (w, rel, n)
+        if n >= self.rows_per_file:
+            self._close(key)
+
+    def _close(self, key: tuple[str, str]) -> None:
+        w, rel, n = self._writers.pop(key)
+        w.close()
+        self.files.append({"path": str(rel), "rows": n, "table": key[0], "domain": key[1] or None})
+
+    def close(self) -> list[dict]:
+        for key in list(self._writers):
+            self._close(key)
+        return self.files
+
+
+class DomainBuffers:
+    """Per-domain column buffers that flush to a PartWriter when they grow large."""
+
+    def __init__(self, out: PartWriter, flush_rows: int = 16_384, flush_bytes: int = 64 << 20):
+        self.out, self.flush_rows, self.flush_bytes = out, flush_rows, flush_bytes
+        self.buffers: dict[str, TrajectoryBuffer] = {}
+        self.quarantined: list = []
+
+    def add(self, traj, source: str, importer: str, importer_version: str) -> None:
+        buf = self.buffers.get(traj.domain)
+        if buf is None:
+            buf = self.buffers[traj.domain] = TrajectoryBuffer()
+        buf.add(traj, source, importer, importer_version)
+        if len(buf.turns) >= self.flush_rows or buf.turns.nbytes >= self.flush_bytes:
+            self._flush(traj.domain, buf)
+
+    def quarantine(self, rec) -> None:
+        self.quarantined.append(rec)
+        if len(self.quarantined) >= 4096:
+            self.out.write("quarantine", None, quarantine_batch(self.quarantined))
+            self.quarantined = []
+
+    def _flush(self, domain: str, buf: TrajectoryBuffer) -> None:
+        self.out.write("trajectories", domain, buf.traj.take())
+        self.out.write("turns", domain, buf.turns.take())
+
+    def close(self) -> list[dict]:
+        for domain, buf in sorted(self.buffers.items()):
+            if len(buf.traj):
+                self._flush(domain, buf)
+        if self.quarantined:
+            self.out.write("quarantine", None, quarantine_batch(self.quarantined))
+            self.quarantined = []
+        return self.out.close()
+
+
+class CorpusWriter:
+    """Batches of new rows, committed atomically into the corpus under the lock."""
+
+    def __init__(self, corpus: Corpus):
+        self.corpus = corpus
+
+    def known_inputs(self) -> dict[str, dict]:
+        return self.corpus.manifest()["inputs"]
+
+    def new_batch_id(self) -> str:
+        return time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + f"-{os.getpid()}-{os.urandom(3).hex()}"
+
+    def staging(self, batch_id: str) -> Path:
+        p = self.corpus.root / f".staging-{batch_id}"
+        p.mkdir(parents=True, exist_ok=True)
+        return p
+
+    def commit(self, batch_id: str, files: list[dict], inputs: dict[str, dict], info: dict) -> dict:
+        """Checksum the staged files, record the batch as committing, move files into place,
+        mark it committed. Returns the batch entry."""
+        staging = self.corpus.root / f".staging-{batch_id}"
+        for f in files:
+            f["sha256"] = file_sha256(staging / f["path"])
+        m = self.corpus.manifest()
+        batch = {"id": batch_id, "state": "committing", "files": sorted(files, key=lambda f: f["path"]), **info}
+        m["batches"].append(batch)
+        for sha, entry in inputs.items():
+            m["inputs"][sha] = {**entry, "batch": batch_id}
+        write_json_atomic(self.corpus.manifest_path, m)
+        self._move_into_place(batch_id, batch["files"])
+        batch["state"] = "committed"
+        write_json_atomic(self.corpus.manifest_path, m)
+        return batch
+
+    def _move_into_place(self, batch_id: str, files: list[dict]) -> None:
+        staging = self.corpus.root / f".staging-{batch_id}"
+        for f in files:
+            src, dst = staging / f["path"], self.corpus.root / f["path"]
+            if src.exists():
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(src, dst)
+        shutil.rmtree(staging, ignore_errors=True)
+
+    def recover(self) -> None:
+        """Finish batches a crashed writer left `committing`; drop staging it never recorded."""
+        if not self.corpus.exists() and not any(self.corpus.root.glob(".staging-*")):
+            return
+        m = self.corpus.manifest()
+        changed = False
+        recorded = set()
+        for b in m["batches"]:
+            recorded.add(b["id"])
+            if b.get("state") == "committing":
+                self._move_into_place(b["id"], b["files"])
+                b["state"] = "committed"
+                changed = True
+        for stale in self.corpus.root.glob(".staging-*"):
+            if stale.name.removeprefix(".staging-") not in recorded:
+                shutil.rmtree(stale, ignore_errors=True)
+        if changed:
+            write_json_atomic(self.corpus.manifest_path, m)
