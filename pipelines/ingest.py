@@ -122,7 +122,7 @@ def _process_group(
             st.turns += len(rec.turns)
             domains[rec.domain] += 1
             st.importers[imp.name] = imp.version
-            out.add(rec, unit.source, type(imp).__name__, imp.version)
+            out.add(rec, rec.source or unit.source, type(imp).__name__, imp.version)
         st.domains, st.reasons = dict(domains), dict(reasons)
     files = out.close()
     return files, stats, messages
@@ -222,10 +222,13 @@ def ingest(
 
         if workers <= 1:
             for i, g in enumerate(groups):
-                take(_process_group(g, str(staging), f"{i:05d}", config))
+                take(_process_group(g, str(staging), f"{batch_id}-{i:05d}", config))
         else:
             with ProcessPoolExecutor(max_workers=workers) as pool:
-                futs = [pool.submit(_process_group, g, str(staging), f"{i:05d}", config) for i, g in enumerate(groups)]
+                futs = [
+                    pool.submit(_process_group, g, str(staging), f"{batch_id}-{i:05d}", config)
+                    for i, g in enumerate(groups)
+                ]
                 for fut in as_completed(futs):
                     take(fut.result())
         bar.finish()

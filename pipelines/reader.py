@@ -194,27 +194,23 @@ def _read_json(stream: IO[bytes], ctx: ImportContext, limits: ReadLimits) -> Ite
         rest = read_bounded(stream, limits.max_record_bytes - len(first_line), ctx.source)
         yield from _read_doc(first_line + rest, ctx)
         return
-    # first line is complete JSON: a one-line document, or JSON lines
-    second = next(lines, None)
-    while second is not None and second[1] is not None and not second[1].strip():
-        second = next(lines, None)
-    if second is None:
-        doc_imp = _sniff(_BY_CONTAINER.get("json", []), first_obj)
-        if doc_imp is not None:
-            yield from _convert_all(doc_imp, doc_imp.split(first_obj, ctx), ctx, "$")
-            return
-    line_imp = _sniff(_BY_CONTAINER.get("jsonl", []), first_obj)
-    if line_imp is None:
+    # The first line is complete JSON: JSON lines (one record per line), or a one-line document.
+    # Records of whole-document formats may also come one per line.
+    imp = _sniff(_BY_CONTAINER.get("jsonl", []), first_obj) or _sniff(_BY_CONTAINER.get("json", []), first_obj)
+    if imp is None:
         yield _q(ctx, f"line:{first_no}", "unknown_format", f"{ctx.source} line {first_no}: JSON matches no known trace format", first_line), None
         return
+    yield from _line_records(imp, first_obj, first_no, ctx)
+    yield from _read_jsonl(lines, ctx, limits, imp)
 
-    def chain() -> Iterator[tuple[int, bytes | None, int]]:
-        yield first_no, first_line, len(first_line)
-        if second is not None:
-            yield second
-        yield from lines
 
-    yield from _read_jsonl(chain(), ctx, limits, line_imp)
+def _line_records(imp: Importer, obj: Any, lineno: int, ctx: ImportContext) -> Iterator[Item]:
+    loc = f"line:{lineno}"
+    if imp.container == "jsonl":
+        yield from _convert_one(imp, obj, loc, ctx)
+        return
+    prefixed = ((loc if sub == "$" else f"{loc}/{sub}", rec) for sub, rec in imp.split(obj, ctx))
+    yield from _convert_all(imp, prefixed, ctx, loc)
 
 
 _NOT_JSON = object()
@@ -234,11 +230,11 @@ def _read_jsonl(lines: Iterator[tuple[int, bytes | None, int]], ctx: ImportConte
             yield _bad_json(ctx, loc, f"{ctx.source} line {lineno}", line, e), None
             continue
         if imp is None:
-            imp = _sniff(_BY_CONTAINER.get("jsonl", []), obj)
+            imp = _sniff(_BY_CONTAINER.get("jsonl", []), obj) or _sniff(_BY_CONTAINER.get("json", []), obj)
             if imp is None:
                 yield _q(ctx, loc, "unknown_format", f"{ctx.source} line {lineno}: JSON matches no known trace format", line), None
                 continue
-        yield from _convert_one(imp, obj, loc, ctx)
+        yield from _line_records(imp, obj, lineno, ctx)
 
 
 def _read_doc(data: bytes, ctx: ImportContext) -> Iterator[Item]:
@@ -299,6 +295,7 @@ def _convert_one(imp: Importer, record: Any, locator: str, ctx: ImportContext) -
     except Exception as e:  # noqa: BLE001
         yield _q(ctx, locator, "malformed_record", f"{ctx.source} {locator}: {imp.name}: {type(e).__name__}: {e}", importer=imp, excerpt=record), None
         return
+    traj.source = ctx.source
     if traj.domain not in DOMAINS:
         yield _q(ctx, locator, "bad_domain", f"{ctx.source} {locator}: domain {traj.domain!r} is not one of {list(DOMAINS)}", importer=imp), None
         return

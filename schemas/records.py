@@ -82,6 +82,7 @@ class Trajectory:
     license: str | None = None
     metadata: str | None = None
     locator: str = "$"
+    source: str | None = None  # set by the reader: the file (or archive member) it came from
 
     @property
     def trajectory_id(self) -> str:
@@ -110,7 +111,7 @@ class RecordError(ValueError):
 
 
 _TURN_FIELDS = [f.name for f in fields(Turn)]
-_TRAJ_FIELDS = [f.name for f in fields(Trajectory) if f.name not in ("turns", "record_digest")]
+_TRAJ_FIELDS = [f.name for f in fields(Trajectory) if f.name not in ("turns", "record_digest", "source")]
 _Q_FIELDS = [f.name for f in fields(QuarantineRecord)]
 
 

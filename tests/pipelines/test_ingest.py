@@ -1,0 +1,252 @@
+"""The ingest stage: good data lands, bad data is quarantined with a reason, counts reconcile."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import os
+import shutil
+import tarfile
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+import zstandard
+
+from pipelines.cli import main
+from pipelines.ingest import IngestConfig, ingest
+from pipelines.query import run_query
+from pipelines.store import Corpus, CorpusLocked, file_sha256
+from schemas import validate
+
+SWE = "swe-agent/function_calling_simple.traj"  # 5 steps: 5 assistant actions with tool results
+SWE2 = "swe-agent/ctf_pwn_warmup.traj"  # 7 trajectory[] steps
+
+
+def _chat_line(i: int) -> bytes:
+    msgs = [
+        {"role": "user", "content": f"list the files, task {i}"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": f"c{i}", "type": "function", "function": {"name": "bash", "arguments": json.dumps({"cmd": "ls"})}}]},
+        {"role": "tool", "tool_call_id": f"c{i}", "content": "a.txt\nb.txt"},
+        {"role": "assistant", "content": "There are two files."},
+    ]
+    return json.dumps({"messages": msgs}).encode() + b"\n"
+
+
+def _q(corpus: Path, sql: str) -> list[tuple]:
+    return run_query(corpus, sql)[1]
+
+
+@pytest.fixture
+def inbox(tmp_path: Path, sample: Path) -> Path:
+    d = tmp_path / "inbox"
+    d.mkdir()
+    shutil.copy(sample / SWE, d / "a.traj")
+    shutil.copy(sample / SWE2, d / "b.traj")
+    return d
+
+
+def _good_counts(corpus: Path) -> tuple[int, int]:
+    return _q(corpus, "SELECT count(*), sum(num_turns) FROM trajectories WHERE source_format = 'swe-agent'")[0]
+
+
+def test_ingest_writes_valid_tables_and_manifest(inbox: Path, tmp_path: Path) -> None:
+    out = tmp_path / "corpus"
+    s = ingest([inbox], out, progress=False)
+    assert (s.records, s.trajectories, s.quarantined, s.turns) == (2, 2, 0, 12)
+    assert s.by_domain == {"swe": [1, 5], "terminal": [1, 7]}
+    for table in ("trajectories", "turns"):
+        for f in (out / table).rglob("*.parquet"):
+            assert validate(pq.read_table(f), table) == []
+    m = Corpus(out).manifest()
+    assert len(m["inputs"]) == 2 and len(m["batches"]) == 1
+    for f in m["batches"][0]["files"]:
+        assert file_sha256(out / f["path"]) == f["sha256"]
+    assert sorted(p.name for p in (out / "trajectories").iterdir()) == ["domain=swe", "domain=terminal"]
+    assert _q(out, "SELECT count(*) FROM turns")[0][0] == 12
+    assert _q(out, "SELECT min(turn_index), max(turn_index) FROM turns WHERE domain='terminal'")[0] == (0, 6)
+
+
+def test_reingest_is_a_noop_and_new_inputs_append(inbox: Path, tmp_path: Path, sample: Path) -> None:
+    out = tmp_path / "corpus"
+    ingest([inbox], out, progress=False)
+    before = sorted(p.name for p in out.rglob("*.parquet"))
+    again = ingest([inbox], out, progress=False)
+    assert (again.new_inputs, again.skipped_inputs, again.records) == (0, 2, 0)
+    assert sorted(p.name for p in out.rglob("*.parquet")) == before
+    extra = tmp_path / "more"
+    extra.mkdir()
+    shutil.copy(sample / "swe-agent/pydicom__pydicom-1458.traj", extra / "p.traj")
+    shutil.copy(sample / SWE, extra / "same-content-other-name.traj")
+    s = ingest([extra], out, progress=False)
+    assert (s.new_inputs, s.skipped_inputs, s.trajectories, s.turns) == (1, 1, 1, 12)
+    assert _q(out, "SELECT count(*), count(DISTINCT trajectory_id) FROM trajectories")[0] == (3, 3)
+
+
+def test_second_writer_gets_a_clear_error(inbox: Path, tmp_path: Path) -> None:
+    out = tmp_path / "corpus"
+    with Corpus(out).writer():
+        with pytest.raises(CorpusLocked, match=r"being written by another process \(pid \d+"):
+            ingest([inbox], out, progress=False)
+    assert ingest([inbox], out, progress=False).trajectories == 2  # lock released
+
+
+def test_crashed_commit_is_completed_by_the_next_writer(inbox: Path, tmp_path: Path, monkeypatch) -> None:
+    from pipelines import store
+
+    out = tmp_path / "corpus"
+
+    def crash(self, batch_id, files):
+        raise KeyboardInterrupt  # killed after the manifest recorded the batch, before files moved
+
+    monkeypatch.setattr(store.CorpusWriter, "_move_into_place", crash)
+    with pytest.raises(KeyboardInterrupt):
+        ingest([inbox], out, progress=False)
+    monkeypatch.undo()
+    assert not Corpus(out).has_table("trajectories")
+    with Corpus(out).writer():
+        pass  # recovery happens on taking the lock
+    assert _good_counts(out) == (2, 12)
+    assert Corpus(out).manifest()["batches"][0]["state"] == "committed"
+
+
+def _assert_quarantined(out: Path, reason: str, source_suffix: str, locator: str | None = None) -> str:
+    rows = _q(out, f"SELECT source, locator, detail FROM quarantine WHERE reason = '{reason}'")
+    assert len(rows) == 1, rows
+    source, loc, detail = rows[0]
+    assert source.endswith(source_suffix)
+    if locator is not None:
+        assert loc == locator
+    return detail
+
+
+def test_truncated_json(inbox: Path, tmp_path: Path, sample: Path) -> None:
+    data = (sample / SWE2).read_bytes()
+    (inbox / "trunc.traj").write_bytes(data[: len(data) // 2])
+    out = tmp_path / "c"
+    s = ingest([inbox], out, progress=False)
+    assert (s.records, s.trajectories, s.quarantined) == (3, 2, 1)
+    detail = _assert_quarantined(out, "truncated_json", "trunc.traj", "$")
+    assert "trunc.traj" in detail
+    assert _good_counts(out) == (2, 12)
+
+
+def test_invalid_utf8_in_a_document_and_in_one_line(inbox: Path, tmp_path: Path) -> None:
+    (inbox / "bad.json").write_bytes(b'{"history": [{"role": "user", "message_type": "x", "content": "\xff\xfe"}]}\n')
+    (inbox / "chat.jsonl").write_bytes(_chat_line(1) + b'{"messages": [{"role": "user", "content": "\xc3\x28"}]}\n' + _chat_line(3))
+    out = tmp_path / "c"
+    s = ingest([inbox], out, progress=False)
+    assert (s.records, s.trajectories, s.quarantined) == (6, 4, 2)
+    rows = _q(out, "SELECT source, locator, detail FROM quarantine WHERE reason = 'invalid_utf8' ORDER BY source")
+    assert [(Path(r[0]).name, r[1]) for r in rows] == [("bad.json", "$"), ("chat.jsonl", "line:2")]
+    assert "line 2: invalid UTF-8 at byte" in rows[1][2]
+    assert _q(out, "SELECT count(*) FROM trajectories WHERE source LIKE '%chat.jsonl'")[0][0] == 2
+
+
+def test_unknown_format_and_empty_file(inbox: Path, tmp_path: Path) -> None:
+    (inbox / "notes.txt").write_text("just some notes\nnothing to see\n")
+    (inbox / "empty.jsonl").write_bytes(b"")
+    (inbox / "blank.json").write_bytes(b"\n  \n")
+    out = tmp_path / "c"
+    s = ingest([inbox], out, progress=False)
+    assert (s.records, s.trajectories, s.quarantined) == (5, 2, 3)
+    _assert_quarantined(out, "unknown_format", "notes.txt", "$")
+    assert sorted(Path(r[0]).name for r in _q(out, "SELECT source FROM quarantine WHERE reason='empty_input'")) == [
+        "blank.json", "empty.jsonl"]
+    assert _good_counts(out) == (2, 12)
+
+
+def test_record_missing_required_field(inbox: Path, tmp_path: Path, sample: Path) -> None:
+    doc = json.loads((sample / SWE2).read_text())
+    del doc["trajectory"][3]["observation"]
+    (inbox / "missing.traj").write_text(json.dumps(doc))
+    out = tmp_path / "c"
+    s = ingest([inbox], out, progress=False)
+    assert (s.trajectories, s.quarantined) == (2, 1)
+    detail = _assert_quarantined(out, "missing_field", "missing.traj")
+    assert "trajectory[3]" in detail and "'observation'" in detail
+
+
+def test_a_single_2gb_line_is_skipped_without_holding_it(tmp_path: Path) -> None:
+    f = tmp_path / "huge.jsonl"
+    with open(f, "wb") as fh:
+        fh.write(_chat_line(1))
+        fh.seek(len(_chat_line(1)) + (2 << 30))  # a 2 GiB line of NUL bytes (sparse on disk)
+        fh.write(b"\n" + _chat_line(3))
+    out = tmp_path / "c"
+    import resource
+
+    rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    s = ingest([f], out, progress=False)
+    grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss0) / 1024
+    assert (s.records, s.trajectories, s.quarantined) == (3, 2, 1)
+    detail = _assert_quarantined(out, "record_too_large", "huge.jsonl", "line:2")
+    assert "line 2: 2147483649 bytes" in detail
+    assert grown_mb < 300, f"peak memory grew by {grown_mb:.0f} MB"
+
+
+def test_compression_bomb(inbox: Path, tmp_path: Path) -> None:
+    bomb = io.BytesIO()
+    cctx = zstandard.ZstdCompressor(level=1)
+    with cctx.stream_writer(bomb, closefd=False) as w:
+        w.write(_chat_line(1))  # a good first record, then 256 MiB of spaces
+        chunk = b" " * (1 << 20)
+        for _ in range(256):
+            w.write(chunk)
+    assert len(bomb.getvalue()) < 64 << 10
+    (inbox / "bomb.jsonl.zst").write_bytes(bomb.getvalue())
+    out = tmp_path / "c"
+    s = ingest([inbox], out, progress=False)
+    assert (s.records, s.trajectories, s.quarantined) == (4, 3, 1)
+    detail = _assert_quarantined(out, "compression_bomb", "bomb.jsonl.zst")
+    assert "compression ratio above 1000" in detail
+
+
+def test_tar_member_escaping_the_archive(tmp_path: Path, sample: Path) -> None:
+    tar_path = tmp_path / "traces.tar.gz"
+    with tarfile.open(tar_path, "w:gz") as tar:
+        tar.add(sample / SWE, arcname="ok/a.traj")
+        tar.add(sample / SWE2, arcname="../../evil.traj")
+    out = tmp_path / "c"
+    s = ingest([tar_path], out, progress=False)
+    assert (s.records, s.trajectories, s.quarantined) == (2, 1, 1)
+    detail = _assert_quarantined(out, "unsafe_archive_member", "traces.tar.gz", "member:../../evil.traj")
+    assert "path escapes the archive" in detail
+    assert not (tmp_path / "evil.traj").exists()
+    assert _q(out, "SELECT source FROM trajectories")[0][0] == f"{tar_path}!ok/a.traj"
+
+
+def test_compressed_inputs_are_detected_by_content(tmp_path: Path, sample: Path) -> None:
+    d = tmp_path / "in"
+    d.mkdir()
+    (d / "a.bin").write_bytes(gzip.compress((sample / SWE).read_bytes()))
+    (d / "b.data").write_bytes(zstandard.ZstdCompressor().compress((sample / SWE2).read_bytes()))
+    out = tmp_path / "c"
+    s = ingest([d], out, progress=False)
+    assert (s.trajectories, s.turns, s.quarantined) == (2, 12, 0)
+
+
+def test_parallel_workers_write_the_same_rows(inbox: Path, tmp_path: Path, sample: Path) -> None:
+    for i, name in enumerate(sorted(os.listdir(sample / "swe-agent"))):
+        shutil.copy(sample / "swe-agent" / name, inbox / f"x{i}.traj")
+    one = ingest([inbox], tmp_path / "one", IngestConfig(workers=1), progress=False)
+    two = ingest([inbox], tmp_path / "two", IngestConfig(workers=2, task_bytes=1), progress=False)
+    assert (one.trajectories, one.turns) == (two.trajectories, two.turns)
+    sql = "SELECT trajectory_id, turn_index, action, observation FROM turns ORDER BY ALL"
+    assert _q(tmp_path / "one", sql) == _q(tmp_path / "two", sql)
+
+
+def test_cli_exit_codes_and_json_query(inbox: Path, tmp_path: Path, capsys) -> None:
+    out = tmp_path / "c"
+    assert main(["ingest", str(inbox), "--out", str(out), "--quiet"]) == 0
+    (inbox / "junk.txt").write_text("junk")
+    assert main(["ingest", str(inbox), "--out", str(out), "--quiet"]) == 3
+    assert "records in 1 = accepted 0 + quarantined 1" in capsys.readouterr().out
+    assert main(["query", str(out), "SELECT domain, count(*) AS n FROM trajectories GROUP BY 1 ORDER BY 1", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out) == [{"domain": "swe", "n": 1}, {"domain": "terminal", "n": 1}]
+    assert main(["ingest", str(tmp_path / "nope"), "--out", str(out)]) == 1
+    assert "does not exist" in capsys.readouterr().err
+    assert main(["stats", str(out)]) == 0
+    assert "unknown_format" in capsys.readouterr().out
