@@ -1,0 +1,1 @@
+"""Dagster orchestration of the Worldline core. Nothing in the core imports this package."""

@@ -39,6 +39,27 @@ def _cmd_stats(a: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_check(a: argparse.Namespace) -> int:
+    from pipelines.contracts import run_contracts
+
+    results = run_contracts(a.corpus, a.max_quarantine_rate)
+    for r in results:
+        print(r.line())
+        if not r.passed:
+            for k, v in r.metadata.items():
+                if isinstance(v, list | dict) and v:
+                    print(f"      {k}: {v}")
+    return 0 if all(r.passed for r in results) else 1
+
+
+def _cmd_report(a: argparse.Namespace) -> int:
+    from pipelines.report import write_report
+
+    out = write_report(a.corpus, a.out or Path(a.corpus).parent / "report.html")
+    print(f"report: {out}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="worldline", description="Training data for language world models.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -61,6 +82,16 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("stats", help="counts per domain and source, lengths, error and quarantine rates")
     s.add_argument("corpus", type=Path)
     s.set_defaults(func=_cmd_stats)
+
+    s = sub.add_parser("check", help="data contracts: schema, counts, quarantine rate, unique ids, checksums")
+    s.add_argument("corpus", type=Path)
+    s.add_argument("--max-quarantine-rate", type=float, default=0.25)
+    s.set_defaults(func=_cmd_check)
+
+    s = sub.add_parser("report", help="write a self-contained HTML report of the corpus")
+    s.add_argument("corpus", type=Path)
+    s.add_argument("--out", type=Path, help="HTML file (default: report.html beside the corpus)")
+    s.set_defaults(func=_cmd_report)
     return p
 
 

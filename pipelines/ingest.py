@@ -32,12 +32,14 @@ class IngestConfig:
     domain_override: str | None = None
     workers: int = 0  # 0: one per core when the input is large enough to pay for processes
     task_bytes: int = 64 << 20
+    lock_wait_s: float = 0.0  # how long to wait for another writer before giving up
     limits: ReadLimits = ReadLimits()
 
     def fingerprint(self) -> str:
         d = asdict(self)
         d.pop("workers")  # parallelism does not change the output
         d.pop("task_bytes")
+        d.pop("lock_wait_s")
         return hashlib.sha256(repr(sorted(d.items())).encode()).hexdigest()[:16]
 
 
@@ -182,7 +184,7 @@ def ingest(
     corpus = Corpus(corpus_dir)
     summary = IngestSummary(corpus=str(corpus.root))
     units = list(discover([Path(p) for p in paths]))
-    with corpus.writer() as w:
+    with corpus.writer(config.lock_wait_s) as w:
         known = w.known_inputs()
         todo: list[tuple[InputUnit, str, int]] = []
         seen: dict[str, str] = {}

@@ -48,3 +48,27 @@ def render_stats(corpus_dir: Path | str) -> str:
     for title, (cols, rows) in corpus_stats(corpus_dir).items():
         parts.append(f"── {title} ──\n{render(cols, rows)}")
     return "\n\n".join(parts)
+
+
+def ingest_overview(corpus_dir: Path | str, sources: list[str], examples: int = 5) -> dict[str, tuple[list[str], list[tuple]]]:
+    """What one ingest run added (by the `source` paths it read): counts per domain and source,
+    quarantine reasons and example turns — the run metadata shown in the Dagster UI."""
+    con = connect(corpus_dir)
+    con.execute("CREATE OR REPLACE TEMP TABLE _run_sources AS SELECT unnest(?::VARCHAR[]) AS source", [sources])
+    # archive members are stored as `archive!member`
+    match = "(t.source IN (SELECT source FROM _run_sources) OR split_part(t.source, '!', 1) IN (SELECT source FROM _run_sources))"
+    queries = {
+        "by_domain_source": f"""SELECT t.domain, t.source_format, count(*) AS trajectories, sum(t.num_turns) AS turns
+                               FROM trajectories t WHERE {match} GROUP BY ALL ORDER BY ALL""",
+        "quarantine_reasons": f"""SELECT t.reason, count(*) AS records, any_value(t.detail) AS example
+                                 FROM quarantine t WHERE {match} GROUP BY ALL ORDER BY records DESC""",
+        "example_turns": f"""SELECT u.trajectory_id, u.turn_index, u.domain, left(u.action, 80) AS action,
+                                    left(u.observation, 120) AS observation, u.exit_code
+                             FROM turns u JOIN trajectories t USING (trajectory_id)
+                             WHERE {match} AND u.kind = 'env' ORDER BY hash(u.trajectory_id, u.turn_index) LIMIT {int(examples)}""",
+    }
+    out = {}
+    for name, sql in queries.items():
+        rel = con.sql(sql)
+        out[name] = (list(rel.columns), rel.fetchall())
+    return out

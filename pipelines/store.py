@@ -98,22 +98,29 @@ class Corpus:
         return base.exists() and any(base.rglob("*.parquet"))
 
     @contextmanager
-    def writer(self) -> Iterator[CorpusWriter]:
-        """Exclusive write access; a second writer gets `CorpusLocked` with who holds it."""
+    def writer(self, wait_s: float = 0.0) -> Iterator[CorpusWriter]:
+        """Exclusive write access; a second writer waits up to `wait_s`, then gets `CorpusLocked`
+        saying who holds it."""
         self.root.mkdir(parents=True, exist_ok=True)
         lock_path = self.root / ".lock"
         fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError as e:
-                if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
-                    raise
+            deadline = time.monotonic() + wait_s
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except OSError as e:
+                    if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+                        raise
+                    if time.monotonic() < deadline:
+                        time.sleep(0.2)
+                        continue
                 holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "unknown"
                 raise CorpusLocked(
                     f"corpus {self.root} is being written by another process ({holder}); "
                     "wait for it to finish (the lock is released when that process exits)"
-                ) from None
+                )
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"pid {os.getpid()} since {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}".encode(), 0)
             w = CorpusWriter(self)

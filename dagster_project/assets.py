@@ -1,0 +1,79 @@
+"""Assets: each body calls the core (the same functions as the CLI) and returns metadata."""
+
+
+import time
+from pathlib import Path
+
+import dagster as dg
+
+from dagster_project.partitions import SOURCE_DAY
+from dagster_project.resources import CorpusResource
+from pipelines.inbox import files_for
+from pipelines.report import write_report
+from pipelines.stats import ingest_overview
+
+# Collection assets retry (transient I/O, a busy corpus lock); derived assets do not.
+COLLECTION_RETRY = dg.RetryPolicy(max_retries=3, delay=10, backoff=dg.Backoff.EXPONENTIAL)
+
+
+def _md_table(columns: list[str], rows: list[tuple]) -> dg.MetadataValue:
+    if not rows:
+        return dg.MetadataValue.md("_none_")
+    def cell(v: object) -> str:
+        return str(v).replace("|", "\\|").replace("\n", " ")[:120]
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(cell(v) for v in r) + " |" for r in rows]
+    return dg.MetadataValue.md("\n".join(lines))
+
+
+@dg.asset(
+    partitions_def=SOURCE_DAY,
+    retry_policy=COLLECTION_RETRY,
+    group_name="ingestion",
+    kinds={"python", "parquet"},
+    description="Trace files from INBOX/<source>/ modified on <day> (UTC), imported into the corpus.",
+)
+def ingested_traces(context: dg.AssetExecutionContext, corpus: CorpusResource) -> dg.MaterializeResult:
+    keys = context.partition_key.keys_by_dimension
+    source, day = keys["source"], keys["day"]
+    files = files_for(corpus.inbox_path, source, day, corpus.settle_seconds)
+    context.log.info(f"{len(files)} settled files in {corpus.inbox_path / source} for {day}")
+    t0 = time.monotonic()
+    summary = corpus.ingest(files)
+    context.log.info(summary.render())
+    overview = ingest_overview(corpus.root, [str(f) for f in files])
+    query = f'worldline query {corpus.root} "SELECT * FROM trajectories WHERE source LIKE \'%/{source}/%\' LIMIT 20"'
+    return dg.MaterializeResult(
+        metadata={
+            "files": len(files),
+            "new_inputs": summary.new_inputs,
+            "already_ingested": summary.skipped_inputs,
+            "records_in": summary.records,
+            "accepted": summary.trajectories,
+            "quarantined": summary.quarantined,
+            "turns": summary.turns,
+            "reconciles": summary.reconciles,
+            "seconds": round(time.monotonic() - t0, 3),
+            "MB": round(summary.bytes / 1e6, 3),
+            "batch": summary.batch_id or "none (nothing new)",
+            "by_domain_and_source": _md_table(*overview["by_domain_source"]),
+            "quarantine_reasons": _md_table(*overview["quarantine_reasons"]),
+            "example_turns": _md_table(*overview["example_turns"]),
+            "see_more": dg.MetadataValue.text(query),
+            "corpus": dg.MetadataValue.path(str(corpus.root)),
+        }
+    )
+
+
+@dg.asset(
+    deps=[ingested_traces],
+    group_name="reporting",
+    kinds={"html", "duckdb"},
+    description="The self-contained HTML corpus report (`worldline report`).",
+)
+def corpus_report(context: dg.AssetExecutionContext, corpus: CorpusResource) -> dg.MaterializeResult:
+    out = write_report(corpus.root, Path(corpus.root).parent / "report.html")
+    context.log.info(f"report written to {out}")
+    return dg.MaterializeResult(
+        metadata={"report": dg.MetadataValue.url(out.resolve().as_uri()), "path": dg.MetadataValue.path(str(out))}
+    )

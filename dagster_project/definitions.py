@@ -1,0 +1,19 @@
+"""The Dagster code location: `dagster dev -m dagster_project.definitions` (or `make ui`)."""
+
+from __future__ import annotations
+
+import dagster as dg
+
+from dagster_project.assets import corpus_report, ingested_traces
+from dagster_project.checks import corpus_contracts
+from dagster_project.resources import build_resources
+from dagster_project.sensors import daily_ingest, inbox_sensor, ingest_job
+
+defs = dg.Definitions(
+    assets=[ingested_traces, corpus_report],
+    asset_checks=[corpus_contracts],
+    jobs=[ingest_job],
+    sensors=[inbox_sensor],
+    schedules=[daily_ingest],
+    resources=build_resources(),
+)

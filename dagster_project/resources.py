@@ -1,0 +1,82 @@
+"""Resources: thin handles on the core, configured from the environment or a YAML file.
+
+Settings come from `WORLDLINE_CONFIG` (a YAML file) when set, else from environment variables
+(`WORLDLINE_CORPUS`, `WORLDLINE_INBOX`, ...), else defaults under `build/dagster/`. Secrets are
+only ever read through `dagster.EnvVar`.
+"""
+
+
+import os
+from pathlib import Path
+
+import dagster as dg
+import duckdb
+import yaml
+
+from pipelines.ingest import IngestConfig, IngestSummary, ingest
+from pipelines.query import connect
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def settings() -> dict:
+    s = {
+        "corpus": os.environ.get("WORLDLINE_CORPUS", str(REPO / "build" / "dagster" / "corpus")),
+        "inbox": os.environ.get("WORLDLINE_INBOX", str(REPO / "build" / "dagster" / "inbox")),
+        "settle_seconds": float(os.environ.get("WORLDLINE_SETTLE_SECONDS", "5")),
+        "max_quarantine_rate": float(os.environ.get("WORLDLINE_MAX_QUARANTINE_RATE", "0.25")),
+    }
+    path = os.environ.get("WORLDLINE_CONFIG")
+    if path:
+        with open(path) as f:
+            loaded = yaml.safe_load(f) or {}
+        unknown = set(loaded) - set(s)
+        if unknown:
+            raise ValueError(f"{path}: unknown settings {sorted(unknown)}; known: {sorted(s)}")
+        s.update(loaded)
+    return s
+
+
+class CorpusResource(dg.ConfigurableResource):
+    """The corpus directory and the inbox that feeds it."""
+
+    root: str
+    inbox: str
+    settle_seconds: float = 5.0
+    max_quarantine_rate: float = 0.25
+    lock_wait_seconds: float = 600.0  # partition runs of one corpus take turns
+
+    @property
+    def root_path(self) -> Path:
+        return Path(self.root)
+
+    @property
+    def inbox_path(self) -> Path:
+        return Path(self.inbox)
+
+    def ingest(self, paths: list[Path], domain: str | None = None) -> IngestSummary:
+        cfg = IngestConfig(domain_override=domain, lock_wait_s=self.lock_wait_seconds)
+        return ingest(paths, self.root, cfg, progress=False)
+
+
+class DuckDBResource(dg.ConfigurableResource):
+    """DuckDB with the corpus views. `motherduck_token` (an EnvVar) lets the same queries run
+    against a hosted database; locally it stays unset."""
+
+    motherduck_token: str | None = None
+
+    def connect(self, corpus_root: str | Path) -> duckdb.DuckDBPyConnection:
+        con = duckdb.connect(config={"motherduck_token": self.motherduck_token} if self.motherduck_token else {})
+        return connect(corpus_root, con)
+
+
+def build_resources() -> dict[str, dg.ConfigurableResource]:
+    s = settings()
+    token = dg.EnvVar("WORLDLINE_MOTHERDUCK_TOKEN") if os.environ.get("WORLDLINE_MOTHERDUCK_TOKEN") else None
+    return {
+        "corpus": CorpusResource(
+            root=s["corpus"], inbox=s["inbox"], settle_seconds=s["settle_seconds"],
+            max_quarantine_rate=s["max_quarantine_rate"],
+        ),
+        "duckdb": DuckDBResource(motherduck_token=token),
+    }

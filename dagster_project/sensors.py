@@ -1,0 +1,69 @@
+"""Automation: a sensor that turns settled inbox files into partition runs, and a daily schedule.
+
+The sensor only requests files it has seen unchanged (same size and mtime) on two consecutive
+ticks *and* that are older than the settle time, so a file still being written is never
+ingested. The run key is derived from the exact set of files, so a partition is re-run when new
+files arrive in it, and never twice for the same files.
+"""
+
+
+import datetime as dt
+import hashlib
+import json
+from collections import defaultdict
+
+import dagster as dg
+
+from dagster_project.assets import ingested_traces
+from dagster_project.partitions import SOURCES, key
+from dagster_project.resources import CorpusResource
+from pipelines.inbox import scan, sources
+
+ingest_job = dg.define_asset_job(
+    "ingest_job",
+    selection=dg.AssetSelection.assets(ingested_traces),
+    description="Import one (source, day) partition of the inbox into the corpus, then run the data contracts.",
+)
+
+
+def inbox_requests(corpus: CorpusResource, cursor: str | None, known_sources: list[str]) -> dg.SensorResult:
+    """Core of the sensor, separated so tests can drive it tick by tick."""
+    state = json.loads(cursor) if cursor else {"seen": {}, "requested": []}
+    seen_before: dict[str, str] = state["seen"]
+    requested = set(state["requested"])
+    now_seen: dict[str, str] = {}
+    groups: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for f in scan(corpus.inbox_path, corpus.settle_seconds):
+        sig = f"{f.size}|{f.mtime_ns}"
+        now_seen[str(f.path)] = sig
+        if seen_before.get(str(f.path)) == sig:  # unchanged since the previous tick
+            groups[(f.source, f.day)].append(f"{f.path}|{sig}")
+    run_requests = []
+    for (source, day), sigs in sorted(groups.items()):
+        digest = hashlib.sha256("\n".join(sorted(sigs)).encode()).hexdigest()[:16]
+        run_key = f"{source}|{day}|{digest}"
+        if run_key in requested:
+            continue
+        requested.add(run_key)
+        run_requests.append(dg.RunRequest(run_key=run_key, partition_key=key(source, day),
+                                          tags={"worldline/files": str(len(sigs))}))
+    new_sources = [s for s in sources(corpus.inbox_path) if s not in known_sources]
+    dyn = [SOURCES.build_add_request(new_sources)] if new_sources else []
+    cursor_out = json.dumps({"seen": now_seen, "requested": sorted(requested)[-5000:]})
+    return dg.SensorResult(run_requests=run_requests, dynamic_partitions_requests=dyn, cursor=cursor_out)
+
+
+@dg.sensor(job=ingest_job, minimum_interval_seconds=30, default_status=dg.DefaultSensorStatus.STOPPED,
+           description="New settled files in INBOX/<source>/ → ingestion runs for their (source, day).")
+def inbox_sensor(context: dg.SensorEvaluationContext, corpus: CorpusResource) -> dg.SensorResult:
+    known = list(context.instance.get_dynamic_partitions(SOURCES.name))
+    return inbox_requests(corpus, context.cursor, known)
+
+
+@dg.schedule(job=ingest_job, cron_schedule="30 0 * * *", execution_timezone="UTC",
+             default_status=dg.DefaultScheduleStatus.STOPPED,
+             description="Daily: ingest yesterday's partition of every known source.")
+def daily_ingest(context: dg.ScheduleEvaluationContext):
+    day = (context.scheduled_execution_time - dt.timedelta(days=1)).strftime("%Y-%m-%d")
+    for source in context.instance.get_dynamic_partitions(SOURCES.name):
+        yield dg.RunRequest(run_key=f"daily|{source}|{day}", partition_key=key(source, day))

@@ -1,0 +1,173 @@
+"""Data contracts over a written corpus, computed with DuckDB and the manifest.
+
+Each check returns a `ContractResult` with metadata a person can act on (what failed, where, and
+the query that shows more). Dagster asset checks and `worldline check` both call `run_contracts`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+
+from pipelines.query import connect
+from pipelines.store import TABLE_SCHEMAS, Corpus, file_sha256
+from schemas.tables import DOMAINS, OBSERVATION_KINDS, TURN_KINDS
+
+
+@dataclass
+class ContractResult:
+    name: str
+    passed: bool
+    description: str
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def line(self) -> str:
+        detail = ", ".join(f"{k}={v}" for k, v in self.metadata.items() if not isinstance(v, list | dict))
+        return f"{'PASS' if self.passed else 'FAIL'}  {self.name}: {self.description}" + (f" ({detail})" if detail else "")
+
+
+def _q(con, sql: str) -> list[tuple]:
+    return con.sql(sql).fetchall()
+
+
+def schema_valid(corpus: Corpus) -> ContractResult:
+    """Every Parquet file has the table's schema, and enumerated columns hold known values."""
+    bad_files = []
+    for table, schema in TABLE_SCHEMAS.items():
+        for f in sorted((corpus.root / table).rglob("*.parquet")) if (corpus.root / table).exists() else []:
+            try:
+                got = pq.read_schema(f)
+            except Exception as e:  # noqa: BLE001 - an unreadable file is exactly what we report
+                bad_files.append(f"{f.relative_to(corpus.root)}: unreadable ({type(e).__name__})")
+                continue
+            if not got.remove_metadata().equals(schema.remove_metadata()):
+                bad_files.append(f"{f.relative_to(corpus.root)}: schema differs from `{table}`")
+    bad_values: dict[str, int] = {}
+    if not bad_files:
+        con = connect(corpus.root)
+        checks = {
+            "trajectories.domain": f"SELECT count(*) FROM trajectories WHERE domain NOT IN {DOMAINS!r}",
+            "turns.kind": f"SELECT count(*) FROM turns WHERE kind NOT IN {tuple(TURN_KINDS)!r}",
+            "turns.observation_kind": f"SELECT count(*) FROM turns WHERE observation_kind NOT IN {tuple(OBSERVATION_KINDS)!r}",
+            "turns.turn_index": "SELECT count(*) FROM turns WHERE turn_index < 0",
+            "turns.orphans": "SELECT count(*) FROM turns u ANTI JOIN trajectories t USING (trajectory_id)",
+        }
+        for name, sql in checks.items():
+            n = _q(con, sql)[0][0]
+            if n:
+                bad_values[name] = n
+    return ContractResult(
+        "schema_valid",
+        not bad_files and not bad_values,
+        "every file matches its table schema; enumerated columns hold known values; no orphan turns",
+        {"bad_files": bad_files[:20], "bad_values": bad_values},
+    )
+
+
+def counts_reconcile(corpus: Corpus) -> ContractResult:
+    """records in = accepted + quarantined per input, and the tables hold what the manifest says."""
+    m = corpus.manifest()
+    unbalanced = [
+        f"{e['source']}: {e['records']} in != {e['trajectories']} + {e['quarantined']}"
+        for e in m["inputs"].values()
+        if e["records"] != e["trajectories"] + e["quarantined"]
+    ]
+    expected = {
+        "trajectories": sum(e["trajectories"] for e in m["inputs"].values()),
+        "turns": sum(e["turns"] for e in m["inputs"].values()),
+        "quarantine": sum(e["quarantined"] for e in m["inputs"].values()),
+    }
+    con = connect(corpus.root)
+    actual = {t: _q(con, f"SELECT count(*) FROM {t}")[0][0] for t in expected}
+    turns_sum = _q(con, "SELECT coalesce(sum(num_turns), 0) FROM trajectories")[0][0]
+    mismatched = {t: f"manifest {expected[t]}, table {actual[t]}" for t in expected if expected[t] != actual[t]}
+    if turns_sum != actual["turns"]:
+        mismatched["num_turns"] = f"sum(num_turns) {turns_sum}, turns rows {actual['turns']}"
+    return ContractResult(
+        "counts_reconcile",
+        not unbalanced and not mismatched,
+        "in = accepted + quarantined for every input; table row counts equal the manifest",
+        {
+            "records_in": sum(e["records"] for e in m["inputs"].values()),
+            "accepted": actual["trajectories"],
+            "quarantined": actual["quarantine"],
+            "mismatched": mismatched,
+            "unbalanced_inputs": unbalanced[:20],
+        },
+    )
+
+
+def quarantine_rate(corpus: Corpus, max_rate: float = 0.25) -> ContractResult:
+    con = connect(corpus.root)
+    acc = _q(con, "SELECT count(*) FROM trajectories")[0][0]
+    quar = _q(con, "SELECT count(*) FROM quarantine")[0][0]
+    rate = quar / (acc + quar) if acc + quar else 0.0
+    reasons = dict(_q(con, "SELECT reason, count(*) FROM quarantine GROUP BY 1 ORDER BY 2 DESC LIMIT 10"))
+    return ContractResult(
+        "quarantine_rate",
+        rate <= max_rate,
+        f"quarantined / records in ≤ {max_rate:.0%}",
+        {"rate": round(rate, 4), "max_rate": max_rate, "quarantined": quar, "reasons": reasons,
+         "inspect": f'worldline query {corpus.root} "SELECT source, locator, reason, detail FROM quarantine"'},
+    )
+
+
+def unique_trajectory_ids(corpus: Corpus) -> ContractResult:
+    con = connect(corpus.root)
+    dups = _q(con, "SELECT trajectory_id, count(*) AS n FROM trajectories GROUP BY 1 HAVING n > 1 ORDER BY n DESC, 1 LIMIT 10")
+    total = _q(con, "SELECT count(*) - count(DISTINCT trajectory_id) FROM trajectories")[0][0]
+    return ContractResult(
+        "unique_trajectory_id",
+        total == 0,
+        "no trajectory_id appears twice",
+        {"duplicate_rows": total, "examples": [f"{t} ×{n}" for t, n in dups]},
+    )
+
+
+def manifest_checksums(corpus: Corpus) -> ContractResult:
+    m = corpus.manifest()
+    bad, missing, listed = [], [], set()
+    for b in m["batches"]:
+        for f in b["files"]:
+            p = corpus.root / f["path"]
+            listed.add(Path(f["path"]))
+            if not p.exists():
+                missing.append(f["path"])
+            elif file_sha256(p) != f["sha256"]:
+                bad.append(f["path"])
+    unlisted = sorted(
+        str(p.relative_to(corpus.root))
+        for t in TABLE_SCHEMAS
+        if (corpus.root / t).exists()
+        for p in (corpus.root / t).rglob("*.parquet")
+        if p.relative_to(corpus.root) not in listed
+    )
+    return ContractResult(
+        "manifest_checksums",
+        not bad and not missing and not unlisted,
+        "every data file is listed in the manifest and matches its sha256",
+        {"files": len(listed), "checksum_mismatch": bad[:20], "missing": missing[:20], "unlisted": unlisted[:20]},
+    )
+
+
+CONTRACTS = {
+    "schema_valid": schema_valid,
+    "counts_reconcile": counts_reconcile,
+    "quarantine_rate": quarantine_rate,
+    "unique_trajectory_id": unique_trajectory_ids,
+    "manifest_checksums": manifest_checksums,
+}
+
+
+def run_contracts(corpus_dir: Path | str, max_quarantine_rate: float = 0.25) -> list[ContractResult]:
+    corpus = Corpus(corpus_dir)
+    out = []
+    for name, fn in CONTRACTS.items():
+        try:
+            out.append(fn(corpus, max_quarantine_rate) if name == "quarantine_rate" else fn(corpus))
+        except Exception as e:  # noqa: BLE001 - a check that cannot run is a failed check, with why
+            out.append(ContractResult(name, False, "could not be evaluated", {"error": f"{type(e).__name__}: {e}"}))
+    return out
