@@ -7,6 +7,9 @@ DEMO    := build/demo
 
 .PHONY: setup demo test lint schema-docs ui clean
 
+UI_PORT ?= 3000
+ui: export DAGSTER_HOME ?= $(CURDIR)/.dagster_home
+
 setup: $(STAMP)
 
 # torch first, pinned: the CPU build comes from local disk; an open range would pull CUDA.
@@ -23,6 +26,8 @@ demo: setup
 	$(BIN)/worldline stats $(DEMO)/corpus
 	$(BIN)/worldline query $(DEMO)/corpus "SELECT domain, source_format, count(*) AS trajectories, sum(num_turns) AS turns FROM trajectories GROUP BY ALL ORDER BY ALL"
 	$(BIN)/worldline query $(DEMO)/corpus "SELECT exit_code, count(*) AS turns FROM turns WHERE exit_code IS NOT NULL GROUP BY ALL ORDER BY turns DESC LIMIT 5"
+	$(BIN)/worldline check $(DEMO)/corpus
+	$(BIN)/worldline report $(DEMO)/corpus --out $(DEMO)/report.html
 
 test: setup
 	$(BIN)/ruff check .
@@ -30,6 +35,13 @@ test: setup
 
 lint: setup
 	$(BIN)/ruff check .
+
+# The Dagster UI on 127.0.0.1 with a persistent DAGSTER_HOME (.dagster_home/, git-ignored);
+# the inbox gets the sample corpus as source `sample` so a partition can be launched at once.
+ui: setup
+	mkdir -p $(DAGSTER_HOME)
+	$(BIN)/python -m dagster_project.seed --sample
+	$(BIN)/dagster dev -m dagster_project.definitions -h 127.0.0.1 -p $(UI_PORT)
 
 schema-docs: setup
 	$(BIN)/python -m schemas.docs > docs/schema.md
