@@ -7,10 +7,14 @@ Exit codes: 0 success; 1 failure (e.g. the corpus is locked, a path is missing);
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from pathlib import Path
 
 EXIT_QUARANTINED = 3
+
+# Modules that add subcommands: each has `register(subparsers, collect_subparsers)`.
+EXTENSIONS = ["sandboxes.cli", "collectors.mcp_cli"]
 
 
 def _cmd_ingest(a: argparse.Namespace) -> int:
@@ -92,6 +96,17 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("corpus", type=Path)
     s.add_argument("--out", type=Path, help="HTML file (default: report.html beside the corpus)")
     s.set_defaults(func=_cmd_report)
+
+    collect = sub.add_parser("collect", help="record live trajectories (Docker sandboxes, MCP servers)")
+    collect_sub = collect.add_subparsers(dest="collector", required=True)
+    for module in EXTENSIONS:
+        try:
+            mod = importlib.import_module(module)
+        except ModuleNotFoundError as e:  # an optional part not present in this checkout
+            if e.name != module:
+                raise
+            continue
+        mod.register(sub, collect_sub)
     return p
 
 
