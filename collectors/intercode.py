@@ -1,0 +1,164 @@
+"""InterCode results: `{task_index: {environment, dataset, task_id, query, turn_history, summary}}`.
+
+One trajectory per key (locator `key:<k>`). Turn i is `turn_history.actions[i]` and
+`observations[i]`, with `rewards[i]` as its reward, `thoughts[i]` (ReAct runs) as its thought and
+`valid_action[i]` in metadata; an invalid action (`valid_action[i] == false`) is an error turn.
+Actions are kept verbatim, including the ReAct wrappers (`execute[...]`, `submit`) the agent wrote.
+
+Domain: "terminal" for every InterCode environment (ic_bash, ic_ctf, ic_sql, ic_python, ...).
+InterCode is interactive coding against an interpreter in a container: the agent types a shell
+command, a SQL statement or Python code and reads what the interpreter prints, which is what the
+terminal domain models; none is a repository-level software task ("swe"). `ingest --domain`
+overrides it.
+
+SQL observations are stored by InterCode as the text of Python's `str(rows)`; a result kept as a
+JSON list of rows is rendered the same way (rows as tuples), so both read alike and identically
+on every run.
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import Any
+
+import orjson
+
+from collectors.base import ImportContext, Importer, require
+from schemas.records import RecordError, Trajectory, Turn, dumps
+
+_LISTS = ("actions", "observations", "rewards", "valid_action", "thoughts")
+
+
+def _tuplify(value: Any, depth: int = 0) -> Any:
+    """JSON lost the tuples of SQL rows: rows (lists inside the result list) become tuples again."""
+    if isinstance(value, list):
+        items = [_tuplify(v, depth + 1) for v in value]
+        return tuple(items) if depth > 0 else items
+    if isinstance(value, dict):
+        return {k: _tuplify(v, depth + 1) for k, v in value.items()}
+    return value
+
+
+def render_observation(value: Any) -> str | None:
+    """Text of an observation: strings verbatim, structures as Python's `str` would print them."""
+    if value is None or isinstance(value, str):
+        return value
+    return repr(_tuplify(value))
+
+
+def _loose(value: Any) -> Any:
+    if not isinstance(value, str):
+        return value
+    try:
+        return orjson.loads(value)
+    except orjson.JSONDecodeError:
+        pass
+    try:
+        return ast.literal_eval(value)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return value
+
+
+def _float(v: Any) -> float | None:
+    if v is None:
+        return None
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return None
+
+
+class InterCodeImporter(Importer):
+    name = "intercode"
+    container = "json"
+
+    def sniff(self, doc: Any) -> bool:
+        if not isinstance(doc, dict) or not doc:
+            return False
+        first = next(iter(doc.values()))
+        if not isinstance(first, dict):
+            return False
+        th = first.get("turn_history")
+        return isinstance(th, dict) and isinstance(th.get("actions"), list) and "observations" in th
+
+    def split(self, doc: dict, ctx: ImportContext):
+        for k, rec in doc.items():
+            yield f"key:{k}", rec
+
+    def convert(self, rec: Any, locator: str, ctx: ImportContext) -> Trajectory:
+        th = require(rec, "turn_history", locator)
+        if not isinstance(th, dict):
+            raise RecordError("malformed_record", f"{locator}: 'turn_history' is not an object")
+        actions = require(th, "actions", f"{locator} turn_history")
+        require(th, "observations", f"{locator} turn_history")
+        cols: dict[str, list] = {}
+        for name in _LISTS:
+            col = th.get(name)
+            if col is None and name not in ("actions", "observations"):
+                continue
+            if not isinstance(col, list):
+                raise RecordError("malformed_record", f"{locator}: turn_history.{name} is not a list")
+            if len(col) != len(actions):
+                raise RecordError(
+                    "length_mismatch",
+                    f"{locator}: turn_history.{name} has {len(col)} entries for {len(actions)} actions",
+                )
+            cols[name] = col
+        turns = [self._turn(cols, i, locator) for i in range(len(actions))]
+        summary = _loose(rec.get("summary"))
+        summary = (
+            summary if isinstance(summary, dict) else ({"raw": rec["summary"]} if rec.get("summary") else {})
+        )
+        rewards = [r for r in (_float(x) for x in cols.get("rewards", [])) if r is not None]
+        reward = _float(summary.get("max_reward"))
+        if reward is None and rewards:
+            reward = max(rewards)
+        task_id = rec.get("task_id")
+        meta = {k: v for k, v in rec.items() if k not in ("turn_history", "query")}
+        meta["summary"] = summary or None
+        extra_cols = {k: v for k, v in th.items() if k not in _LISTS}
+        if extra_cols:
+            meta["turn_history_extra"] = extra_cols
+        return Trajectory(
+            domain=ctx.domain("terminal"),
+            source_format=self.name,
+            native_id=str(task_id) if task_id is not None else locator.removeprefix("key:"),
+            record_digest=ctx.record_digest(locator),
+            turns=turns,
+            task=rec.get("query") if isinstance(rec.get("query"), str) else None,
+            agent="intercode",
+            outcome=None if reward is None else ("success" if reward >= 1.0 else "failure"),
+            reward=reward,
+            metadata=dumps(meta),
+            locator=locator,
+        )
+
+    @staticmethod
+    def _turn(cols: dict[str, list], i: int, locator: str) -> Turn:
+        action = cols["actions"][i]
+        if action is not None and not isinstance(action, str):
+            raise RecordError(
+                "malformed_record", f"{locator} turn {i}: action is {type(action).__name__}, not text"
+            )
+        observation = render_observation(cols["observations"][i])
+        valid = cols["valid_action"][i] if "valid_action" in cols else None
+        if isinstance(valid, bool):
+            is_error = not valid
+        elif observation is not None and observation.startswith("Error executing"):
+            is_error = True  # ic_python/ic_sql error text when validity was not recorded
+        else:
+            is_error = None
+        thought = cols["thoughts"][i] if "thoughts" in cols else None
+        return Turn(
+            kind="env",
+            action=action,
+            observation=observation,
+            observation_kind="stdout",
+            thought=thought
+            if isinstance(thought, str)
+            else (dumps(thought) if thought is not None else None),
+            is_error=is_error,
+            reward=_float(cols["rewards"][i]) if "rewards" in cols else None,
+            locator=f"turn_history.actions[{i}]+turn_history.observations[{i}]",
+            metadata=dumps({"valid_action": valid}) if "valid_action" in cols else None,
+        )

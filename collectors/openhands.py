@@ -1,0 +1,592 @@
+"""OpenHands event streams (`save_trajectory_path` dumps) and evaluation `output.jsonl` rows.
+
+A turn is an action event and the observation whose `cause` is the action's `id`. Actions that
+got no observation, or only a `null`/`think` acknowledgement (`message`, `finish`, `think`, ...),
+are kept as `kind="message"` turns (`kind="user"` for the user's messages). Observations that
+answer no action (an `error` raised when the agent's tool call could not be parsed) are `env`
+turns with no action, so that no environment output is lost.
+
+Not turns, but kept in trajectory metadata: the first user message before any agent turn (it is
+the `task`), the `system` action (its prompt goes to metadata, its `tools` to `action_space`) and
+the harness' agent-state bookkeeping (`change_agent_state`, `agent_state_changed`).
+
+Older histories have no ids: eval rows stored `[action, observation]` pairs, and some resolver
+outputs have bare dicts (`command`, `exit_code`, `content` at top level). Pairs are taken as they
+are; histories with no `cause` anywhere pair each observation with the action just before it.
+
+Domain: always "swe" (overridable with `ingest --domain`). OpenHands is a software-engineering
+agent whose action space always includes file editing; which tools one session happened to use
+does not change the kind of environment, so the domain does not depend on the events.
+
+Timestamps are written by OpenHands without a zone (`datetime.now()` in containers that run on
+UTC); they are read as UTC.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+
+from collectors.base import ImportContext, Importer, as_text
+from schemas.records import RecordError, Trajectory, Turn, dumps
+
+AGENT = "openhands"
+
+# Observation types that are not environment output.
+_HARNESS_OBS = {"agent_state_changed"}
+_ACK_OBS = {"null", "think"}  # "No observation" / "Your thought has been logged."
+_HARNESS_ACTIONS = {"change_agent_state"}
+
+_OBS_KIND = {
+    "run": "stdout",
+    "run_ipython": "stdout",
+    "read": "file_view",
+    "edit": "file_view",
+    "write": "file_view",
+    "error": "error",
+    "user_rejected": "user_reply",
+}
+_AXTREE = re.compile(r"RootWebArea|^\s*\[\d+\] \w+ '", re.M)
+# Keys that never tell an action apart (shown in `thought`, or OpenHands bookkeeping).
+_ARG_NOISE = {
+    "thought",
+    "is_input",
+    "blocking",
+    "hidden",
+    "confirmation_state",
+    "is_confirmed",
+    "keep_prompt",
+    "security_risk",
+    "impl_source",
+}
+
+
+def _loose(value: Any) -> Any:
+    """Tool-call arguments are JSON strings; a few old records hold Python reprs."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return orjson.loads(value)
+    except orjson.JSONDecodeError:
+        pass
+    try:
+        return ast.literal_eval(value)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return value
+
+
+def _timestamp(value: Any) -> datetime | None:
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        ts = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return ts.replace(tzinfo=UTC) if ts.tzinfo is None else ts.astimezone(UTC)
+
+
+def _int(value: Any) -> int | None:
+    if isinstance(value, bool) or value is None:
+        return None
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _is_history(history: Any) -> bool:
+    """An eval/resolver history: events, old `[action, observation]` pairs, or bare dicts. Chat
+    messages (`role`) are not OpenHands history."""
+    if not isinstance(history, list) or not history:
+        return False
+    head = history[0]
+    if isinstance(head, list | tuple):
+        return len(head) == 2 and all(isinstance(x, dict) for x in head)
+    return isinstance(head, dict) and "role" not in head
+
+
+# ---------------------------------------------------------------------------------------------
+# Events: what each one is, whatever the OpenHands version.
+
+
+def _args(ev: dict) -> dict:
+    a = ev.get("args")
+    return a if isinstance(a, dict) else {}
+
+
+def _extras(ev: dict) -> dict:
+    x = ev.get("extras")
+    return x if isinstance(x, dict) else {}
+
+
+def _arg(ev: dict, key: str) -> Any:
+    """An action argument: in `args`, or at top level in bare legacy dicts."""
+    a = _args(ev)
+    return a[key] if key in a else ev.get(key)
+
+
+def _extra(ev: dict, key: str) -> Any:
+    """An observation extra: `extras.metadata` (>= 0.16), `extras`, or top level (bare dicts)."""
+    x = _extras(ev)
+    meta = x.get("metadata")
+    if isinstance(meta, dict) and meta.get(key) is not None:
+        return meta[key]
+    if x.get(key) is not None:
+        return x[key]
+    return ev.get(key)
+
+
+def _role(ev: dict, where: str) -> str:
+    """'action' or 'observation'; bare legacy dicts are told apart by their fields."""
+    if "action" in ev:
+        return "action"
+    if "observation" in ev:
+        return "observation"
+    if "exit_code" in ev:
+        return "observation"
+    if any(k in ev for k in ("content", "output")):
+        return "action" if ev.get("source") == "user" else "observation"  # a user's message is no output
+    if any(k in ev for k in ("command", "code", "path", "url", "thought")):
+        return "action"
+    raise RecordError("malformed_event", f"{where}: event has neither an action nor an observation")
+
+
+def _action_type(ev: dict) -> str:
+    t = ev.get("action")
+    if isinstance(t, str):
+        return t
+    if _arg(ev, "command") is not None:
+        return "run"
+    if _arg(ev, "code") is not None:
+        return "run_ipython"
+    if _arg(ev, "url") is not None:
+        return "browse"
+    if _arg(ev, "path") is not None:
+        return "read"
+    return "message"
+
+
+def _obs_type(ev: dict) -> str:
+    t = ev.get("observation")
+    if isinstance(t, str):
+        return t
+    if _extra(ev, "exit_code") is not None or ev.get("command") is not None:
+        return "run"
+    return "unknown"
+
+
+def _tool_call(ev: dict) -> tuple[str | None, Any, str | None, dict]:
+    """(function name, arguments, tool_call_id, extras) from `tool_call_metadata`."""
+    tcm = ev.get("tool_call_metadata")
+    if not isinstance(tcm, dict):
+        return None, None, None, {}
+    name, call_id = tcm.get("function_name"), tcm.get("tool_call_id")
+    arguments: Any = None
+    mr = tcm.get("model_response") if isinstance(tcm.get("model_response"), dict) else {}
+    for choice in mr.get("choices") or []:
+        msg = choice.get("message") if isinstance(choice, dict) else None
+        calls = msg.get("tool_calls") if isinstance(msg, dict) else None
+        for tc in calls or []:
+            if isinstance(tc, dict) and tc.get("id") == call_id and isinstance(tc.get("function"), dict):
+                arguments = _loose(tc["function"].get("arguments"))
+    extra = {
+        "model_response_id": mr.get("id"),
+        "model": mr.get("model"),
+        "usage": mr.get("usage"),
+        "total_calls_in_response": tcm.get("total_calls_in_response"),
+    }
+    return name, arguments, call_id, {k: v for k, v in extra.items() if v is not None}
+
+
+def _text(value: Any) -> str | None:
+    t = as_text(value)
+    return t if t else None
+
+
+def _action_text(ev: dict, atype: str, tool_name: str | None, tool_args: Any) -> str | None:
+    """The canonical action: the command or code itself for shells, the message for messages,
+    `name {json args}` for other structured calls."""
+    if atype == "run":
+        return _text(_arg(ev, "command"))
+    if atype == "run_ipython":
+        return _text(_arg(ev, "code"))
+    if atype == "browse":
+        return _text(_arg(ev, "url"))
+    if atype == "browse_interactive":
+        return _text(_arg(ev, "browser_actions"))
+    if atype in ("message", "system"):
+        return _text(_arg(ev, "content")) or _text(ev.get("message"))
+    if atype == "think":
+        return _text(_arg(ev, "thought")) or _text(ev.get("message"))
+    if atype == "finish":
+        return _text(_arg(ev, "final_thought")) or _text(ev.get("message")) or _text(_arg(ev, "outputs"))
+    if atype == "recall":
+        return _text(_arg(ev, "query"))
+    if tool_args is not None:
+        return f"{tool_name or atype} {dumps(tool_args)}"
+    args = {k: v for k, v in _args(ev).items() if k not in _ARG_NOISE}
+    if args:
+        return f"{atype} {dumps(args)}"
+    return _text(ev.get("message"))
+
+
+def _obs_kind(otype: str, content: str | None, ev: dict) -> str:
+    if otype in _OBS_KIND:
+        return _OBS_KIND[otype]
+    if otype.startswith("browse") or otype == "browser_output":
+        if (content and _AXTREE.search(content[:20000])) or _extras(ev).get("axtree_object"):
+            return "accessibility_tree"
+    return "tool_result"
+
+
+# ---------------------------------------------------------------------------------------------
+# Pairing, shared by both importers.
+
+
+class _Stream:
+    """Walks one list of events and collects turns plus what the trajectory needs."""
+
+    def __init__(self, history: list, where: str, prefix: str):
+        self.where = where
+        self.prefix = prefix  # turn locators: f"{prefix}[i]"
+        self.turns: list[Turn] = []
+        self.task: str | None = None
+        self.task_event: Any = None
+        self.system: dict | None = None
+        self.agent_states: list[dict] = []
+        self.finished = False
+        self.model: str | None = None
+        self.first_ts: datetime | None = None
+        self._walk(history)
+
+    def _loc(self, i: int, sub: int | None = None) -> str:
+        return f"{self.prefix}[{i}]" + (f"[{sub}]" if sub is not None else "")
+
+    def _walk(self, history: list) -> None:
+        entries: list[tuple[str, dict, str]] = []  # (role, event, locator)
+        pairs: dict[int, int] = {}  # action entry -> observation entry
+        for i, h in enumerate(history):
+            if isinstance(h, list | tuple):  # old eval output: [action, observation]
+                if len(h) != 2 or not all(isinstance(x, dict) for x in h):
+                    raise RecordError(
+                        "malformed_event",
+                        f"{self.where} {self._loc(i)}: expected an [action, observation] pair",
+                    )
+                entries.append(("action", h[0], self._loc(i, 0)))
+                entries.append(("observation", h[1], self._loc(i, 1)))
+                pairs[len(entries) - 2] = len(entries) - 1
+            elif isinstance(h, dict):
+                entries.append((_role(h, f"{self.where} {self._loc(i)}"), h, self._loc(i)))
+            else:
+                raise RecordError(
+                    "malformed_event",
+                    f"{self.where} {self._loc(i)}: expected an event object, got {type(h).__name__}",
+                )
+        has_cause = any(ev.get("cause") is not None for _, ev, _ in entries)
+        action_at: dict[Any, int] = {}
+        for k, (role, ev, _) in enumerate(entries):
+            if role == "action" and ev.get("id") is not None:
+                action_at.setdefault(ev["id"], k)
+        paired_obs = set(pairs.values())
+        for k, (role, ev, _) in enumerate(entries):
+            if role != "observation" or k in paired_obs:
+                continue
+            a = None
+            if has_cause:
+                c = ev.get("cause")
+                a = action_at.get(c) if c is not None else None
+                if a is not None and a > k:
+                    a = None
+            elif k > 0 and entries[k - 1][0] == "action" and (k - 1) not in pairs:
+                a = k - 1  # no ids: an observation answers the action just before it
+            if a is not None and a not in pairs:
+                pairs[a] = k
+                paired_obs.add(k)
+        for k, (role, ev, loc) in enumerate(entries):
+            self._note(ev)
+            if role == "action":
+                o = pairs.get(k)
+                self._action(
+                    ev,
+                    loc,
+                    entries[o][1] if o is not None else None,
+                    entries[o][2] if o is not None else None,
+                )
+            elif k not in paired_obs:
+                self._orphan(ev, loc)
+
+    def _note(self, ev: dict) -> None:
+        ts = _timestamp(ev.get("timestamp"))
+        if ts is not None and (self.first_ts is None or ts < self.first_ts):
+            self.first_ts = ts
+        if self.model is None:
+            m = _tool_call(ev)[3].get("model")
+            if isinstance(m, str):
+                self.model = m
+
+    def _action(self, ev: dict, loc: str, obs: dict | None, obs_loc: str | None) -> None:
+        atype = _action_type(ev)
+        source = ev.get("source")
+        if atype in _HARNESS_ACTIONS:
+            self.agent_states.append({"id": ev.get("id"), "state": _arg(ev, "agent_state"), "action": atype})
+            return
+        if atype == "system":
+            self.system = ev
+            return
+        if atype == "finish":
+            self.finished = True
+        if atype == "message" and source == "user" and self.task_event is None and not self.turns:
+            self.task_event = {
+                "id": ev.get("id"),
+                "locator": loc,
+                "image_urls": _arg(ev, "image_urls") or None,
+            }
+            self.task = _text(_arg(ev, "content")) or _text(ev.get("message"))
+            return
+        otype = _obs_type(obs) if obs is not None else None
+        env = obs is not None and otype not in _ACK_OBS and otype not in _HARNESS_OBS
+        tool_name, tool_args, call_id, tc_extra = _tool_call(ev)
+        if tool_args is None and (env or tool_name):
+            plain = {k: v for k, v in _args(ev).items() if k not in _ARG_NOISE}
+            tool_args = plain or None
+        if env and tool_name is None:
+            tool_name = atype
+        thought = None if atype == "think" else _text(_arg(ev, "thought"))
+        meta: dict[str, Any] = {
+            "action_type": atype,
+            "action_id": ev.get("id"),
+            "source": source,
+        }
+        leftover = {
+            k: v
+            for k, v in _args(ev).items()
+            if k != "thought" and not (isinstance(tool_args, dict) and tool_args.get(k) == v)
+        }
+        if leftover:
+            meta["args"] = leftover
+        if ev.get("message"):
+            meta["message"] = ev["message"]
+        if tc_extra:
+            meta["tool_call"] = tc_extra
+        if ev.get("llm_metrics") is not None:
+            meta["llm_metrics"] = ev["llm_metrics"]
+        turn = Turn(
+            kind="env" if env else ("user" if source == "user" else "message"),
+            action=_action_text(ev, atype, tool_name, tool_args),
+            tool_name=tool_name,
+            tool_args=dumps(tool_args) if tool_args is not None else None,
+            tool_call_id=call_id,
+            thought=thought,
+            started_at=_timestamp(ev.get("timestamp")),
+            locator=loc,
+            observation_kind="none",
+        )
+        if obs is not None and env:
+            self._fill(turn, obs, meta)
+            turn.locator = f"{loc}+{obs_loc}"
+            a_ts, o_ts = turn.started_at, _timestamp(obs.get("timestamp"))
+            if a_ts is not None and o_ts is not None and o_ts >= a_ts:
+                turn.duration_s = (o_ts - a_ts).total_seconds()
+        elif obs is not None:  # an acknowledgement: keep it, but it is not environment output
+            meta["ack"] = {
+                "observation": otype,
+                "id": obs.get("id"),
+                "content": obs.get("content") or None,
+                "locator": obs_loc,
+            }
+        turn.metadata = dumps(meta)
+        self.turns.append(turn)
+
+    def _fill(self, turn: Turn, obs: dict, meta: dict) -> None:
+        otype = _obs_type(obs)
+        content = as_text(obs.get("content"))
+        if content is None and obs.get("output") is not None:
+            content = as_text(obs.get("output"))
+        exit_code = _int(_extra(obs, "exit_code"))
+        kind = _obs_kind(otype, content, obs)
+        err = (
+            otype == "error"
+            or (exit_code is not None and exit_code != 0)
+            or _extras(obs).get("error") is True
+            or (kind == "file_view" and (content or "").startswith("ERROR:"))
+        )
+        state = {}
+        for key in ("working_dir", "path", "url"):
+            v = _extra(obs, key)
+            if isinstance(v, str) and v:
+                state[key] = v
+        turn.observation = content
+        turn.observation_kind = kind
+        turn.exit_code = exit_code
+        turn.is_error = err
+        turn.state = dumps(state) if state else None
+        meta["observation_type"] = otype
+        meta["observation_id"] = obs.get("id")
+        if obs.get("extras"):
+            meta["extras"] = obs["extras"]
+        if obs.get("success") is not None:
+            meta["success"] = obs["success"]
+        if obs.get("message") and obs.get("message") != content:
+            meta["observation_message"] = obs["message"]
+
+    def _orphan(self, ev: dict, loc: str) -> None:
+        otype = _obs_type(ev)
+        if otype in _HARNESS_OBS:
+            self.agent_states.append({"id": ev.get("id"), "state": _extra(ev, "agent_state")})
+            return
+        if otype in _ACK_OBS:
+            return
+        turn = Turn(kind="env", started_at=_timestamp(ev.get("timestamp")), locator=loc)
+        meta: dict[str, Any] = {"unpaired": True, "source": ev.get("source"), "cause": ev.get("cause")}
+        self._fill(turn, ev, meta)
+        turn.metadata = dumps(meta)
+        self.turns.append(turn)
+
+    # -- trajectory-level fields ---------------------------------------------------------------
+
+    def action_space(self) -> str | None:
+        tools = _arg(self.system, "tools") if self.system else None
+        return dumps(_loose(tools)) if tools else None
+
+    def agent_class(self) -> str | None:
+        return _arg(self.system, "agent_class") if self.system else None
+
+    def version(self) -> str | None:
+        return _arg(self.system, "openhands_version") if self.system else None
+
+    def outcome(self) -> str | None:
+        """The last agent state the harness recorded, else `finished` if the agent finished."""
+        for s in reversed(self.agent_states):
+            if s.get("state"):
+                return str(s["state"])
+        return "finished" if self.finished else None
+
+    def meta(self) -> dict[str, Any]:
+        m: dict[str, Any] = {}
+        if self.system:
+            m["system_prompt"] = _arg(self.system, "content")
+            m["agent_class"] = self.agent_class()
+        if self.task_event:
+            m["task_event"] = self.task_event
+        if self.agent_states:
+            m["agent_states"] = self.agent_states
+        return m
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+class OpenHandsEventsImporter(Importer):
+    """A JSON list of events, as saved by `save_trajectory_path` or the trajectory API."""
+
+    name = "openhands-events"
+    container = "json"
+
+    def sniff(self, doc: Any) -> bool:
+        if isinstance(doc, dict) and set(doc) == {"trajectory"}:
+            doc = doc["trajectory"]
+        if not isinstance(doc, list) or not doc or not isinstance(doc[0], dict):
+            return False
+        head = doc[0]
+        return "source" in head and "id" in head and (("action" in head) != ("observation" in head))
+
+    def convert(self, doc: Any, locator: str, ctx: ImportContext) -> Trajectory:
+        if isinstance(doc, dict) and "trajectory" in doc:
+            doc = doc["trajectory"]
+        if not isinstance(doc, list):
+            raise RecordError(
+                "malformed_record", f"{locator}: expected a list of events, got {type(doc).__name__}"
+            )
+        s = _Stream(doc, locator, "")
+        version = s.version()
+        return Trajectory(
+            domain=ctx.domain("swe"),
+            source_format=self.name,
+            native_id=None,
+            record_digest=ctx.record_digest(locator),
+            turns=s.turns,
+            task=s.task,
+            action_space=s.action_space(),
+            agent=AGENT,
+            model=s.model,
+            outcome=s.outcome(),
+            env_fingerprint=dumps({"openhands_version": version}) if version else None,
+            collected_at=s.first_ts,
+            metadata=dumps(s.meta()) if s.meta() else None,
+            locator=locator,
+        )
+
+
+class OpenHandsOutputImporter(Importer):
+    """Evaluation `output.jsonl` rows (and resolver outputs): one trajectory per line."""
+
+    name = "openhands-output"
+    container = "jsonl"
+
+    def sniff(self, row: Any) -> bool:
+        if not isinstance(row, dict) or not isinstance(row.get("history"), list):
+            return False
+        if not ("instance_id" in row or "issue" in row):
+            return False
+        if not any(k in row for k in ("instruction", "test_result", "git_patch", "metadata")):
+            return False
+        return not row["history"] or _is_history(row["history"])
+
+    def convert(self, row: Any, locator: str, ctx: ImportContext) -> Trajectory:
+        if not isinstance(row, dict):
+            raise RecordError("malformed_record", f"{locator}: expected an object, got {type(row).__name__}")
+        history = row.get("history")
+        if not isinstance(history, list):
+            raise RecordError("missing_field", f"{locator}: field 'history' is missing or not a list")
+        s = _Stream(history, locator, "history")
+        meta_in = row.get("metadata") if isinstance(row.get("metadata"), dict) else {}
+        llm = meta_in.get("llm_config") if isinstance(meta_in.get("llm_config"), dict) else {}
+        issue = row.get("issue") if isinstance(row.get("issue"), dict) else None
+        native = row.get("instance_id")
+        if native is None and issue:
+            native = (
+                "/".join(str(issue[k]) for k in ("owner", "repo", "number") if issue.get(k) is not None)
+                or None
+            )
+        outcome, reward = self._outcome(row, s)
+        fingerprint = {
+            "openhands_version": s.version(),
+            "git_commit": meta_in.get("git_commit"),
+        }
+        fingerprint = {k: v for k, v in fingerprint.items() if v}
+        meta = s.meta()
+        meta.update({k: v for k, v in row.items() if k not in ("history", "instruction")})
+        return Trajectory(
+            domain=ctx.domain("swe"),
+            source_format=self.name,
+            native_id=str(native) if native is not None else None,
+            record_digest=ctx.record_digest(locator),
+            turns=s.turns,
+            task=_text(row.get("instruction")) or s.task,
+            action_space=s.action_space(),
+            agent=AGENT,
+            model=llm.get("model") or row.get("model") or s.model,
+            outcome=outcome,
+            reward=reward,
+            env_fingerprint=dumps(fingerprint) if fingerprint else None,
+            collected_at=s.first_ts or _timestamp(meta_in.get("start_time")),
+            metadata=dumps(meta),
+            locator=locator,
+        )
+
+    @staticmethod
+    def _outcome(row: dict, s: _Stream) -> tuple[str | None, float | None]:
+        """Resolved / success when the row was evaluated, else error, else how the agent stopped."""
+        tr = row.get("test_result") if isinstance(row.get("test_result"), dict) else {}
+        for holder in (tr.get("report"), row.get("report"), tr, row):
+            if isinstance(holder, dict) and isinstance(holder.get("resolved"), bool):
+                return ("resolved" if holder["resolved"] else "unresolved"), float(holder["resolved"])
+        if isinstance(row.get("success"), bool):  # resolver output
+            return ("success" if row["success"] else "failure"), float(row["success"])
+        if row.get("error"):
+            return "error", None
+        return s.outcome(), None

@@ -1,0 +1,119 @@
+"""InterCode results, read through `pipelines.reader.read_path`.
+
+Expected counts were taken from the raw files independently of the importer:
+  jq -c '[length, ([.[] | .turn_history.actions | length] | add), ([.[] | .turn_history.actions | length])]' FILE
+(a turn per action; every file has observations/rewards/valid_action of the same lengths).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pipelines.reader import read_path
+from schemas.records import QuarantineRecord, Trajectory
+
+DATA = Path(__file__).resolve().parent.parent / "data" / "intercode"
+
+# jq '[.[] | .turn_history.actions | length]'
+BASH_MULTITURN = [3, 10, 1, 10, 1, 2, 10, 10, 1, 10, 10, 10, 10, 10, 10, 10, 10, 2, 10, 10]  # first 20 of 60
+BASH_REACT = [6, 2, 2, 3, 5, 5, 11, 11, 5, 2, 2, 5, 4, 3, 4, 7, 3, 4, 6, 7]  # first 20 of 60
+
+
+def _trajs(path: Path) -> list[Trajectory]:
+    recs = list(read_path(path))
+    assert all(isinstance(r, Trajectory) for r in recs), [getattr(r, "detail", r) for r in recs]
+    return recs
+
+
+@pytest.mark.parametrize(
+    "name, n, total, head",
+    [
+        ("ic_bash_multiturn_gpt-4_10_turns_fs_1.json", 60, 401, BASH_MULTITURN),
+        ("ic_bash_react_gpt-3.5_10_turns_fs_1.json", 60, 290, BASH_REACT),
+        ("ic_ctf_gpt-4_25_turns.json", 4, 35, [5, 10, 5, 15]),
+    ],
+)
+def test_sample_counts(sample: Path, name: str, n: int, total: int, head: list[int]) -> None:
+    trajs = _trajs(sample / "intercode" / name)
+    assert len(trajs) == n
+    assert sum(len(t.turns) for t in trajs) == total
+    assert [len(t.turns) for t in trajs][: len(head)] == head
+    assert all(t.source_format == "intercode" and t.domain == "terminal" for t in trajs)
+    assert [t.locator for t in trajs][:3] == ["key:0", "key:1", "key:2"]
+    assert all(u.kind == "env" and u.observation_kind == "stdout" for t in trajs for u in t.turns)
+
+
+def test_bash_multiturn_fields(sample: Path) -> None:
+    trajs = _trajs(sample / "intercode" / "ic_bash_multiturn_gpt-4_10_turns_fs_1.json")
+    t = trajs[0]
+    assert t.native_id == "0"
+    assert (
+        t.task
+        == 'Calculate a list of duplicate md5 sum hashes for all the ".java" files in the /testbed directory'
+    )
+    assert t.reward == 1.0 and t.outcome == "success"  # summary.max_reward
+    assert [u.reward for u in t.turns] == [0.8, 0.81, 1.0]
+    assert (
+        t.turns[0].action == 'find /testbed -type f -name "*.java" -exec md5sum {} + | sort | uniq -d -w 32'
+    )
+    assert t.turns[0].observation == "f32a3a97638afeb2ee2a15cfe335ab72  /testbed/Hello.java\n"
+    assert t.turns[0].locator == "turn_history.actions[0]+turn_history.observations[0]"
+    assert json.loads(t.metadata)["environment"] == "ic_bash"
+    # raw key 3, turn 3: valid_action false
+    bad = trajs[3].turns[3]
+    assert bad.is_error is True and json.loads(bad.metadata) == {"valid_action": False}
+    assert bad.observation == "tr: range-endpoints of ' -\\012' are in reverse collating sequence order\n"
+
+
+def test_bash_react_thoughts(sample: Path) -> None:
+    t = _trajs(sample / "intercode" / "ic_bash_react_gpt-3.5_10_turns_fs_1.json")[0]
+    assert t.turns[0].thought.startswith("Find all files with the `.java` extension in `testbed/`")
+    assert t.turns[0].action.startswith('execute[find /testbed -name "*.java" -type f -exec md5sum {} +')
+    assert t.turns[5].action == "submit" and t.turns[5].reward == 1.0
+
+
+def test_ctf_fields(sample: Path) -> None:
+    trajs = _trajs(sample / "intercode" / "ic_ctf_gpt-4_25_turns.json")
+    first = trajs[0]
+    assert first.turns[0].action == 'cmd /bin/bash -c "cat unpackme.flag.py"'
+    assert first.turns[-1].action == "submit picoCTF{175_chr157m45_85f5d0ac}"
+    assert first.turns[-1].observation == "The submitted flag is correct."
+    assert first.turns[0].is_error is None  # CTF results record no validity
+    assert [t.outcome for t in trajs] == ["success", "success", "success", "failure"]
+
+
+def test_sql_and_python_own_file() -> None:
+    sql, py, bare = _trajs(DATA / "ic_sql_python_mixed.json")
+    assert all(t.domain == "terminal" for t in (sql, py, bare))
+    assert [len(sql.turns), len(py.turns), len(bare.turns)] == [4, 2, 1]
+    # rows stored as JSON lists render like InterCode's own str(rows)
+    assert [u.observation for u in sql.turns] == [
+        "Error executing query: Table 'concert_singer.singers' doesn't exist",
+        "[('concert',), ('singer',), ('singer_in_concert',), ('stadium',)]",
+        "[(6,)]",
+        "[('Joe Sharp', 52), ('Timbaland', None)]",
+    ]
+    assert [u.is_error for u in sql.turns] == [True, False, False, False]
+    assert json.loads(sql.metadata)["hardness"] == "easy"
+    # valid_action null: the error text decides
+    assert [u.is_error for u in py.turns] == [True, None]
+    assert py.turns[1].observation == "{'output': '', 'error': ''}"
+    # optional fields absent: no rewards, valid_action, summary, dataset
+    assert bare.turns[0].reward is None and bare.turns[0].is_error is None
+    assert bare.reward is None and bare.outcome is None
+    assert bare.turns[0].observation == "/testbed\n"
+
+
+def test_malformed_record_is_quarantined(tmp_path: Path) -> None:
+    doc = json.loads((DATA / "ic_sql_python_mixed.json").read_text())
+    doc["1"]["turn_history"]["observations"].pop()
+    path = tmp_path / "ic.json"
+    path.write_text(json.dumps(doc, indent=2))
+    recs = list(read_path(path))
+    q = [r for r in recs if isinstance(r, QuarantineRecord)]
+    assert len(recs) == 3 and len(q) == 1
+    assert q[0].importer == "intercode" and q[0].locator == "key:1" and q[0].reason == "length_mismatch"
+    assert "key:1: turn_history.observations has 1 entries for 2 actions" in q[0].detail

@@ -1,0 +1,254 @@
+"""OpenHands event streams and eval/resolver output rows, read through `pipelines.reader.read_path`.
+
+Expected counts were taken from the raw files with jq, independently of the importer:
+- turns = action events that are not `change_agent_state`/`system`, minus the first user
+  `message` (the task), plus observations with no `cause` other than agent_state_changed/null/think:
+    jq '[.[] | select(.action != null and .action != "change_agent_state" and .action != "system")] | length'
+    jq '[.[] | select(.observation != null and .cause == null and (.observation|IN("agent_state_changed","null","think")|not))] | length'
+  (for output.jsonl the same over `.history[]`, one number per line).
+- env turns = observations with a `cause` that are not agent_state_changed/null/think, plus the
+  cause-less ones above.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from pipelines.reader import read_path
+from schemas.records import QuarantineRecord, Trajectory
+
+DATA = Path(__file__).resolve().parent.parent / "data" / "openhands"
+
+
+def _read(path: Path) -> list:
+    return list(read_path(path))
+
+
+def _trajs(path: Path) -> list[Trajectory]:
+    recs = _read(path)
+    assert all(isinstance(r, Trajectory) for r in recs), [getattr(r, "detail", r) for r in recs]
+    return recs
+
+
+# --- runtime event streams (sample) ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "name, turns, kinds, outcome",
+    [
+        # 3 actions - 1 task message; 1 caused observation (edit)
+        ("runtime_trajs_basic.json", 2, {"env": 1, "message": 1}, "finished"),
+        # 6 actions (change_agent_state excluded) - 1 task; run/edit/edit/run are caused by actions
+        ("runtime_trajs_basic_gui_mode.json", 5, {"env": 4, "message": 1}, "awaiting_user_input"),
+        # 6 actions - 1 task: message/message/finish from the agent, 2 later user messages
+        ("runtime_trajs_basic_interactions.json", 5, {"message": 3, "user": 2}, "finished"),
+    ],
+)
+def test_runtime_event_files(sample: Path, name: str, turns: int, kinds: dict, outcome: str) -> None:
+    (t,) = _trajs(sample / "openhands" / name)
+    assert t.source_format == "openhands-events"
+    assert t.domain == "swe"
+    assert t.agent == "openhands"
+    assert t.locator == "$"
+    assert len(t.turns) == turns
+    assert Counter(u.kind for u in t.turns) == Counter(kinds)
+    assert t.outcome == outcome
+    for u in t.turns:
+        if u.kind != "env":
+            assert u.observation is None and u.observation_kind == "none"
+
+
+def test_runtime_basic_fields(sample: Path) -> None:
+    (t,) = _trajs(sample / "openhands" / "runtime_trajs_basic.json")
+    assert t.task == (
+        "Please create a simple 2048 game. No need to run it. "
+        "Please finish the interaction after your finish coding."
+    )
+    edit = t.turns[0]
+    assert edit.locator == "[1]+[2]"
+    assert edit.tool_name == "str_replace_editor"
+    assert edit.tool_call_id == "toolu_017nBp7UfiGqyrA7j77HgtFP"
+    assert json.loads(edit.tool_args)["command"] == "create"
+    assert edit.observation_kind == "file_view"
+    assert edit.observation.startswith("--- /workspace/game_2048.py\n+++ /workspa")
+    assert json.loads(edit.state) == {"path": "/workspace/game_2048.py"}
+    assert edit.is_error is False
+    assert t.turns[1].tool_name == "finish" and t.turns[1].kind == "message"
+
+
+def test_runtime_gui_mode_fields(sample: Path) -> None:
+    (t,) = _trajs(sample / "openhands" / "runtime_trajs_basic_gui_mode.json")
+    assert t.task.startswith("I want to create a VueJS app that allows me to:")
+    assert t.model == "claude-3-5-sonnet-20241022"
+    mkdir = t.turns[0]
+    assert mkdir.locator == "[7]+[8]"
+    assert mkdir.action == "mkdir -p /workspace/todo-app"
+    assert mkdir.tool_name == "execute_bash"
+    assert mkdir.tool_call_id == "toolu_01W9Z8jBctr8X2frZV9p1RYs"
+    assert mkdir.exit_code == 0 and mkdir.is_error is False
+    assert mkdir.observation_kind == "stdout"
+    assert json.loads(mkdir.state) == {"working_dir": "/workspace"}
+    assert mkdir.started_at == datetime(2025, 1, 20, 20, 29, 35, 40676, tzinfo=UTC)
+    assert mkdir.duration_s == pytest.approx(0.658357)
+    server = t.turns[3]
+    assert server.exit_code == -1 and server.is_error is True
+    assert server.observation.startswith("Serving HTTP on 0.0.0.0 port 8000 (http:")
+    states = [s["state"] for s in json.loads(t.metadata)["agent_states"]]
+    assert states == ["loading", "init", "init", "running", "awaiting_user_input"]
+
+
+def test_runtime_interactions_user_turns(sample: Path) -> None:
+    (t,) = _trajs(sample / "openhands" / "runtime_trajs_basic_interactions.json")
+    # raw actions: [0 user message (task), 3 agent message, 6 user, 9 agent, 12 user, 15 agent finish]
+    assert [u.kind for u in t.turns] == ["message", "user", "message", "user", "message"]
+    assert [u.locator for u in t.turns] == ["[1]", "[2]", "[3]", "[4]", "[5]"]
+    assert t.turns[1].action == "No, I mean by Goldbach's conjecture!"
+
+
+# --- eval output.jsonl (sample) -------------------------------------------------------------------
+
+
+def test_multi_swe_bench_output(sample: Path) -> None:
+    trajs = _trajs(sample / "openhands" / "multi_swe_bench_output.jsonl")
+    assert [t.locator for t in trajs] == ["line:1", "line:2", "line:3"]
+    assert [t.native_id for t in trajs] == [
+        "ponylang__ponyc-4595",
+        "ponylang__ponyc-4593",
+        "ponylang__ponyc-4588",
+    ]
+    assert all(t.source_format == "openhands-output" and t.domain == "swe" for t in trajs)
+    # jq: actions 25/35/51 minus the task message; cause-less error observations 0/1/1
+    assert [len(t.turns) for t in trajs] == [24, 35, 51]
+    # jq: caused non-ack observations 22/33/49, plus the cause-less errors
+    assert [sum(u.kind == "env" for u in t.turns) for t in trajs] == [22, 34, 50]
+    assert all(t.model == "openai/openrouter-llama-4-maverick" for t in trajs)
+    assert [t.outcome for t in trajs] == ["finished", "finished", "error"]
+    first = trajs[0]
+    assert first.task.startswith("<uploaded_files>\n/workspace/ponylang__ponyc__0.1\n</uploaded_files>")
+    assert json.loads(first.env_fingerprint)["openhands_version"] == "0.35.0"
+    tools = json.loads(first.action_space)
+    assert "execute_bash" in [tool["function"]["name"] for tool in tools]
+    meta = json.loads(first.metadata)
+    assert meta["system_prompt"].startswith("You are OpenHands agent")
+    assert meta["instance_id"] == "ponylang__ponyc-4595"
+    failed = next(u for u in first.turns if u.locator == "history[44]+history[45]")
+    assert (
+        failed.action
+        == "cd /workspace && /workspace/ponylang__ponyc__0.1/build/bin/ponyc test.pony -o . && ./test"
+    )
+    assert failed.exit_code == 127 and failed.is_error is True
+    assert failed.observation.startswith("bash: /workspace/ponylang__ponyc__0.1/build/bin/po")
+    # an error observation with no cause (the tool call could not be parsed) is kept
+    orphan = next(u for u in trajs[1].turns if u.locator == "history[28]")
+    assert orphan.kind == "env" and orphan.action is None
+    assert orphan.observation_kind == "error" and orphan.is_error is True
+    assert orphan.observation == (
+        "Parameter 'command' is expected to be one of ['view', 'create', 'str_replace', 'insert', 'undo_edit']."
+    )
+    think = next(u for u in first.turns if json.loads(u.metadata).get("action_type") == "think")
+    assert (
+        think.kind == "message"
+        and json.loads(think.metadata)["ack"]["content"] == "Your thought has been logged."
+    )
+
+
+# --- own test files: legacy histories, the trajectory-API wrapper ---------------------------------
+
+
+def test_legacy_output_rows() -> None:
+    resolver, pairs = _trajs(DATA / "legacy_output.jsonl")
+    # row 1, resolver output with bare dicts and no ids: user message (task), 3 command/output
+    # pairs, finish -> 4 turns
+    assert resolver.source_format == "openhands-output"
+    assert resolver.native_id == "octo-org/hello-world/7"
+    assert [u.kind for u in resolver.turns] == ["env", "env", "env", "message"]
+    assert [u.action for u in resolver.turns[:3]] == [
+        "cat hello.py",
+        "sed -i 's/helo/hello/' hello.py && python hello.py",
+        "python -m pytest -q tests/test_hello.py",
+    ]
+    assert [u.exit_code for u in resolver.turns[:3]] == [0, 0, 1]
+    assert [u.is_error for u in resolver.turns[:3]] == [False, False, True]
+    assert resolver.turns[0].observation == "print('helo')\n"
+    assert resolver.turns[0].thought == "Let me look at the script first."
+    assert resolver.turns[0].locator == "history[1]+history[2]"
+    assert resolver.outcome == "success" and resolver.reward == 1.0
+    assert resolver.task.startswith("Please fix the following issue")
+    assert resolver.model is None and resolver.collected_at is None  # optional fields absent
+    # row 2, old eval output of [action, observation] pairs: task pair, run, ipython, browse,
+    # message (null observation), finish -> 5 turns
+    assert pairs.native_id == "octo-org__hello-world-8"
+    assert [u.kind for u in pairs.turns] == ["env", "env", "env", "message", "message"]
+    run, ipy, browse = pairs.turns[:3]
+    assert run.locator == "history[1][0]+history[1][1]"
+    assert (run.action, run.exit_code, run.observation) == ("ls", 0, "hello.py\ntests\n")
+    assert run.tool_name == "run" and json.loads(run.tool_args)["command"] == "ls"
+    assert ipy.action == "print(1+1)" and ipy.observation_kind == "stdout"
+    assert browse.observation_kind == "accessibility_tree"
+    assert json.loads(browse.state) == {"url": "http://localhost:8000"}
+    assert browse.duration_s == pytest.approx(2.0)
+    assert pairs.outcome == "unresolved" and pairs.reward == 0.0
+    assert pairs.task == "Make hello.py print 2 as well."
+
+
+def test_trajectory_api_wrapper() -> None:
+    (t,) = _trajs(DATA / "api_trajectory.json")
+    assert t.source_format == "openhands-events"
+    assert t.task == "How big is /etc/hosts, and what does example.com say?"
+    assert [tool["function"]["name"] for tool in json.loads(t.action_space)] == ["execute_bash", "fetch"]
+    assert json.loads(t.env_fingerprint) == {"openhands_version": "0.40.0"}
+    assert json.loads(t.metadata)["agent_class"] == "CodeActAgent"
+    assert [u.kind for u in t.turns] == ["env", "env", "env", "message"]
+    wc, mcp, read = t.turns[:3]
+    assert (wc.exit_code, wc.is_error, wc.thought) == (1, True, "Check the size.")
+    assert json.loads(wc.state) == {"working_dir": "/workspace"}
+    assert mcp.tool_name == "fetch" and json.loads(mcp.tool_args) == {"url": "https://example.com"}
+    assert mcp.observation_kind == "tool_result" and mcp.is_error is False
+    assert read.observation_kind == "error" and read.is_error is True
+    assert read.tool_call_id == "toolu_a3"
+    assert t.outcome == "awaiting_user_input"
+
+
+def test_domain_override(sample: Path) -> None:
+    (t,) = list(read_path(sample / "openhands" / "runtime_trajs_basic.json", domain_override="terminal"))
+    assert t.domain == "terminal"
+
+
+# --- malformed records ----------------------------------------------------------------------------
+
+
+def test_malformed_event_is_quarantined(tmp_path: Path) -> None:
+    bad = tmp_path / "events.json"
+    events = [{"id": 0, "source": "user", "action": "message", "args": {"content": "hi"}}, 5]
+    bad.write_text(json.dumps(events))
+    (q,) = _read(bad)
+    assert isinstance(q, QuarantineRecord)
+    assert q.importer == "openhands-events" and q.reason == "malformed_event"
+    assert "[1]: expected an event object" in q.detail
+    events[1] = {
+        "id": 1,
+        "source": "agent",
+        "timestamp": "2025-01-01T00:00:00",
+    }  # neither action nor observation
+    bad.write_text(json.dumps(events, indent=1))
+    (q,) = _read(bad)
+    assert q.reason == "malformed_event" and "$ [1]: event has neither" in q.detail
+
+
+def test_malformed_output_row_is_quarantined(tmp_path: Path) -> None:
+    good = (DATA / "legacy_output.jsonl").read_text().splitlines()[1]
+    row = json.loads(good)
+    row["history"].append(
+        {"source": "agent", "timestamp": "2024-07-01T10:00:30"}
+    )  # neither action nor observation
+    path = tmp_path / "output.jsonl"
+    path.write_text(good + "\n" + json.dumps(row) + "\n")
+    ok, q = _read(path)
+    assert isinstance(ok, Trajectory) and isinstance(q, QuarantineRecord)
+    assert q.locator == "line:2" and q.reason == "malformed_event"
+    assert "line:2 history[6]" in q.detail
