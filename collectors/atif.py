@@ -1,0 +1,426 @@
+"""Harbor's Agent Trajectory Interchange Format (ATIF v1.x, `trajectory.json`).
+
+Root `{schema_version: "ATIF-v1.N", session_id, trajectory_id (1.7), agent: {name, version, model_name,
+tool_definitions (1.5+), extra}, steps, notes, final_metrics, extra, subagent_trajectories (1.7)}`;
+each step `{step_id, timestamp, source: system|user|agent, message (text, or content parts since 1.6),
+reasoning_content, tool_calls: [{tool_call_id, function_name, arguments, extra}], observation:
+{results: [{source_call_id, content, subagent_trajectory_ref, extra}]}, metrics, model_name,
+reasoning_effort, llm_call_count, is_copied_context, extra}`.
+
+Turns, in step order:
+- each tool call of an agent step with the result whose `source_call_id` names it is one `env` turn;
+- results without `source_call_id` are paired with the step's remaining calls in order when the counts
+  agree; one such result for several calls (Terminus-2 sends a batch of keystrokes and records one
+  terminal screen) makes one `env` turn for the whole batch (actions joined by newlines, `tool_args` the
+  list of calls, `metadata.batched_calls`); a call left without a result did not demonstrably touch
+  the environment and is a `message` turn that keeps the call (`metadata.result_missing`);
+- actions read as the command itself for shell tools (Terminus `keystrokes`, `command`/`cmd` of a
+  bash-like tool), else `name {arguments JSON}`;
+- an agent step with results but no tool calls (agents that act through their message, e.g. converted
+  mini-swe-agent runs) is an `env` turn whose action is the message;
+- an agent step with neither is a `message` turn (message in `action`, reasoning in `thought`);
+- the first user step before any agent step is the task; later user steps are `user` turns (text in
+  `action`); system
+  steps before the first agent step are the system prompt (`metadata.system_prompt`), later ones
+  `user` turns with `metadata.source` "system" (context summaries, resets).
+The step's `reasoning_content` and message are the `thought` of its first turn; the step's timestamp is
+every turn's `started_at`; metrics and extras go to the first turn's `metadata`. Token-id and logprob
+arrays in metrics are replaced by their lengths: they are tokenizer artefacts that grow with the square
+of the session (prompt ids repeat the whole history at every step).
+
+Embedded subagent trajectories (1.7 `subagent_trajectories`) become trajectories of their own
+(locator `subagent_trajectories[i]`), referenced from the parent's metadata.
+
+Domain: ATIF does not record the environment; Harbor mostly runs terminal-bench style tasks in a
+container shell, so the default is "terminal" (`ingest --domain` overrides). When the file sits in a
+Harbor trial directory (`<trial>/agent/trajectory.json` next to `<trial>/result.json`), the verifier
+reward and task name are read from that companion `result.json`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from collectors.base import ImportContext, Importer, as_text, require
+from schemas.records import RecordError, Trajectory, Turn, dumps
+
+_TOKEN_ARRAYS = ("prompt_token_ids", "completion_token_ids", "logprobs")
+_RETURNCODE = re.compile(r"^\s*<returncode>(-?\d+)</returncode>")
+_SHELLISH = re.compile(r"bash|shell|terminal|command|exec|run_cmd|tmux", re.I)
+_MAX_COMPANION = 16 << 20
+
+
+def parse_time(value: Any) -> datetime | None:
+    """ISO 8601 text -> aware UTC datetime (naive times are taken as UTC); None when absent or unreadable."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        t = datetime.fromisoformat(value.replace("Z", "+00:00") if value.endswith("Z") else value)
+    except ValueError:
+        return None
+    return t.replace(tzinfo=UTC) if t.tzinfo is None else t.astimezone(UTC)
+
+
+def _metrics(m: Any) -> Any:
+    if not isinstance(m, dict):
+        return m
+    out = dict(m)
+    for key in _TOKEN_ARRAYS:
+        if isinstance(out.get(key), list):
+            out[f"{key}_len"] = len(out.pop(key))
+    return out
+
+
+def _exit_code(result: dict, content: str | None) -> int | None:
+    for src in (result, result.get("extra") if isinstance(result.get("extra"), dict) else {}):
+        v = src.get("exit_code", src.get("returncode"))
+        if isinstance(v, int) and not isinstance(v, bool):
+            return v
+    if content:
+        m = _RETURNCODE.match(content)
+        if m:
+            return int(m.group(1))
+    return None
+
+
+def _is_error(result: dict) -> bool | None:
+    for src in (result, result.get("extra") if isinstance(result.get("extra"), dict) else {}):
+        v = src.get("is_error")
+        if isinstance(v, bool):
+            return v
+    return None
+
+
+def _keystrokes(call: dict) -> str | None:
+    args = call.get("arguments")
+    if isinstance(args, dict) and isinstance(args.get("keystrokes"), str):
+        return args["keystrokes"]
+    return None
+
+
+def _render(call: dict) -> str:
+    """Canonical action text: the command itself for shell tools, else `name {arguments JSON}`."""
+    name = call.get("function_name") or ""
+    args = call.get("arguments")
+    keys = _keystrokes(call)
+    if keys is not None:
+        return keys
+    if isinstance(args, dict):
+        for key in ("command", "cmd"):
+            if isinstance(args.get(key), str) and _SHELLISH.search(name):
+                return args[key]
+    if args is None or args == {}:
+        return name
+    return f"{name} {args if isinstance(args, str) else dumps(args)}"
+
+
+def _render_all(calls: list[dict]) -> str:
+    keys = [_keystrokes(c) for c in calls]
+    if all(k is not None for k in keys):
+        return "".join(k for k in keys if k is not None)  # one keystroke stream, as the terminal got it
+    return "\n".join(_render(c) for c in calls)
+
+
+def _obs_kind(calls: list[dict], domain: str, is_error: bool | None) -> str:
+    if is_error:
+        return "error"
+    if calls:
+        args = calls[0].get("arguments")
+        if isinstance(args, dict) and "keystrokes" in args:
+            return "terminal_screen"
+        if _SHELLISH.search(str(calls[0].get("function_name") or "")):
+            return "stdout"
+        return "tool_result"
+    return "stdout" if domain == "terminal" else "tool_result"
+
+
+class AtifImporter(Importer):
+    """ATIF v1.x `trajectory.json` (Harbor)."""
+
+    name = "atif"
+    container = "json"
+
+    def sniff(self, doc: Any) -> bool:
+        if not isinstance(doc, dict) or not isinstance(doc.get("steps"), list):
+            return False
+        version = doc.get("schema_version")
+        if isinstance(version, str) and version.upper().startswith("ATIF"):
+            return True
+        steps = doc["steps"]
+        return (
+            isinstance(doc.get("agent"), dict)
+            and bool(steps)
+            and isinstance(steps[0], dict)
+            and "step_id" in steps[0]
+            and steps[0].get("source") in ("system", "user", "agent")
+        )
+
+    def split(self, doc: Any, ctx: ImportContext) -> Iterator[tuple[str, Any]]:
+        yield "$", doc
+        yield from self._subagents(doc, "")
+
+    def _subagents(self, doc: Any, prefix: str) -> Iterator[tuple[str, Any]]:
+        subs = doc.get("subagent_trajectories") if isinstance(doc, dict) else None
+        if isinstance(subs, list):
+            for i, sub in enumerate(subs):
+                loc = f"{prefix}subagent_trajectories[{i}]"
+                yield loc, sub
+                yield from self._subagents(sub, loc + ".")
+
+    def convert(self, record: Any, locator: str, ctx: ImportContext) -> Trajectory:
+        if not isinstance(record, dict):
+            raise RecordError("malformed_record", f"{locator}: expected an object, got {type(record).__name__}")
+        steps = require(record, "steps", locator)
+        if not isinstance(steps, list):
+            raise RecordError("malformed_record", f"{locator}: 'steps' must be a list, got {type(steps).__name__}")
+        agent = record.get("agent") if isinstance(record.get("agent"), dict) else {}
+        domain = ctx.domain("terminal")
+        turns: list[Turn] = []
+        task: str | None = None
+        system: list[str] = []
+        system_obs: list[Any] = []
+        seen_agent = False
+        model = agent.get("model_name")
+        for i, step in enumerate(steps):
+            where = f"{locator} steps[{i}]"
+            if not isinstance(step, dict):
+                raise RecordError("malformed_record", f"{where}: expected a step object, got {type(step).__name__}")
+            source = require(step, "source", where)
+            text = as_text(step.get("message"))
+            when = parse_time(step.get("timestamp"))
+            if source == "agent":
+                seen_agent = True
+                model = model or step.get("model_name")
+                turns.extend(self._agent_step(step, i, where, when, domain))
+            elif source == "user":
+                if task is None and not seen_agent:
+                    task = text
+                else:
+                    turns.append(self._context_turn(step, i, text, when, "user"))
+            elif source == "system":
+                if not seen_agent and task is None:
+                    system.append(text or "")
+                    if step.get("observation") is not None:
+                        system_obs.append(step["observation"])
+                else:
+                    turns.append(self._context_turn(step, i, text, when, "system"))
+            else:
+                raise RecordError("malformed_record", f"{where}: source must be system, user or agent, got {source!r}")
+        times = [parse_time(s.get("timestamp")) for s in steps if isinstance(s, dict)]
+        times = [t for t in times if t is not None]
+        subs = record.get("subagent_trajectories")
+        meta: dict[str, Any] = {
+            "schema_version": record.get("schema_version"),
+            "session_id": record.get("session_id"),
+            "trajectory_id": record.get("trajectory_id"),
+            "agent_version": agent.get("version"),
+            "agent_extra": agent.get("extra") or None,
+            "notes": record.get("notes"),
+            "final_metrics": record.get("final_metrics"),
+            "extra": record.get("extra") or None,
+            "continued_trajectory_ref": record.get("continued_trajectory_ref"),
+            "system_prompt": "\n\n".join(system) if system else None,
+            "system_observation": system_obs or None,
+            # Embedded subagents are imported as trajectories of their own (see `split`).
+            "subagent_trajectories": [
+                {"index": k, "trajectory_id": s.get("trajectory_id"), "session_id": s.get("session_id")}
+                for k, s in enumerate(subs) if isinstance(s, dict)
+            ] if isinstance(subs, list) and subs else None,
+        }
+        reward = outcome = None
+        harbor = self._harbor_result(ctx) if "subagent_trajectories[" not in locator else None
+        if harbor:
+            reward, outcome, meta["harbor"] = harbor
+        native = record.get("trajectory_id") or record.get("session_id")
+        return Trajectory(
+            domain=domain,
+            source_format=self.name,
+            native_id=str(native) if native is not None else None,
+            record_digest=ctx.record_digest(locator),
+            turns=turns,
+            task=task,
+            action_space=dumps(agent["tool_definitions"]) if agent.get("tool_definitions") else None,
+            agent=agent.get("name"),
+            model=model,
+            outcome=outcome,
+            reward=reward,
+            collected_at=min(times) if times else None,
+            metadata=dumps({k: v for k, v in meta.items() if v is not None}),
+            locator=locator,
+        )
+
+    @staticmethod
+    def _context_turn(step: dict, i: int, text: str | None, when: datetime | None, source: str) -> Turn:
+        meta = {"source": source, "step_id": step.get("step_id")}
+        for key in ("observation", "extra", "is_copied_context"):
+            if step.get(key) is not None:
+                meta[key] = step[key]
+        return Turn(kind="user", action=text, observation_kind="none", started_at=when,
+                    locator=f"steps[{i}]", metadata=dumps(meta))
+
+    def _agent_step(self, step: dict, i: int, where: str, when: datetime | None, domain: str) -> list[Turn]:
+        calls = step.get("tool_calls") or []
+        if not isinstance(calls, list):
+            raise RecordError("malformed_record", f"{where}: 'tool_calls' must be a list")
+        obs = step.get("observation") or {}
+        if not isinstance(obs, dict):
+            raise RecordError("malformed_record", f"{where}: 'observation' must be an object")
+        results = obs.get("results") or []
+        if not isinstance(results, list):
+            raise RecordError("malformed_record", f"{where}: 'observation.results' must be a list")
+        for k, c in enumerate(calls):
+            if not isinstance(c, dict) or "function_name" not in c:
+                raise RecordError("malformed_record", f"{where} tool_calls[{k}]: a tool call needs 'function_name'")
+        for k, r in enumerate(results):
+            if not isinstance(r, dict):
+                raise RecordError("malformed_record", f"{where} observation.results[{k}]: expected an object")
+        text = as_text(step.get("message"))
+        reasoning = as_text(step.get("reasoning_content"))
+        step_meta: dict[str, Any] = {"step_id": step.get("step_id")}
+        for key in ("model_name", "reasoning_effort", "llm_call_count", "is_copied_context", "extra"):
+            if step.get(key) is not None:
+                step_meta[key] = step[key]
+        if step.get("metrics") is not None:
+            step_meta["metrics"] = _metrics(step["metrics"])
+
+        # Pair results with calls: by source_call_id, then the rest in order.
+        by_id = {str(c.get("tool_call_id")): k for k, c in enumerate(calls) if c.get("tool_call_id") is not None}
+        matched: dict[int, list[int]] = {}
+        loose: list[int] = []
+        for r_i, r in enumerate(results):
+            sid = r.get("source_call_id")
+            if sid is not None and str(sid) in by_id:
+                matched.setdefault(by_id[str(sid)], []).append(r_i)
+            else:
+                loose.append(r_i)
+        free = [k for k in range(len(calls)) if k not in matched]
+        batch: tuple[list[int], list[int]] | None = None  # several calls answered by one unnamed result
+        if loose and len(loose) == len(free):
+            for k, r_i in zip(free, loose, strict=True):
+                matched[k] = [r_i]
+            loose = []
+        elif len(loose) == 1 and len(free) > 1:
+            batch, loose = (free, loose), []
+        units: list[tuple[list[int], list[int]]] = []  # (call indices, result indices), in call order
+        for k in range(len(calls)):
+            if batch is not None and k in batch[0]:
+                if k == batch[0][0]:
+                    units.append(batch)
+                continue
+            units.append(([k], matched.get(k, [])))
+        if loose:
+            units.append(([], loose))
+
+        turns: list[Turn] = []
+        if not units:
+            turns.append(Turn(kind="message", action=text, thought=reasoning, observation_kind="none",
+                              started_at=when, locator=f"steps[{i}]", metadata=dumps(step_meta)))
+            return turns
+        for u, (cks, rks) in enumerate(units):
+            cs = [calls[k] for k in cks]
+            rs = [results[r] for r in rks]
+            meta: dict[str, Any] = dict(step_meta) if u == 0 else {"step_id": step.get("step_id")}
+            contents = [as_text(r.get("content")) for r in rs]
+            observation = "\n\n".join(c for c in contents if c is not None) if rs else None
+            if rs and all(c is None for c in contents):
+                observation = None
+            err = next((e for e in (_is_error(r) for r in rs) if e is not None), None)
+            code = next((c for c in (_exit_code(r, t) for r, t in zip(rs, contents, strict=True)) if c is not None), None)
+            r_extra = [{"source_call_id": r.get("source_call_id"), **{x: r[x] for x in ("extra", "subagent_trajectory_ref") if r.get(x) is not None}}
+                       for r in rs if r.get("extra") is not None or r.get("subagent_trajectory_ref") is not None]
+            if r_extra:
+                meta["results"] = r_extra
+            if len(rs) > 1:
+                meta["result_count"] = len(rs)
+            if rs and any(isinstance(r.get("content"), list) for r in rs):
+                meta["multimodal"] = True
+            if cs and not rs:
+                meta["result_missing"] = True
+            c_extra = [c["extra"] for c in cs if c.get("extra") is not None]
+            if c_extra:
+                meta["call_extra"] = c_extra
+            if len(cs) > 1:
+                meta["batched_calls"] = len(cs)
+            loc = f"steps[{i}]" + (f".tool_calls[{cks[0]}]" if len(cks) == 1 else f".tool_calls[{cks[0]}:{cks[-1] + 1}]" if cks else "")
+            if rks:
+                loc += f"+steps[{i}].observation.results[{rks[0]}]" if len(rks) == 1 else f"+steps[{i}].observation.results[{rks[0]}:{rks[-1] + 1}]"
+            if cs:
+                action = _render_all(cs)
+                names = {c.get("function_name") for c in cs}
+                tool_name = cs[0].get("function_name") if len(names) == 1 else None
+                if len(cs) == 1:
+                    tool_args = dumps(cs[0].get("arguments")) if cs[0].get("arguments") is not None else None
+                    call_id = cs[0].get("tool_call_id")
+                else:
+                    tool_args = dumps([{"function_name": c.get("function_name"), "arguments": c.get("arguments")} for c in cs])
+                    ids = [str(c["tool_call_id"]) for c in cs if c.get("tool_call_id") is not None]
+                    call_id = ",".join(ids) if ids else None
+            elif not calls:
+                # Results without tool calls: the agent acted through its message.
+                action, tool_name, tool_args, call_id = text, None, None, None
+                meta["action_from_message"] = True
+            else:
+                # Results that name no call of the step and cannot be paired with one.
+                action, tool_name, tool_args, call_id = None, None, None, None
+                meta["call_unknown"] = True
+            thought = None
+            if u == 0:
+                thought = reasoning if not cs else "\n\n".join(p for p in (reasoning, text) if p and p.strip()) or None
+            turns.append(
+                Turn(
+                    # A call whose result was not recorded did not demonstrably touch the environment.
+                    kind="env" if rs else "message",
+                    action=action,
+                    observation=observation,
+                    observation_kind=_obs_kind(cs, domain, err) if rs else "none",
+                    tool_name=tool_name,
+                    tool_args=tool_args,
+                    tool_call_id=str(call_id) if call_id is not None else None,
+                    thought=thought,
+                    exit_code=code,
+                    is_error=err,
+                    started_at=when,
+                    locator=loc,
+                    metadata=dumps(meta),
+                )
+            )
+        return turns
+
+    @staticmethod
+    def _harbor_result(ctx: ImportContext) -> tuple[float | None, str | None, dict] | None:
+        """Reward and task name from a Harbor trial's `result.json`, two levels above the trajectory."""
+        if ctx.path is None:
+            return None
+        p = Path(ctx.path).parent.parent / "result.json"
+        try:
+            if not p.is_file() or p.stat().st_size > _MAX_COMPANION:
+                return None
+            doc = orjson.loads(p.read_bytes())
+        except (OSError, orjson.JSONDecodeError):
+            return None
+        if not isinstance(doc, dict) or not ("verifier_result" in doc or "agent_info" in doc):
+            return None
+        reward = None
+        vr = doc.get("verifier_result")
+        if isinstance(vr, dict) and isinstance(vr.get("rewards"), dict):
+            v = vr["rewards"].get("reward")
+            if isinstance(v, int | float) and not isinstance(v, bool):
+                reward = float(v)
+        exc = doc.get("exception_info")
+        outcome = None
+        if isinstance(exc, dict):
+            outcome = str(exc.get("exception_type") or "exception")
+        elif reward is not None:
+            outcome = "success" if reward >= 1.0 else "failure"
+        info = {k: doc.get(k) for k in ("task_name", "trial_name", "started_at", "finished_at") if doc.get(k) is not None}
+        if isinstance(vr, dict) and isinstance(vr.get("rewards"), dict):
+            info["rewards"] = vr["rewards"]
+        if isinstance(exc, dict):
+            info["exception_info"] = exc
+        return reward, outcome, info

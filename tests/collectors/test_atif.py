@@ -1,0 +1,164 @@
+"""ATIF (Harbor trajectory.json) importer, through the ingest reader.
+
+The files under tests/data/atif/ were written for these tests from the ATIF RFC (v1.4) and the
+v1.5-1.7 additions (tool_definitions, multimodal content parts, trajectory_id, embedded subagents,
+result extras); the tests put it in a Harbor trial layout next to a `result.json`. Per-step shapes, from jq
+`[.steps[] | [.step_id, .source, (tool_calls|length), (results|length), (results with source_call_id)]]`:
+- v1_4_financial.json: [1,system,0,0,0] [2,user,0,0,0] [3,agent,2,2,2] [4,agent,0,0,0]
+  -> 2 call turns (step 3, both results named) + 1 message (step 4) = 3 turns;
+- v1_7_terminus_subagent.json: [1,system] [2,user] [3,agent,2,1,0] [4,agent,1,0,0]
+  [5,agent,1,1,1] [6,user] [7,agent,2,2,2] [8,system] -> step 3: 1 (two keystroke calls, one unnamed
+  screen), 4: 1 (call, no result), 5: 1, 6: 1 (user after the agent started), 7: 2, 8: 1 = 7 turns;
+  its one embedded subagent: [1,user] [2,agent,1,1] [3,agent,0,1] -> 2 turns.
+- malformed_step.json: steps[1] has no `source`.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
+from pipelines.reader import read_path
+from schemas.records import QuarantineRecord, Trajectory
+
+DATA = Path(__file__).resolve().parent.parent / "data" / "atif"
+
+
+def test_v1_4_parallel_calls_matched_by_source_call_id() -> None:
+    (t,) = list(read_path(DATA / "v1_4_financial.json"))
+    assert isinstance(t, Trajectory)
+    assert t.source_format == "atif" and t.domain == "terminal"
+    assert len(t.turns) == 3
+    assert t.native_id == "025B810F-B3A2-4C67-93C0-FE7A142A947A"
+    assert t.agent == "harbor-agent" and t.model == "gemini-2.5-flash"
+    assert t.task == "What is the current trading price and volume of Alphabet (GOOGL)?"
+    assert t.collected_at == datetime(2025, 10, 11, 10, 29, 59, tzinfo=UTC)
+    assert t.reward is None and t.action_space is None
+    meta = json.loads(t.metadata)
+    assert meta["schema_version"] == "ATIF-v1.4"
+    assert meta["system_prompt"] == "You are a financial research agent. Use the tools to answer."
+    assert meta["final_metrics"]["total_prompt_tokens"] == 1120
+    price, volume, answer = t.turns
+    assert price.kind == "env" and price.tool_name == "financial_search" and price.tool_call_id == "call_price_1"
+    assert json.loads(price.tool_args) == {"ticker": "GOOGL", "metric": "price"}
+    assert price.observation == "GOOGL is currently trading at $185.35 (Close: 10/11/2025)"
+    assert price.locator == "steps[2].tool_calls[0]+steps[2].observation.results[1]"
+    assert price.thought == (
+        "Two data points are needed; both lookups can run at once.\n\nI will look up the price and the volume for GOOGL."
+    )
+    assert price.started_at == datetime(2025, 10, 11, 10, 30, 2, tzinfo=UTC)
+    assert json.loads(price.metadata)["metrics"]["prompt_tokens"] == 520
+    assert volume.observation == "GOOGL volume: 1.5M shares traded." and volume.thought is None
+    assert answer.kind == "message" and answer.observation is None and answer.observation_kind == "none"
+    assert answer.action == "Alphabet (GOOGL) trades at $185.35 with 1.5M shares traded."
+    assert answer.thought == "All data is in; answer and stop."
+    m = json.loads(answer.metadata)["metrics"]
+    assert m["completion_token_ids_len"] == 3 and "completion_token_ids" not in m and m["logprobs_len"] == 3
+
+
+# A Harbor trial's result.json (the shape Harbor writes next to `agent/trajectory.json`).
+HARBOR_RESULT = {
+    "id": "3f0b6a52-7d4e-4d8e-9a63-0e7d2b1c9f10",
+    "task_name": "hello-world",
+    "trial_name": "hello-world__Ab3dE9x",
+    "agent_info": {"name": "terminus-2", "version": "2.0.0", "model_info": {"name": "gpt-5-mini", "provider": "openai"}},
+    "agent_result": {"n_input_tokens": 2550, "n_cache_tokens": 0, "n_output_tokens": 120, "cost_usd": 0.0021},
+    "verifier_result": {"rewards": {"reward": 1.0}},
+    "exception_info": None,
+    "started_at": "2026-03-02T09:14:00.000000Z",
+    "finished_at": "2026-03-02T09:16:10.000000Z",
+}
+
+
+def _harbor_trial(root: Path, result: dict | None) -> Path:
+    agent = root / "hello-world__Ab3dE9x" / "agent"
+    agent.mkdir(parents=True)
+    traj = agent / "trajectory.json"
+    traj.write_bytes((DATA / "v1_7_terminus_subagent.json").read_bytes())
+    if result is not None:
+        (agent.parent / "result.json").write_text(json.dumps(result))
+    return traj
+
+
+def test_v1_7_harbor_trial(tmp_path: Path) -> None:
+    recs = list(read_path(_harbor_trial(tmp_path, HARBOR_RESULT)))
+    assert all(isinstance(r, Trajectory) for r in recs)
+    assert [r.locator for r in recs] == ["$", "subagent_trajectories[0]"]
+    main, sub = recs
+    assert main.domain == "terminal" and len(main.turns) == 7
+    assert main.native_id == "traj-main" and main.agent == "terminus-2" and main.model == "openai/gpt-5-mini"
+    assert [d["function"]["name"] for d in json.loads(main.action_space)] == ["bash_command", "mark_task_complete", "delegate"]
+    # From the companion result.json of the Harbor trial.
+    assert main.reward == 1.0 and main.outcome == "success"
+    meta = json.loads(main.metadata)
+    assert meta["harbor"]["task_name"] == "hello-world"
+    assert meta["subagent_trajectories"] == [{"index": 0, "trajectory_id": "traj-sub-1", "session_id": "run-5c1e"}]
+    assert meta["agent_extra"] == {"parser": "json", "temperature": 0.7}
+
+    kinds = [t.kind for t in main.turns]
+    assert kinds == ["env", "message", "env", "user", "env", "env", "user"]
+    batch = main.turns[0]  # two keystroke calls, one terminal screen
+    assert batch.action == "echo 'Hello, world!' > hello.txt\ncat hello.txt\n"
+    assert batch.tool_name == "bash_command" and batch.tool_call_id == "call_3a,call_3b"
+    assert json.loads(batch.metadata)["batched_calls"] == 2
+    assert batch.observation.startswith("root@box:/app# echo 'Hello, world!' > hello.txt\nroot@box:/app# cat hello.txt\nHello, world!")
+    assert batch.observation_kind == "terminal_screen"
+    assert batch.locator == "steps[2].tool_calls[0:2]+steps[2].observation.results[0]"
+    metrics = json.loads(batch.metadata)["metrics"]
+    assert metrics["prompt_token_ids_len"] == 5 and metrics["extra"] == {"reasoning_tokens": 32}
+    assert batch.started_at == datetime(2026, 3, 2, 9, 15, 4, 250000, tzinfo=UTC)
+
+    no_result = main.turns[1]
+    assert no_result.action == "ls -la\n" and no_result.observation is None and no_result.tool_call_id == "call_4a"
+    assert json.loads(no_result.metadata)["result_missing"] is True
+
+    delegate = main.turns[2]
+    assert delegate.action == 'delegate {"task":"Double-check the encoding of /app/hello.txt."}'
+    assert delegate.observation == "Subagent finished: hello.txt is ASCII text."
+    dm = json.loads(delegate.metadata)
+    assert dm["results"][0]["subagent_trajectory_ref"][0]["trajectory_id"] == "traj-sub-1"
+    assert dm["call_extra"] == [{"subagent": True}]
+
+    assert main.turns[3].action == "Also make sure the file ends with a newline."
+    tail, done = main.turns[4], main.turns[5]
+    assert tail.action == "tail -c1 hello.txt | xxd\n" and "00000000: 0a" in tail.observation
+    assert done.tool_name == "mark_task_complete" and done.action == "mark_task_complete"
+    assert done.observation == "Task marked complete." and done.observation_kind == "tool_result"
+    closing = main.turns[6]
+    assert json.loads(closing.metadata)["source"] == "system"
+
+    assert len(sub.turns) == 2 and sub.native_id == "traj-sub-1" and sub.reward is None
+    assert sub.task == "Double-check the encoding of /app/hello.txt."
+    assert sub.turns[0].action == "file hello.txt\n" and sub.turns[0].observation.endswith("hello.txt: ASCII text\nroot@box:/app# ")
+    image = sub.turns[1]  # results without tool calls: the message was the action; content parts kept
+    assert image.kind == "env" and image.action == "take_screenshot"
+    parts = json.loads(image.observation)
+    assert parts[1]["source"]["path"] == "images/step_3.png"
+    assert json.loads(image.metadata)["multimodal"] is True
+
+
+def test_v1_7_without_companion_and_failed_trial(tmp_path: Path) -> None:
+    main, sub = read_path(DATA / "v1_7_terminus_subagent.json")
+    assert main.reward is None and main.outcome is None and "harbor" not in json.loads(main.metadata)
+    assert len(main.turns) == 7 and len(sub.turns) == 2
+    failed = dict(HARBOR_RESULT, verifier_result=None,
+                  exception_info={"exception_type": "AgentTimeoutError", "exception_message": "timed out"})
+    main, _ = read_path(_harbor_trial(tmp_path, failed))
+    assert main.reward is None and main.outcome == "AgentTimeoutError"
+
+
+def test_malformed_step_is_quarantined() -> None:
+    (q,) = list(read_path(DATA / "malformed_step.json"))
+    assert isinstance(q, QuarantineRecord)
+    assert q.importer == "atif" and q.reason == "missing_field"
+    assert "steps[1]" in q.detail and "'source'" in q.detail
+
+
+def test_domain_override_and_one_line_document(tmp_path: Path) -> None:
+    # The same document written as one JSON line still goes to the ATIF importer.
+    doc = json.loads((DATA / "v1_4_financial.json").read_text())
+    p = tmp_path / "trajectory.jsonl"
+    p.write_text(json.dumps(doc) + "\n")
+    (t,) = list(read_path(p, domain_override="mcp"))
+    assert isinstance(t, Trajectory) and t.source_format == "atif" and t.domain == "mcp" and len(t.turns) == 3

@@ -1,0 +1,110 @@
+"""Generic OpenAI / ShareGPT chat importer, through the ingest reader.
+
+The test files under tests/data/chat/ were written for these tests from the published formats.
+Expected counts come from jq over the raw files, independently of the importer:
+- openai_tools.jsonl, turns per line = tool calls + assistant messages without calls + user messages
+  after the first: `[.messages[] | if .role=="assistant" then (if .tool_calls then (.tool_calls|length)
+  else 1 end) elif .role=="user" then 1 else 0 end] | add - 1` = 6, 1, 2 (line 4 is the broken one);
+  results (`role` tool/function) per line = 3, 0, 1: one call of line 1 is never answered.
+- sharegpt_tools.jsonl, calls (a list value counts its elements) + gpt + human after the first
+  = 7, 1.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from pipelines.reader import read_path
+from schemas.records import QuarantineRecord, Trajectory
+
+DATA = Path(__file__).resolve().parent.parent / "data" / "chat"
+
+
+def test_openai_tool_calls() -> None:
+    recs = list(read_path(DATA / "openai_tools.jsonl"))
+    trajs = [r for r in recs if isinstance(r, Trajectory)]
+    q = [r for r in recs if isinstance(r, QuarantineRecord)]
+    assert [t.source_format for t in trajs] == ["chat"] * 3
+    assert [t.domain for t in trajs] == ["mcp"] * 3
+    assert [len(t.turns) for t in trajs] == [6, 1, 2]
+
+    t = trajs[0]
+    assert t.native_id == "conv-0001" and t.model == "gpt-4o-2024-08-06"
+    assert t.task == "What does the config loader in /srv/app do, and who changed it last?"
+    assert [s["function"]["name"] for s in json.loads(t.action_space)] == ["read_file", "list_directory", "git_log"]
+    assert json.loads(t.metadata)["system"] == "You are a coding assistant with access to the project workspace."
+    assert [u.kind for u in t.turns] == ["env", "env", "env", "message", "user", "message"]
+    ls = t.turns[0]
+    assert ls.tool_name == "list_directory" and ls.tool_call_id == "call_A1"
+    assert json.loads(ls.tool_args) == {"path": "/srv/app"}
+    assert ls.action == 'list_directory {"path":"/srv/app"}'
+    assert ls.thought == "Let me look at the project layout first."
+    assert ls.observation.startswith("[FILE] README.md\n[DIR] app")
+    assert ls.observation_kind == "tool_result"
+    assert ls.locator == "messages[2].tool_calls[0]+messages[3]"
+    # Parallel calls, answered in the opposite order: matched by tool_call_id.
+    read, log = t.turns[1], t.turns[2]
+    assert read.tool_call_id == "call_B1" and read.observation.startswith("import os")
+    assert read.locator == "messages[4].tool_calls[0]+messages[6]"
+    assert log.tool_call_id == "call_B2" and "Author: Dana Reyes" in log.observation
+    assert t.turns[3].action.startswith("The loader reads APP_ENV")
+    assert t.turns[4].action == "Thanks. Can you also check the README?"
+    # The last call never got its result.
+    missing = t.turns[5]
+    assert missing.kind == "message" and missing.observation is None and missing.observation_kind == "none"
+    assert missing.tool_name == "read_file" and missing.tool_call_id == "call_C1"
+    assert json.loads(missing.metadata) == {"result_missing": True}
+
+    plain = trajs[1]
+    assert plain.action_space is None and plain.turns[0].kind == "message" and plain.turns[0].action == "Hello!"
+
+    legacy = trajs[2]  # `function_call` / `role: function`, with `functions` as the action space
+    assert legacy.turns[0].kind == "env" and legacy.turns[0].tool_name == "get_current_time"
+    assert json.loads(legacy.turns[0].observation)["datetime"] == "2025-01-15T21:04:12+09:00"
+    assert json.loads(legacy.action_space)[0]["name"] == "get_current_time"
+
+    assert len(q) == 1
+    assert q[0].locator == "line:4" and q[0].reason == "missing_field" and q[0].importer == "chat"
+    assert "messages[1]" in q[0].detail and "'role'" in q[0].detail
+
+
+def test_sharegpt_function_calls() -> None:
+    recs = list(read_path(DATA / "sharegpt_tools.jsonl"))
+    assert all(isinstance(r, Trajectory) for r in recs)
+    assert [r.source_format for r in recs] == ["chat", "chat"]
+    assert [len(r.turns) for r in recs] == [7, 1]
+    t = recs[0]
+    assert t.domain == "mcp"
+    assert t.task.startswith("Find me a flight from SFO to JFK")
+    assert [s["name"] for s in json.loads(t.action_space)] == ["search_flights", "get_weather"]
+    assert json.loads(t.metadata)["system"] == "You are a travel assistant."
+    assert [u.kind for u in t.turns] == ["env", "env", "message", "user", "env", "message", "message"]
+    flights, weather = t.turns[0], t.turns[1]
+    assert flights.tool_name == "search_flights"
+    assert json.loads(flights.tool_args) == {"origin": "SFO", "destination": "JFK", "date": "2025-03-14"}
+    assert json.loads(flights.observation) == {"flights": [{"number": "UA 1532", "departs": "07:05", "price_usd": 289}]}
+    assert flights.locator == "conversations[1][0]+conversations[2][0]"
+    assert weather.tool_name == "get_weather" and json.loads(weather.observation)["conditions"] == "light rain"
+    boston = t.turns[4]
+    assert boston.observation == '{"city": "Boston", "temp_c": 3, "conditions": "overcast"}'  # verbatim
+    last = t.turns[6]
+    assert last.kind == "message" and last.tool_name == "search_flights" and last.observation is None
+    assert json.loads(last.metadata)["result_missing"] is True
+    assert recs[1].task == "Translate 'good morning' into French." and recs[1].turns[0].action == "Bonjour."
+
+
+def test_domain_override() -> None:
+    recs = [r for r in read_path(DATA / "sharegpt_tools.jsonl", domain_override="web")]
+    assert {r.domain for r in recs} == {"web"}
+
+
+def test_sniff_accepts_any_role_message_list() -> None:
+    from collectors.chat import ChatImporter
+
+    imp = ChatImporter()
+    assert imp.sniff({"messages": [{"role": "user", "content": "x"}]})
+    assert imp.sniff({"conversations": [{"from": "human", "value": "x"}]})
+    assert not imp.sniff({"messages": []})
+    assert not imp.sniff({"messages": ["x"]})
+    assert not imp.sniff({"prompt": "x", "completion": "y"})
