@@ -76,11 +76,16 @@ def describe(view: View) -> str:
     return " ".join(parts)
 
 
-def _walk(view: View, depth: int) -> Iterator[tuple[int, View]]:
-    # Iterative pre-order: deep hierarchies must not hit Python's recursion limit.
-    stack: list[tuple[int, View]] = [(depth, view)]
+def walk(view: View) -> Iterator[tuple[int, View]]:
+    """(depth, view) in pre-order; iterative (deep trees must not hit the recursion limit) and
+    cycle-safe (a view already visited is not entered again)."""
+    seen: set[int] = set()
+    stack: list[tuple[int, View]] = [(0, view)]
     while stack:
         d, v = stack.pop()
+        if id(v) in seen:
+            continue
+        seen.add(id(v))
         yield d, v
         stack.extend((d + 1, c) for c in reversed(v.children))
 
@@ -90,14 +95,14 @@ def render_tree(roots: list[View]) -> str:
     lines: list[str] = []
     n = 0
     for root in roots:
-        for depth, v in _walk(root, 0):
+        for depth, v in walk(root):
             lines.append(f"{'  ' * depth}[{n}] {describe(v)}")
             n += 1
     return "\n".join(lines)
 
 
 def count_views(roots: list[View]) -> int:
-    return sum(1 for r in roots for _ in _walk(r, 0))
+    return sum(1 for r in roots for _ in walk(r))
 
 
 def parse_bounds_str(s: str | None) -> Bounds | None:

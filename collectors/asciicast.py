@@ -1,0 +1,649 @@
+"""asciicast terminal recordings (asciinema v2; v3 is read too).
+
+v2: a header line `{"version": 2, "width", "height", "timestamp"?, "env"?, "title"?, ...}`, then
+one event per line `[t, code, data]` with `t` seconds since the start and code `o` (output),
+`i` (input), `m` (marker) or `r` (resize, data `COLSxROWS`). v3 differs only in the header
+(`"term": {"cols", "rows", "type"}`), in `t` being the interval since the previous event, in
+`#` comment lines and in an `x` event carrying the exit status.
+
+Turns: a turn is the input typed up to Enter (`\\r` or `\\n` in `i` events, outside a
+bracketed paste) and all output from its first keystroke until the next input begins (the echo
+of the typed text, then the response). Ctrl-C and Ctrl-D also end an input: they act at once.
+The action is the text as typed, with backspaces applied, bracketed-paste markers removed and
+other keys written as `<Up>`, `<Tab>`, `^C`, ...; the raw keystrokes go to `metadata.input_raw`.
+Output before the first keystroke is the trajectory's `initial_state`.
+
+Observation: `stdout` keeps the raw output (escape sequences included). `observation` is the
+text a person would see: the output is played through a small terminal emulator (cursor
+movement, carriage return, erase, scrolling, alternate screen) and the screen lines the turn
+wrote are returned, in order, without escape sequences. Plain regex stripping is not enough for
+TUIs that redraw with cursor movement (Claude Code, vim, progress bars); it interleaves frames.
+
+Output-only recordings (no `i` events; asciinema records input only with `--stdin`): when the
+recording has markers, each marker starts a turn whose action is the marker's label (output
+before the first marker is the initial state); without markers the whole recording is one turn
+with no action (`metadata.output_only=true`), so its content is kept but it yields no
+(action, observation) pair.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from datetime import UTC, datetime
+from typing import IO, Any
+
+import orjson
+
+from collectors.base import ImportContext, Importer
+from schemas.records import RecordError, Trajectory, Turn, dumps
+
+_MAX_LINE = 64 << 20
+
+_TOKEN = re.compile(
+    r"\x1b\[[0-?]*[ -/]*[@-~]"  # CSI
+    r"|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?"  # OSC
+    r"|\x1b[PX^_].*?(?:\x1b\\|$)"  # DCS / SOS / PM / APC
+    r"|\x1b[ -/]*[0-~]"  # other escapes (charset, keypad, save/restore, index, ...)
+    r"|\x1b"
+    r"|[\x00-\x1f\x7f]"
+    r"|[^\x00-\x1f\x7f\x1b]+",
+    re.S,
+)
+
+
+# An escape sequence cut off at the end of an event: its rest comes in the next `o` event.
+_INCOMPLETE = re.compile(r"\x1b(?:\[[0-?]*[ -/]*|\][^\x07\x1b]*\x1b?|[PX^_][^\x1b]*\x1b?|[ -/]*)$")
+_MAX_CARRY = 4096
+
+
+def _params(seq: str, default: int = 1) -> list[int]:
+    body = seq[2:-1].lstrip("?>=<")
+    out = []
+    for p in body.split(";") if body else []:
+        try:
+            out.append(int(p))
+        except ValueError:
+            out.append(0)
+    return out or [default]
+
+
+class Screen:
+    """A minimal VT100-style screen over an unbounded canvas, tracking which rows each turn wrote.
+
+    The viewport is the last `height` rows; rows above it have scrolled off and are frozen.
+    `take()` returns the text of the rows written since the previous `take()` and forgets frozen
+    rows, so memory stays bounded by the viewport plus one turn's scroll-off.
+    """
+
+    def __init__(self, width: int, height: int):
+        self.w = max(1, width)
+        self.h = max(1, height)
+        self.rows: list[list[str]] = [[]]
+        self.base = 0  # absolute index of rows[0]
+        self.top = 0  # absolute index of the viewport's first row
+        self.r = 0
+        self.c = 0
+        self.saved = (0, 0)
+        self.alt: tuple[list[list[str]], int, int] | None = None
+        self.dirty: set[int] = set()
+        self.carry = ""
+
+    def resize(self, width: int, height: int) -> None:
+        self.w, self.h = max(1, width), max(1, height)
+        self.r = min(self.r, self.top + self.h - 1)
+        self.c = min(self.c, self.w - 1)
+
+    def _row(self, r: int) -> list[str]:
+        while self.base + len(self.rows) <= r:
+            self.rows.append([])
+        return self.rows[r - self.base]
+
+    def _lf(self) -> None:
+        if self.r >= self.top + self.h - 1:
+            self.top += 1
+        self.r += 1
+        self._row(self.r)
+
+    def _put(self, text: str) -> None:
+        if text.isascii():  # fast path: one slice assignment per screen row
+            while text:
+                if self.c >= self.w:
+                    self.c = 0
+                    self._lf()
+                chunk, text = text[: self.w - self.c], text[self.w - self.c :]
+                row = self._row(self.r)
+                end = self.c + len(chunk)
+                if len(row) < end:
+                    row.extend(" " * (end - len(row)))
+                row[self.c : end] = chunk
+                self.c = end
+                self.dirty.add(self.r)
+            return
+        for ch in text:
+            wide = not ch.isascii() and unicodedata.east_asian_width(ch) in ("W", "F")
+            if unicodedata.combining(ch) and self.c > 0:
+                row = self._row(self.r)
+                if self.c - 1 < len(row):
+                    row[self.c - 1] += ch
+                continue
+            n = 2 if wide else 1
+            if self.c + n > self.w:
+                self.c = 0
+                self._lf()
+            row = self._row(self.r)
+            if len(row) < self.c + n:
+                row.extend(" " * (self.c + n - len(row)))
+            row[self.c] = ch
+            if wide:
+                row[self.c + 1] = ""
+            self.c += n
+            self.dirty.add(self.r)
+
+    def _erase_line(self, r: int, start: int, end: int | None) -> None:
+        row = self._row(r)
+        end = len(row) if end is None else min(end, len(row))
+        for i in range(start, end):
+            row[i] = " "
+        self.dirty.add(r)
+
+    def feed(self, data: str) -> None:
+        data, self.carry = self.carry + data, ""
+        cut = _INCOMPLETE.search(data, max(0, len(data) - _MAX_CARRY))
+        if cut is not None:
+            data, self.carry = data[: cut.start()], data[cut.start() :]
+        for m in _TOKEN.finditer(data):
+            tok = m.group(0)
+            ch = tok[0]
+            if ch not in "\x1b\x7f" and ch >= " ":
+                self._put(tok)
+            elif ch == "\r":
+                self.c = 0
+            elif ch in "\n\x0b\x0c":
+                self._lf()
+            elif ch == "\b":
+                self.c = max(0, self.c - 1)
+            elif ch == "\t":
+                self.c = min(self.w - 1, (self.c // 8 + 1) * 8)
+            elif ch == "\x1b" and len(tok) > 1:
+                self._escape(tok)
+
+    def _escape(self, tok: str) -> None:
+        if tok[1] == "[":
+            self._csi(tok)
+        elif tok == "\x1bM":
+            self.r = max(self.top, self.r - 1)
+        elif tok == "\x1bD":
+            self._lf()
+        elif tok == "\x1bE":
+            self.c = 0
+            self._lf()
+        elif tok == "\x1b7":
+            self.saved = (self.r - self.top, self.c)
+        elif tok == "\x1b8":
+            self.r, self.c = self.top + self.saved[0], self.saved[1]
+        elif tok == "\x1bc":
+            self._clear_viewport()
+            self.r, self.c = self.top, 0
+
+    def _clear_viewport(self) -> None:
+        for r in range(self.top, self.top + self.h):
+            if r < self.base + len(self.rows):
+                self._row(r).clear()
+                self.dirty.add(r)
+
+    def _csi(self, tok: str) -> None:
+        final = tok[-1]
+        private = tok[2:3] == "?"
+        if private:
+            if final in "hl" and any(p in (47, 1047, 1049) for p in _params(tok, 0)):
+                self._alt_screen(final == "h")
+            return
+        p = _params(tok, 1)
+        n = max(1, p[0])
+        bottom = self.top + self.h - 1
+        if final == "A":
+            self.r = max(self.top, self.r - n)
+        elif final in "Be":
+            self.r = min(bottom, self.r + n)
+        elif final in "Ca":
+            self.c = min(self.w - 1, self.c + n)
+        elif final == "D":
+            self.c = max(0, self.c - n)
+        elif final == "E":
+            self.r, self.c = min(bottom, self.r + n), 0
+        elif final == "F":
+            self.r, self.c = max(self.top, self.r - n), 0
+        elif final in "G`":
+            self.c = min(self.w - 1, n - 1)
+        elif final in "Hf":
+            row = p[0] if p[0] > 0 else 1
+            col = p[1] if len(p) > 1 and p[1] > 0 else 1
+            self.r, self.c = min(bottom, self.top + row - 1), min(self.w - 1, col - 1)
+        elif final == "d":
+            self.r = min(bottom, self.top + n - 1)
+        elif final == "J":
+            mode = _params(tok, 0)[0]
+            if mode == 0:
+                self._erase_line(self.r, self.c, None)
+                for r in range(self.r + 1, min(bottom + 1, self.base + len(self.rows))):
+                    self._erase_line(r, 0, None)
+            elif mode == 1:
+                for r in range(self.top, self.r):
+                    self._erase_line(r, 0, None)
+                self._erase_line(self.r, 0, self.c + 1)
+            else:
+                self._clear_viewport()
+        elif final == "K":
+            mode = _params(tok, 0)[0]
+            if mode == 0:
+                self._erase_line(self.r, self.c, None)
+            elif mode == 1:
+                self._erase_line(self.r, 0, self.c + 1)
+            else:
+                self._erase_line(self.r, 0, None)
+        elif final == "X":
+            self._erase_line(self.r, self.c, self.c + n)
+        elif final == "P":
+            row = self._row(self.r)
+            del row[self.c : self.c + n]
+            self.dirty.add(self.r)
+        elif final == "@":
+            row = self._row(self.r)
+            if self.c <= len(row):
+                row[self.c : self.c] = [" "] * n
+                del row[self.w :]
+            self.dirty.add(self.r)
+        elif final == "s":
+            self.saved = (self.r - self.top, self.c)
+        elif final == "u":
+            self.r, self.c = self.top + self.saved[0], self.saved[1]
+        # SGR (m), modes (h/l), scroll regions and the rest do not change the text
+
+    def _alt_screen(self, enter: bool) -> None:
+        vp = [list(self._row(r)) for r in range(self.top, self.top + self.h)]
+        if enter and self.alt is None:
+            self.alt = (vp, self.r - self.top, self.c)
+            self._clear_viewport()
+        elif not enter and self.alt is not None:
+            saved, r, c = self.alt
+            self.alt = None
+            for i, row in enumerate(saved):
+                self._row(self.top + i)[:] = row
+                self.dirty.add(self.top + i)
+            self.r, self.c = self.top + r, c
+
+    def take(self) -> str:
+        """Text of the rows written since the last call; blank runs collapsed to one line."""
+        lines = ["".join(self.rows[r - self.base]).rstrip() for r in sorted(self.dirty) if r >= self.base]
+        self.dirty = set()
+        keep_from = min(self.top, self.r) - self.base
+        if keep_from > 0:
+            del self.rows[:keep_from]
+            self.base += keep_from
+        out: list[str] = []
+        for line in lines:
+            if line or (out and out[-1]):
+                out.append(line)
+        while out and not out[-1]:
+            out.pop()
+        return "\n".join(out)
+
+
+_KEYS = {
+    "A": "<Up>",
+    "B": "<Down>",
+    "C": "<Right>",
+    "D": "<Left>",
+    "H": "<Home>",
+    "F": "<End>",
+    "Z": "<S-Tab>",
+    "2~": "<Insert>",
+    "3~": "<Delete>",
+    "5~": "<PageUp>",
+    "6~": "<PageDown>",
+}
+
+
+class _Input:
+    """Keystrokes of one input line, composed into the text the user meant."""
+
+    def __init__(self) -> None:
+        self.parts: list[tuple[bool, str]] = []  # (is_key, text): literal characters or key names
+        self.raw: list[str] = []
+        self.paste = False
+
+    def key(self, tok: str) -> bool:
+        """Feed one token; True if it submits the line (Enter, Ctrl-C, Ctrl-D outside a paste)."""
+        if self.paste:
+            if tok == "\x1b[201~":
+                self.paste = False
+            else:
+                self.parts.append((False, tok))
+            return False
+        if tok == "\x1b[200~":
+            self.paste = True
+        elif tok in ("\r", "\n"):
+            return True
+        elif tok in ("\x03", "\x04"):
+            self.parts.append((True, "^" + chr(ord(tok) + 64)))
+            return True
+        elif tok in ("\x7f", "\b"):
+            if self.parts and not self.parts[-1][0]:
+                self.parts.pop()
+            elif self.parts:  # after a key (history recall, completion) the effect is unknown
+                self.parts.append((True, "<BS>"))
+        elif tok == "\t":
+            self.parts.append((True, "<Tab>"))
+        elif tok == "\x1b":
+            self.parts.append((True, "<Esc>"))
+        elif tok.startswith(("\x1b[", "\x1bO")):
+            body = tok[2:]
+            name = _KEYS.get(body if body.endswith("~") else body[-1:])
+            self.parts.append((True, name or f"<ESC{tok[1:]}>"))
+        elif tok.startswith("\x1b"):
+            self.parts.append((True, f"<M-{tok[1:]}>"))
+        elif len(tok) == 1 and tok < " ":
+            self.parts.append((True, "^" + chr(ord(tok) + 64)))
+        else:
+            self.parts.append((False, tok))
+        return False
+
+    def value(self) -> str:
+        return "".join(t for _, t in self.parts)
+
+
+_INPUT_TOKEN = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1bO.|\x1b.?|[\x00-\x1f\x7f]|[^\x00-\x1f\x7f\x1b]", re.S)
+
+
+def _is_header(obj: Any) -> bool:
+    if not isinstance(obj, dict):
+        return False
+    if obj.get("version") == 2:
+        return isinstance(obj.get("width"), int) and isinstance(obj.get("height"), int)
+    if obj.get("version") == 3:
+        term = obj.get("term")
+        return (
+            isinstance(term, dict) and isinstance(term.get("cols"), int) and isinstance(term.get("rows"), int)
+        )
+    return False
+
+
+class AsciicastImporter(Importer):
+    name = "asciicast"
+    container = "text"
+
+    def sniff(self, head: bytes) -> bool:
+        text = head.lstrip(b"\xef\xbb\xbf")
+        nl = text.find(b"\n")
+        first = text if nl < 0 else text[:nl]
+        try:
+            obj = orjson.loads(first)
+        except orjson.JSONDecodeError:
+            return False
+        if not _is_header(obj):
+            return False
+        rest = text[nl + 1 :].lstrip() if nl >= 0 else b""
+        return not rest or rest[:1] in (b"[", b"#")
+
+    def split(self, stream: IO[bytes], ctx: ImportContext):
+        yield "$", stream
+
+    def convert(self, stream: IO[bytes], locator: str, ctx: ImportContext) -> Trajectory:
+        lines = self._lines(stream)
+        try:
+            lineno, raw = next(lines)
+        except StopIteration:
+            raise RecordError("empty_input", "line:1: no asciicast header") from None
+        try:
+            header = orjson.loads(raw)
+        except orjson.JSONDecodeError as e:
+            raise RecordError("invalid_json", f"line:{lineno}: header: {e}") from None
+        if not _is_header(header):
+            raise RecordError("malformed_record", f"line:{lineno}: not an asciicast v2/v3 header")
+        version = header["version"]
+        width = header["width"] if version == 2 else header["term"]["cols"]
+        height = header["height"] if version == 2 else header["term"]["rows"]
+        ts = header.get("timestamp")
+        t0 = (
+            datetime.fromtimestamp(ts, UTC)
+            if isinstance(ts, int | float) and not isinstance(ts, bool)
+            else None
+        )
+
+        b = _Builder(width, height, t0)
+        t_abs = 0.0
+        pending_error: RecordError | None = None
+        for lineno, raw in lines:
+            if pending_error is not None:  # a bad line followed by more: the file is corrupt
+                raise pending_error
+            if not raw.strip() or (version == 3 and raw.lstrip().startswith(b"#")):
+                continue
+            try:
+                ev = orjson.loads(raw)
+            except orjson.JSONDecodeError as e:
+                pending_error = RecordError("invalid_json", f"line:{lineno}: event: {e}")
+                continue
+            if not (
+                isinstance(ev, list)
+                and len(ev) >= 3
+                and isinstance(ev[0], int | float)
+                and not isinstance(ev[0], bool)
+                and isinstance(ev[1], str)
+                and isinstance(ev[2], str)
+            ):
+                raise RecordError(
+                    "malformed_record", f"line:{lineno}: event is not [time, code, data]: {raw[:100]!r}"
+                )
+            t_abs = round(t_abs + ev[0], 6) if version == 3 else float(ev[0])
+            b.event(lineno, t_abs, ev[1], ev[2])
+        turns, initial, extra = b.finish()
+        env = header.get("env") if isinstance(header.get("env"), dict) else None
+        if version == 3 and isinstance(header["term"].get("type"), str):
+            env = {**(env or {}), "TERM": header["term"]["type"]}
+        fingerprint = {"width": width, "height": height, "env": env}
+        meta = {
+            "asciicast_version": version,
+            "title": header.get("title"),
+            "command": header.get("command"),
+            "duration": header.get("duration"),
+            "idle_time_limit": header.get("idle_time_limit"),
+            "tags": header.get("tags"),
+            "truncated_last_line": pending_error.detail if pending_error else None,
+            **extra,
+        }
+        return Trajectory(
+            domain=ctx.domain("terminal"),
+            source_format=self.name,
+            native_id=None,
+            record_digest=ctx.record_digest(locator),
+            turns=turns,
+            task=header.get("title") if isinstance(header.get("title"), str) else None,
+            initial_state=initial,
+            outcome=f"exit:{extra['exit_status']}" if extra.get("exit_status") is not None else None,
+            env_fingerprint=dumps(fingerprint),
+            collected_at=t0,
+            metadata=dumps({k: v for k, v in meta.items() if v is not None}),
+            locator=locator,
+        )
+
+    @staticmethod
+    def _lines(stream: IO[bytes]):
+        n = 0
+        while True:
+            line = stream.readline(_MAX_LINE + 1)
+            if not line:
+                return
+            n += 1
+            if len(line) > _MAX_LINE:
+                raise RecordError("record_too_large", f"line:{n}: longer than {_MAX_LINE} bytes")
+            yield n, line
+
+
+class _Builder:
+    """Turns from the event sequence, in one pass."""
+
+    def __init__(self, width: int, height: int, t0: datetime | None):
+        self.screen = Screen(width, height)
+        self.t0 = t0
+        self.turns: list[dict] = []
+        self.cur: dict | None = None  # the turn being typed or answered
+        self.pre_out: list[tuple[int, float, str]] = []  # output before the first keystroke
+        self.pre_screen: str | None = None
+        self.markers: list[dict] = []  # markers before the first keystroke
+        self.resizes: list[dict] = []
+        self.exit_status: Any = None
+        self.has_input = False
+        self.last_line = 1
+
+    def _start(self, lineno: int, t: float) -> dict:
+        if self.cur is None and not self.turns:
+            self.pre_screen = self.screen.take()
+        elif self.cur is not None:
+            self._close()
+        self.cur = {
+            "input": _Input(),
+            "t_first": t,
+            "t_enter": None,
+            "t_last_out": None,
+            "out": [],
+            "first_line": lineno,
+            "last_line": lineno,
+            "markers": [],
+            "resizes": [],
+        }
+        return self.cur
+
+    def _close(self) -> None:
+        cur = self.cur
+        assert cur is not None
+        cur["screen"] = self.screen.take()
+        self.turns.append(cur)
+        self.cur = None
+
+    def event(self, lineno: int, t: float, code: str, data: str) -> None:
+        self.last_line = lineno
+        if code == "i":
+            self.has_input = True
+            for tok in _INPUT_TOKEN.findall(data):
+                cur = self.cur
+                if cur is None or cur["t_enter"] is not None:
+                    cur = self._start(lineno, t)
+                cur["input"].raw.append(tok)
+                cur["last_line"] = lineno
+                if cur["input"].key(tok):
+                    cur["t_enter"] = t
+        elif code == "o":
+            self.screen.feed(data)
+            if self.cur is None:
+                self.pre_out.append((lineno, t, data))
+            else:
+                self.cur["out"].append(data)
+                self.cur["t_last_out"] = t
+                self.cur["last_line"] = lineno
+        elif code == "m":
+            mark = {"t": t, "label": data, "line": lineno}
+            (self.cur["markers"] if self.cur is not None else self.markers).append(mark)
+        elif code == "r":
+            m = re.match(r"^(\d+)x(\d+)$", data.strip())
+            if m:
+                self.screen.resize(int(m[1]), int(m[2]))
+            rz = {"t": t, "size": data}
+            (self.cur["resizes"] if self.cur is not None else self.resizes).append(rz)
+        elif code == "x":
+            self.exit_status = int(data) if data.strip().lstrip("-").isdigit() else data
+        # unknown codes are ignored: the format reserves them for extensions
+
+    def _time(self, t: float | None):
+        if self.t0 is None or t is None:
+            return None
+        return datetime.fromtimestamp(self.t0.timestamp() + t, UTC)
+
+    def finish(self) -> tuple[list[Turn], str | None, dict]:
+        extra: dict[str, Any] = {"exit_status": self.exit_status, "resizes": self.resizes or None}
+        if not self.has_input:
+            return self._output_only(extra)
+        if self.cur is not None:
+            self._close()
+        turns = []
+        for cur in self.turns:
+            inp: _Input = cur["input"]
+            submitted = cur["t_enter"] is not None
+            end = cur["t_last_out"]
+            duration = None
+            if submitted:
+                duration = round(max(0.0, (end or cur["t_enter"]) - cur["t_enter"]), 6)
+            meta = {
+                "input_raw": "".join(inp.raw),
+                "t": cur["t_first"],
+                "t_enter": cur["t_enter"],
+                "submitted": submitted,
+                "markers": cur["markers"] or None,
+                "resizes": cur["resizes"] or None,
+            }
+            turns.append(
+                Turn(
+                    kind="env",
+                    action=inp.value(),
+                    observation=cur["screen"],
+                    observation_kind="terminal_screen",
+                    stdout="".join(cur["out"]),
+                    started_at=self._time(cur["t_first"]),
+                    duration_s=duration,
+                    locator=f"line:{cur['first_line']}-{cur['last_line']}",
+                    metadata=dumps({k: v for k, v in meta.items() if v is not None}),
+                )
+            )
+        extra["markers"] = self.markers or None
+        extra["initial_stdout"] = "".join(d for _, _, d in self.pre_out) or None
+        return turns, self.pre_screen or None, extra
+
+    def _output_only(self, extra: dict) -> tuple[list[Turn], str | None, dict]:
+        """No keystrokes were recorded: split at markers if any, else one turn without action."""
+        extra["output_only"] = True
+        if not self.markers:
+            turn = Turn(
+                kind="env",
+                action=None,
+                observation=self.screen.take(),
+                observation_kind="terminal_screen",
+                stdout="".join(d for _, _, d in self.pre_out),
+                started_at=self._time(0.0),
+                locator=f"line:2-{self.last_line}",
+                metadata=dumps({"output_only": True}),
+            )
+            return [turn], None, extra
+        # Replay the output through a fresh screen, cutting at each marker.
+        extra["split"] = "markers"
+        screen = Screen(self.screen.w, self.screen.h)
+        marks = sorted(self.markers, key=lambda m: m["line"])
+        events = self.pre_out
+        j = 0
+        while j < len(events) and events[j][0] < marks[0]["line"]:
+            screen.feed(events[j][2])
+            j += 1
+        initial = screen.take() or None
+        turns = []
+        for k, mark in enumerate(marks):
+            stop = marks[k + 1]["line"] if k + 1 < len(marks) else None
+            out = []
+            t_last = None
+            while j < len(events) and (stop is None or events[j][0] < stop):
+                screen.feed(events[j][2])
+                out.append(events[j][2])
+                t_last = events[j][1]
+                j += 1
+            turns.append(
+                Turn(
+                    kind="env",
+                    action=mark["label"],
+                    observation=screen.take(),
+                    observation_kind="terminal_screen",
+                    stdout="".join(out),
+                    started_at=self._time(mark["t"]),
+                    duration_s=round(max(0.0, t_last - mark["t"]), 6) if t_last is not None else 0.0,
+                    locator=f"line:{mark['line']}-{(stop - 1) if stop else self.last_line}",
+                    metadata=dumps({"output_only": True, "action_from": "marker"}),
+                )
+            )
+        return turns, initial, extra

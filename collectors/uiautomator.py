@@ -1,0 +1,158 @@
+"""Android `uiautomator dump` XML: one screen's view hierarchy.
+
+`<hierarchy rotation="0"><node index text resource-id class package content-desc checkable
+checked clickable enabled focusable focused scrollable long-clickable password selected
+bounds="[x1,y1][x2,y2]">...</node></hierarchy>`; Appium's page source is the same tree with
+elements named after the view class instead of `node`, and is read the same way.
+
+A dump is an observation, not a trajectory: nothing acted on the screen. Decision: it becomes a
+trajectory with zero turns whose `initial_state` is the hierarchy, rendered exactly as DroidBot
+states are (`collectors.android_views.render_tree`), so Android screens look the same whatever
+recorded them. No turn is invented: a turn with no action would teach a world model nothing and
+would be counted as an (action, observation) pair everywhere else. The clean stage's
+fewer-than-2-turns filter keeps these out of training shards; they remain in the corpus as screen
+states (e.g. for initial states, evaluation or action-space mining).
+
+`adb exec-out uiautomator dump /dev/tty` appends `UI hierchary dumped to: /dev/tty` after the
+XML; text after the document is kept in metadata. Several dumps concatenated in one file are
+split into one record per `<hierarchy>` (locator `hierarchy:N`). DTDs and entity declarations
+are refused (no `defusedxml` in the stack): a dump never has them, and they are how XML bombs work.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import xml.etree.ElementTree as ET
+from typing import IO
+
+from collectors.android_views import View, count_views, parse_bounds_str, render_tree
+from collectors.base import ImportContext, Importer
+from schemas.records import RecordError, Trajectory, dumps
+
+_MAX_BYTES = 64 << 20
+# XML declaration, comments and a DOCTYPE may precede the root; the DOCTYPE is admitted here only
+# so that convert can refuse it by name instead of the file becoming an unknown format.
+_SNIFF = re.compile(
+    rb"^\s*(?:<\?xml[^>]*\?>\s*)?(?:<!--.*?-->\s*|<!DOCTYPE[^\[>]*(?:\[.*?\])?\s*>\s*)*<hierarchy(?:\s[^>]*)?/?>",
+    re.S,
+)
+_DOC = re.compile(rb"(?:<\?xml[^>]*\?>\s*)?<hierarchy\b(?:[^>]*/>|.*?</hierarchy\s*>)", re.S)
+_UNSAFE = re.compile(rb"<!(?:DOCTYPE|ENTITY)", re.I)
+
+_FLAGS = {
+    "clickable": "clickable",
+    "long-clickable": "long-clickable",
+    "checkable": "checkable",
+    "checked": "checked",
+    "scrollable": "scrollable",
+    "focusable": "focusable",
+    "focused": "focused",
+    "selected": "selected",
+    "password": "password",
+}
+
+
+def _view(el: ET.Element) -> View:
+    a = el.attrib
+    flags = {name for key, name in _FLAGS.items() if a.get(key) == "true"}
+    if a.get("enabled") == "false":
+        flags.add("disabled")
+    if a.get("visible-to-user") == "false" or a.get("displayed") == "false":
+        flags.add("invisible")
+    cls = a.get("class") or (el.tag if el.tag != "node" else None)
+    return View(
+        cls=cls or None,
+        resource_id=a.get("resource-id") or None,
+        text=a.get("text") or None,
+        content_desc=a.get("content-desc") or None,
+        hint=a.get("hint") or None,
+        bounds=parse_bounds_str(a.get("bounds")),
+        flags=frozenset(flags),
+    )
+
+
+class UiAutomatorImporter(Importer):
+    name = "uiautomator"
+    container = "text"
+
+    def sniff(self, head: bytes) -> bool:
+        text = head.lstrip(b"\xef\xbb\xbf")
+        m = _SNIFF.match(text)
+        if not m:
+            return False
+        rest = text[m.end() : m.end() + 4096]
+        return (
+            m.group(0).endswith(b"/>")
+            or rest.lstrip().startswith((b"<node", b"</hierarchy"))
+            or b"bounds=" in rest
+        )
+
+    def split(self, stream: IO[bytes], ctx: ImportContext):
+        data = stream.read(_MAX_BYTES + 1)
+        if len(data) > _MAX_BYTES:
+            raise RecordError("record_too_large", f"more than {_MAX_BYTES} bytes")
+        if _UNSAFE.search(data):
+            raise RecordError(
+                "unsafe_xml", "DOCTYPE or ENTITY declaration (refused: a uiautomator dump has none)"
+            )
+        docs = list(_DOC.finditer(data))
+        if not docs:
+            yield "$", (data, b"")  # let convert report what is wrong with it
+            return
+        for k, m in enumerate(docs):
+            end = docs[k + 1].start() if k + 1 < len(docs) else len(data)
+            loc = "$" if len(docs) == 1 else f"hierarchy:{k + 1}"
+            yield loc, (m.group(0), data[m.end() : end])
+
+    def convert(self, record: tuple[bytes, bytes], locator: str, ctx: ImportContext) -> Trajectory:
+        xml, trailing = record
+        if _UNSAFE.search(xml):
+            raise RecordError(
+                "unsafe_xml", "DOCTYPE or ENTITY declaration (refused: a uiautomator dump has none)"
+            )
+        root_attrs: dict[str, str] | None = None
+        roots: list[View] = []
+        stack: list[View] = []
+        packages: set[str] = set()
+        try:
+            for event, el in ET.iterparse(io.BytesIO(xml), events=("start", "end")):
+                if root_attrs is None:  # the first start event: the document element
+                    if el.tag != "hierarchy":
+                        raise RecordError("malformed_record", f"root element is <{el.tag}>, not <hierarchy>")
+                    root_attrs = dict(el.attrib)
+                    continue
+                if event == "start":
+                    v = _view(el)
+                    if el.get("package"):
+                        packages.add(el.get("package", ""))
+                    (stack[-1].children if stack else roots).append(v)
+                    stack.append(v)
+                elif stack:  # the end of a view (the hierarchy's own end has an empty stack)
+                    stack.pop()
+                    el.clear()
+        except ET.ParseError as e:
+            line, col = e.position
+            raise RecordError("invalid_xml", f"XML error at line {line} column {col}: {e}") from None
+        root_attrs = root_attrs or {}
+        tail = trailing.decode("utf-8", errors="replace").strip()
+        meta = {
+            "rotation": int(root_attrs["rotation"])
+            if root_attrs.get("rotation", "").lstrip("-").isdigit()
+            else None,
+            "hierarchy_attributes": root_attrs or None,
+            "packages": sorted(packages) or None,
+            "num_views": count_views(roots),
+            "trailing_text": tail or None,
+        }
+        return Trajectory(
+            domain=ctx.domain("android"),
+            source_format=self.name,
+            native_id=None,
+            record_digest=ctx.record_digest(locator),
+            turns=[],
+            initial_state=render_tree(roots),
+            agent=None,
+            metadata=dumps({k: v for k, v in meta.items() if v is not None}),
+            locator=locator,
+        )
