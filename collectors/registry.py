@@ -36,13 +36,7 @@ def _load() -> list[Importer]:
     out: list[Importer] = []
     for spec in _ORDER:
         module, cls = spec.split(":")
-        try:
-            mod = importlib.import_module(module)
-        except ModuleNotFoundError as e:  # TEMPORARY while importers are being written
-            if e.name != module:
-                raise
-            continue
-        out.append(getattr(mod, cls)())
+        out.append(getattr(importlib.import_module(module), cls)())
     return out
 
 
