@@ -8,10 +8,13 @@ that fails becomes a quarantine row; the rest of the file goes on.
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, ClassVar
+
+import orjson
 
 from schemas.records import RecordError, Trajectory, digest
 from schemas.tables import DOMAINS
@@ -90,6 +93,31 @@ def as_text(value: Any) -> str | None:
     from schemas.records import dumps
 
     return dumps(value)
+
+
+def loose_json(value: Any) -> Any:
+    """Formats store structures as JSON strings, and some old records as Python reprs; parse
+    either, and return anything else unchanged (an empty string is None)."""
+    if not isinstance(value, str):
+        return value
+    s = value.strip()
+    if not s:
+        return None
+    try:
+        return orjson.loads(s)
+    except orjson.JSONDecodeError:
+        pass
+    try:
+        return ast.literal_eval(s)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return value
+
+
+def to_float(value: Any) -> float | None:
+    try:
+        return float(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None
 
 
 TextStream = IO[bytes]

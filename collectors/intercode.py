@@ -18,12 +18,9 @@ on every run.
 
 from __future__ import annotations
 
-import ast
 from typing import Any
 
-import orjson
-
-from collectors.base import ImportContext, Importer, require
+from collectors.base import ImportContext, Importer, loose_json, require, to_float
 from schemas.records import RecordError, Trajectory, Turn, dumps
 
 _LISTS = ("actions", "observations", "rewards", "valid_action", "thoughts")
@@ -46,26 +43,8 @@ def render_observation(value: Any) -> str | None:
     return repr(_tuplify(value))
 
 
-def _loose(value: Any) -> Any:
-    if not isinstance(value, str):
-        return value
-    try:
-        return orjson.loads(value)
-    except orjson.JSONDecodeError:
-        pass
-    try:
-        return ast.literal_eval(value)
-    except (ValueError, SyntaxError, MemoryError, RecursionError):
-        return value
 
 
-def _float(v: Any) -> float | None:
-    if v is None:
-        return None
-    try:
-        return float(v)
-    except (TypeError, ValueError):
-        return None
 
 
 class InterCodeImporter(Importer):
@@ -105,12 +84,12 @@ class InterCodeImporter(Importer):
                 )
             cols[name] = col
         turns = [self._turn(cols, i, locator) for i in range(len(actions))]
-        summary = _loose(rec.get("summary"))
+        summary = loose_json(rec.get("summary"))
         summary = (
             summary if isinstance(summary, dict) else ({"raw": rec["summary"]} if rec.get("summary") else {})
         )
-        rewards = [r for r in (_float(x) for x in cols.get("rewards", [])) if r is not None]
-        reward = _float(summary.get("max_reward"))
+        rewards = [r for r in (to_float(x) for x in cols.get("rewards", [])) if r is not None]
+        reward = to_float(summary.get("max_reward"))
         if reward is None and rewards:
             reward = max(rewards)
         task_id = rec.get("task_id")
@@ -158,7 +137,7 @@ class InterCodeImporter(Importer):
             if isinstance(thought, str)
             else (dumps(thought) if thought is not None else None),
             is_error=is_error,
-            reward=_float(cols["rewards"][i]) if "rewards" in cols else None,
+            reward=to_float(cols["rewards"][i]) if "rewards" in cols else None,
             locator=f"turn_history.actions[{i}]+turn_history.observations[{i}]",
             metadata=dumps({"valid_action": valid}) if "valid_action" in cols else None,
         )

@@ -24,14 +24,11 @@ UTC); they are read as UTC.
 
 from __future__ import annotations
 
-import ast
 import re
 from datetime import UTC, datetime
 from typing import Any
 
-import orjson
-
-from collectors.base import ImportContext, Importer, as_text
+from collectors.base import ImportContext, Importer, as_text, loose_json
 from schemas.records import RecordError, Trajectory, Turn, dumps
 
 AGENT = "openhands"
@@ -65,18 +62,6 @@ _ARG_NOISE = {
 }
 
 
-def _loose(value: Any) -> Any:
-    """Tool-call arguments are JSON strings; a few old records hold Python reprs."""
-    if not isinstance(value, str):
-        return value
-    try:
-        return orjson.loads(value)
-    except orjson.JSONDecodeError:
-        pass
-    try:
-        return ast.literal_eval(value)
-    except (ValueError, SyntaxError, MemoryError, RecursionError):
-        return value
 
 
 def _timestamp(value: Any) -> datetime | None:
@@ -192,7 +177,7 @@ def _tool_call(ev: dict) -> tuple[str | None, Any, str | None, dict]:
         calls = msg.get("tool_calls") if isinstance(msg, dict) else None
         for tc in calls or []:
             if isinstance(tc, dict) and tc.get("id") == call_id and isinstance(tc.get("function"), dict):
-                arguments = _loose(tc["function"].get("arguments"))
+                arguments = loose_json(tc["function"].get("arguments"))
     extra = {
         "model_response_id": mr.get("id"),
         "model": mr.get("model"),
@@ -450,7 +435,7 @@ class _Stream:
 
     def action_space(self) -> str | None:
         tools = _arg(self.system, "tools") if self.system else None
-        return dumps(_loose(tools)) if tools else None
+        return dumps(loose_json(tools)) if tools else None
 
     def agent_class(self) -> str | None:
         return _arg(self.system, "agent_class") if self.system else None

@@ -6,40 +6,17 @@ from the chat: each assistant action paired with the observation message that fo
 
 from __future__ import annotations
 
-import ast
 import re
 from typing import Any
 
-import orjson
-
-from collectors.base import ImportContext, Importer, as_text, require
+from collectors.base import ImportContext, Importer, as_text, loose_json, require, to_float
 from schemas.records import Trajectory, Turn, dumps
 
 _CTF = re.compile(r"\bCTF\b|capture the flag", re.I)
 
 
-def _loose_obj(value: Any) -> Any:
-    """SWE-agent stores some structures as JSON and some as Python reprs."""
-    if not isinstance(value, str):
-        return value
-    s = value.strip()
-    if not s:
-        return None
-    try:
-        return orjson.loads(s)
-    except orjson.JSONDecodeError:
-        pass
-    try:
-        return ast.literal_eval(s)
-    except (ValueError, SyntaxError, MemoryError, RecursionError):
-        return value
 
 
-def _float(v: Any) -> float | None:
-    try:
-        return float(v) if v is not None else None
-    except (TypeError, ValueError):
-        return None
 
 
 class SweAgentImporter(Importer):
@@ -71,13 +48,13 @@ class SweAgentImporter(Importer):
         else:
             turns = self._from_history(history)
         task = self._task(history)
-        replay = _loose_obj(doc.get("replay_config")) or {}
+        replay = loose_json(doc.get("replay_config")) or {}
         agent_cfg = replay.get("agent", {}) if isinstance(replay, dict) else {}
         model = agent_cfg.get("model", {}).get("name") if isinstance(agent_cfg.get("model"), dict) else None
         is_ctf = bool(task and _CTF.search(task[:2000]))
         meta = {
             "environment": doc.get("environment"),
-            "model_stats": _loose_obj(info.get("model_stats")),
+            "model_stats": loose_json(info.get("model_stats")),
             "submission": info.get("submission"),
         }
         return Trajectory(
@@ -117,13 +94,13 @@ class SweAgentImporter(Importer):
         tool_name = tool_args = tool_call_id = None
         # In the function-calling variant the i-th assistant message holds the structured call.
         if i < len(calls):
-            tc = _loose_obj(calls[i].get("tool_calls"))
+            tc = loose_json(calls[i].get("tool_calls"))
             if isinstance(tc, list) and tc and isinstance(tc[0], dict):
                 fn = tc[0].get("function", {})
                 tool_name = fn.get("name")
-                tool_args = dumps(_loose_obj(fn.get("arguments")))
+                tool_args = dumps(loose_json(fn.get("arguments")))
                 tool_call_id = tc[0].get("id")
-        state = _loose_obj(step.get("state"))
+        state = loose_json(step.get("state"))
         return Turn(
             kind="env",
             action=as_text(action).rstrip("\n") if action is not None else None,
@@ -133,7 +110,7 @@ class SweAgentImporter(Importer):
             tool_args=tool_args,
             tool_call_id=tool_call_id,
             thought=as_text(step.get("thought")),
-            duration_s=_float(step.get("execution_time")),
+            duration_s=to_float(step.get("execution_time")),
             state=dumps(state) if state is not None else None,
             locator=where,
         )
@@ -165,7 +142,7 @@ class SweAgentImporter(Importer):
 
     def _hist_turn(self, act: tuple[int, dict], obs: tuple[int, dict] | None) -> Turn:
         j, m = act
-        tc = _loose_obj(m.get("tool_calls"))
+        tc = loose_json(m.get("tool_calls"))
         fn = tc[0].get("function", {}) if isinstance(tc, list) and tc and isinstance(tc[0], dict) else {}
         action = m.get("action") or (fn.get("name") if fn else None)
         return Turn(
@@ -174,7 +151,7 @@ class SweAgentImporter(Importer):
             observation=as_text(obs[1].get("content")) if obs else None,
             observation_kind=self._obs_kind(action) if obs else "none",
             tool_name=fn.get("name"),
-            tool_args=dumps(_loose_obj(fn.get("arguments"))) if fn else None,
+            tool_args=dumps(loose_json(fn.get("arguments"))) if fn else None,
             tool_call_id=tc[0].get("id") if fn else None,
             thought=as_text(m.get("thought")),
             locator=f"history[{j}]" + (f"+history[{obs[0]}]" if obs else ""),

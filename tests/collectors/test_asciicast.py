@@ -18,33 +18,22 @@ import json
 from datetime import UTC, datetime
 from pathlib import Path
 
-import pyarrow as pa
 import pytest
 
 from collectors.asciicast import AsciicastImporter, Screen
 from pipelines.reader import read_path
-from schemas.records import QuarantineRecord, Trajectory, TrajectoryBuffer
-from schemas.validate import validate
+from schemas.records import QuarantineRecord, Trajectory
+from tests.collectors.support import assert_schema_valid, one_trajectory
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "asciicast"
 
 
-def _one(path: Path) -> Trajectory:
-    recs = list(read_path(path))
-    assert len(recs) == 1 and isinstance(recs[0], Trajectory), [getattr(r, "detail", r) for r in recs]
-    return recs[0]
 
 
-def _schema_ok(trajs: list[Trajectory]) -> None:
-    buf = TrajectoryBuffer()
-    for t in trajs:
-        buf.add(t, "test", "asciicast", "1")
-    assert validate(pa.Table.from_batches([buf.traj.take()]), "trajectories") == []
-    assert validate(pa.Table.from_batches([buf.turns.take()]), "turns") == []
 
 
 def test_claude_cast(sample: Path) -> None:
-    t = _one(sample / "agentapi-terminal" / "claude.cast")
+    t = one_trajectory(sample / "agentapi-terminal" / "claude.cast")
     assert t.domain == "terminal" and t.source_format == "asciicast"
     assert len(t.turns) == 1
     (u,) = t.turns
@@ -69,7 +58,7 @@ def test_claude_cast(sample: Path) -> None:
         "height": 1000,
         "env": {"SHELL": "/bin/bash", "TERM": "vt100"},
     }
-    _schema_ok([t])
+    assert_schema_valid([t])
 
 
 def test_agentapi_folder_only_the_cast_is_claimed(sample: Path) -> None:
@@ -81,7 +70,7 @@ def test_agentapi_folder_only_the_cast_is_claimed(sample: Path) -> None:
 
 
 def test_bash_session() -> None:
-    t = _one(DATA / "bash_session.cast")
+    t = one_trajectory(DATA / "bash_session.cast")
     assert [u.action for u in t.turns] == ["ls", "echo hi", "<Up>", "sleep 10", "^C", "exit"]
     assert t.initial_state == "user@host:~/demo$"
     assert t.task == "list files"
@@ -96,11 +85,11 @@ def test_bash_session() -> None:
     assert up.observation.startswith("user@host:~/demo$ echo hi\nhi")
     assert json.loads(sleep.metadata)["resizes"] == [{"t": 9.0, "size": "100x30"}]
     assert ctrl_c.observation == "^C\nuser@host:~/demo$" and ctrl_c.stdout.startswith("^C\r\n")
-    _schema_ok([t])
+    assert_schema_valid([t])
 
 
 def test_output_only_with_markers() -> None:
-    t = _one(DATA / "output_only_markers.cast")
+    t = one_trajectory(DATA / "output_only_markers.cast")
     assert [u.action for u in t.turns] == ["build", "test"]
     assert t.initial_state == "$"
     assert t.turns[0].observation == "$ make\ncc -o app main.c\n$"
@@ -110,17 +99,17 @@ def test_output_only_with_markers() -> None:
 
 
 def test_output_only_without_markers() -> None:
-    t = _one(DATA / "output_only.cast")
+    t = one_trajectory(DATA / "output_only.cast")
     (u,) = t.turns
     assert u.action is None and t.initial_state is None
     assert u.observation == "Downloading model.bin\n[##########] 100%\ndone"  # \r redraws collapse
     assert "30%" in u.stdout and json.loads(u.metadata) == {"output_only": True}
     assert t.collected_at is None and u.started_at is None  # no timestamp in the header
-    _schema_ok([t])
+    assert_schema_valid([t])
 
 
 def test_v3_intervals_and_exit() -> None:
-    t = _one(DATA / "python_v3.cast")
+    t = one_trajectory(DATA / "python_v3.cast")
     assert [u.action for u in t.turns] == ["1+1", "exit()"]
     assert t.initial_state == "Python 3.12.1\n>>>"
     assert t.turns[0].observation == ">>> 1+1\n2\n>>>"
@@ -140,7 +129,7 @@ def test_malformed_events_are_quarantined(name: str, reason: str, where: str) ->
 
 
 def test_truncated_last_line_is_tolerated() -> None:
-    t = _one(DATA / "truncated_last_line.cast")
+    t = one_trajectory(DATA / "truncated_last_line.cast")
     assert [u.action for u in t.turns] == ["pwd"]
     assert json.loads(t.metadata)["truncated_last_line"].startswith("line:5:")
 

@@ -15,13 +15,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pyarrow as pa
 import pytest
 
 from collectors.browsergym import BrowserGymImporter
 from pipelines.reader import read_path
-from schemas.records import QuarantineRecord, Trajectory, TrajectoryBuffer
-from schemas.validate import validate
+from schemas.records import QuarantineRecord, Trajectory
+from tests.collectors.support import assert_schema_valid
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "browsergym"
 BG = "browsergym-workarena"
@@ -37,12 +36,6 @@ def _one(path: Path) -> Trajectory:
     return recs[0]
 
 
-def _schema_ok(trajs: list[Trajectory]) -> None:
-    buf = TrajectoryBuffer()
-    for t in trajs:
-        buf.add(t, "test", "browsergym", "1")
-    assert validate(pa.Table.from_batches([buf.traj.take()]), "trajectories") == []
-    assert validate(pa.Table.from_batches([buf.turns.take()]), "turns") == []
 
 
 @pytest.mark.parametrize(
@@ -116,7 +109,7 @@ def test_sample_experiments(
         and {"name": "click", "params": ["bid", "button", "modifiers"]}.items()
         <= next(a for a in space if a["name"] == "click").items()
     )
-    _schema_ok([t])
+    assert_schema_valid([t])
 
 
 def test_ipad_turn_fields(sample: Path) -> None:
@@ -184,7 +177,7 @@ def test_chat_mode_debug_log() -> None:
     assert meta["unread_files"] == ["package_versions.txt", "screenshot_step_0.png", "step_0.pkl.gz"]
     assert meta["log_problems"][0].startswith("line 270: WARNING: Exception uncaught")
     assert [a["name"] for a in json.loads(t.action_space)] == ["send_msg_to_user", "click", "fill"]
-    _schema_ok([t])
+    assert_schema_valid([t])
 
 
 def test_agentlab_debug_log() -> None:
@@ -198,7 +191,7 @@ def test_agentlab_debug_log() -> None:
     assert t.turns[0].locator == "experiment.log:6"
     assert (t.agent, t.reward, t.outcome) == ("GenericAgent-gpt-4o-mini", 1.0, "terminated")
     assert json.loads(t.metadata)["task_name"] == "webarena.310"
-    _schema_ok([t])
+    assert_schema_valid([t])
 
 
 def test_no_logged_actions_is_quarantined() -> None:

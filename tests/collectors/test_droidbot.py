@@ -19,33 +19,21 @@ import json
 from collections import Counter
 from pathlib import Path
 
-import pyarrow as pa
-
 from collectors.android_views import render_tree
 from collectors.droidbot import DroidBotImporter, views_to_tree
 from pipelines.reader import read_path
-from schemas.records import QuarantineRecord, Trajectory, TrajectoryBuffer
-from schemas.validate import validate
+from schemas.records import QuarantineRecord
+from tests.collectors.support import assert_schema_valid, one_trajectory
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "droidbot"
 
 
-def _one(path: Path) -> Trajectory:
-    recs = list(read_path(path))
-    assert len(recs) == 1 and isinstance(recs[0], Trajectory), [getattr(r, "detail", r) for r in recs]
-    return recs[0]
 
 
-def _schema_ok(trajs: list[Trajectory]) -> None:
-    buf = TrajectoryBuffer()
-    for t in trajs:
-        buf.add(t, "test", "droidbot", "1")
-    assert validate(pa.Table.from_batches([buf.traj.take()]), "trajectories") == []
-    assert validate(pa.Table.from_batches([buf.turns.take()]), "turns") == []
 
 
 def test_sample_report(sample: Path) -> None:
-    t = _one(sample / "droidbot")
+    t = one_trajectory(sample / "droidbot")
     assert t.domain == "android" and t.source_format == "droidbot" and t.agent == "droidbot"
     assert len(t.turns) == 41
     assert Counter(u.tool_name for u in t.turns) == {"touch": 33, "key": 4, "intent": 3, "long_touch": 1}
@@ -86,11 +74,11 @@ def test_sample_report(sample: Path) -> None:
     )
     assert json.loads(t.metadata)["app_package"] == "com.yanzhenjie.album.sample"
     assert json.loads(t.env_fingerprint) == {"droidbot_env": []}
-    _schema_ok([t])
+    assert_schema_valid([t])
 
 
 def test_synthetic_report_all_event_kinds() -> None:
-    t = _one(DATA / "report_com.example.notes")
+    t = one_trajectory(DATA / "report_com.example.notes")
     assert t.native_id == "report_com.example.notes" and len(t.turns) == 5
     assert [u.action for u in t.turns] == [
         "intent(am start com.example.notes/com.example.notes.MainActivity)",
@@ -119,7 +107,7 @@ def test_synthetic_report_all_event_kinds() -> None:
     assert fp["device_model_number"] == "sdk_gphone64_x86_64" and fp["device_sdk_version"] == 33
     meta = json.loads(t.metadata)
     assert meta["app_package"] == "com.example.notes" and "nodes" not in meta["utg"]
-    _schema_ok([t])
+    assert_schema_valid([t])
 
 
 def test_consumes_report_files() -> None:
