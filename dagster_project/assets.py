@@ -31,7 +31,7 @@ def _md_table(columns: list[str], rows: list[tuple]) -> dg.MetadataValue:
     retry_policy=COLLECTION_RETRY,
     group_name="ingestion",
     kinds={"python", "parquet"},
-    description="Trace files from INBOX/<source>/ modified on <day> (UTC), imported into the corpus.",
+    description="Trace files from `INBOX/{source}/` modified on `{day}` (UTC), imported into the corpus.",
 )
 def ingested_traces(context: dg.AssetExecutionContext, corpus: CorpusResource) -> dg.MaterializeResult:
     keys = context.partition_key.keys_by_dimension

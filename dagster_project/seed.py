@@ -3,6 +3,7 @@ too, once it runs). `python -m dagster_project.seed [--sample]` — `--sample` f
 bundled sample corpus into INBOX/sample/ so there is something to ingest."""
 
 import argparse
+import os
 import shutil
 from pathlib import Path
 
@@ -22,6 +23,10 @@ def main() -> None:
     if a.sample and not (inbox / "sample").exists():
         shutil.copytree(REPO / "data" / "sample" / "corpus", inbox / "sample")
     inbox.mkdir(parents=True, exist_ok=True)
+    home = Path(os.environ.get("DAGSTER_HOME", REPO / ".dagster_home"))
+    home.mkdir(parents=True, exist_ok=True)
+    if not (home / "dagster.yaml").exists():  # no telemetry: this network is closed
+        (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
     instance = dg.DagsterInstance.get()
     have = set(instance.get_dynamic_partitions(SOURCES.name))
     new = [src for src in sources(inbox) if src not in have]

@@ -54,7 +54,7 @@ def inbox_requests(corpus: CorpusResource, cursor: str | None, known_sources: li
 
 
 @dg.sensor(job=ingest_job, minimum_interval_seconds=30, default_status=dg.DefaultSensorStatus.STOPPED,
-           description="New settled files in INBOX/<source>/ → ingestion runs for their (source, day).")
+           description="New settled files in `INBOX/{source}/` → ingestion runs for their (source, day).")
 def inbox_sensor(context: dg.SensorEvaluationContext, corpus: CorpusResource) -> dg.SensorResult:
     known = list(context.instance.get_dynamic_partitions(SOURCES.name))
     return inbox_requests(corpus, context.cursor, known)

@@ -1,0 +1,105 @@
+"""Cleaning and dedup in the Dagster graph: assets `cleaning_verdicts` and `dedup_clusters`, and
+their data contracts as asset checks. The bodies call the same core as `worldline clean` and
+`worldline dedup`; thresholds are run config (a new dedup threshold reuses the stored signatures).
+
+Wire into `definitions.py` with `assets=[..., cleaning_verdicts, dedup_clusters]` and
+`asset_checks=[..., cleaning_checks, dedup_checks]`.
+"""
+
+
+import dagster as dg
+
+from dagster_project.assets import _md_table, ingested_traces
+from dagster_project.resources import CorpusResource
+from pipelines.clean import CleanConfig, clean
+from pipelines.clean_contracts import CLEAN_CONTRACTS, DEDUP_CONTRACTS, run_clean_contracts
+from pipelines.contracts import ContractResult
+from pipelines.decontam import DecontamConfig
+from pipelines.dedup import DedupConfig, dedup
+from pipelines.redact import RedactConfig
+
+
+class CleanRunConfig(dg.Config):
+    min_turns: int = 2
+    eval_set: str | None = None  # JSON / JSON-lines evaluation set to decontaminate against
+    ngram: int = 8
+    min_overlap: float = 0.5
+    ip_addresses: bool = False
+
+
+class DedupRunConfig(dg.Config):
+    threshold: float = 0.7
+    num_perm: int = 128
+    shingle: int = 5
+    min_prefix_share: int = 2
+
+
+@dg.asset(
+    deps=[ingested_traces],
+    group_name="cleaning",
+    kinds={"python", "duckdb", "parquet"},
+    description="Cleaning verdicts (side table `cleaning`), secrets/PII to redact on export (`redactions`) and, "
+                "with an evaluation set, contamination flags (`contamination`). Nothing is deleted.",
+)
+def cleaning_verdicts(context: dg.AssetExecutionContext, corpus: CorpusResource, config: CleanRunConfig) -> dg.MaterializeResult:
+    cfg = CleanConfig(
+        min_turns=config.min_turns, redact=RedactConfig(ip_addresses=config.ip_addresses),
+        decontam=DecontamConfig(eval_set=config.eval_set, n=config.ngram, min_overlap=config.min_overlap),
+        lock_wait_s=corpus.lock_wait_seconds,
+    )
+    s = clean(corpus.root, cfg, progress=True, echo=context.log.info)
+    context.log.info(s.render())
+    reasons = [(r, n, "trajectories") for r, n in sorted(s.dropped_trajectories.items())]
+    reasons += [(r, n, "turns") for r, n in sorted(s.dropped_turns.items())]
+    return dg.MaterializeResult(metadata={
+        "trajectories": s.trajectories, "kept_trajectories": s.kept_trajectories, "kept_turns": s.kept_turns,
+        "dropped_by_reason": _md_table(["reason", "count", "of"], reasons),
+        "redactions_by_kind": _md_table(["kind", "occurrences"], sorted(s.redactions.items())),
+        "contaminated": s.contaminated, "fingerprint": s.fingerprint, "seconds": round(s.seconds, 3),
+        "see_more": dg.MetadataValue.text(f'worldline query {corpus.root} "SELECT reason, count(*) FROM cleaning GROUP BY 1"'),
+    })
+
+
+@dg.asset(
+    deps=[cleaning_verdicts],
+    group_name="cleaning",
+    kinds={"python", "duckdb", "parquet"},
+    description="Exact and near-duplicate clusters with representatives (`duplicates`), shared prefixes "
+                "(`shared_prefixes`), MinHash signatures (`dedup_signatures`); view `kept_turns`.",
+)
+def dedup_clusters(context: dg.AssetExecutionContext, corpus: CorpusResource, config: DedupRunConfig) -> dg.MaterializeResult:
+    cfg = DedupConfig(threshold=config.threshold, num_perm=config.num_perm, shingle=config.shingle,
+                      min_prefix_share=config.min_prefix_share, lock_wait_s=corpus.lock_wait_seconds)
+    s = dedup(corpus.root, cfg, progress=True, echo=context.log.info)
+    context.log.info(s.render())
+    return dg.MaterializeResult(metadata={
+        "considered": s.considered, "kept": s.kept, "clusters": s.clusters,
+        "exact_duplicates": s.exact_duplicates, "near_duplicates": s.near_duplicates,
+        "shared_prefix_turns": s.shared_prefix_turns, "signatures_reused": s.signatures_reused,
+        "lsh": f"{s.bands} bands x {s.rows} rows at threshold {s.threshold}",
+        "largest_clusters": _md_table(["cluster_id", "size", "kind"], s.largest),
+        "seconds": round(s.seconds_signatures + s.seconds_verdicts, 3),
+        "see_more": dg.MetadataValue.text(f'worldline query {corpus.root} "SELECT * FROM duplicates ORDER BY cluster_size DESC LIMIT 20"'),
+    })
+
+
+def _to_check(r: ContractResult, key: dg.AssetKey) -> dg.AssetCheckResult:
+    meta = {k: dg.MetadataValue.json(v) if isinstance(v, list | dict) else v for k, v in r.metadata.items()}
+    return dg.AssetCheckResult(passed=r.passed, check_name=r.name, asset_key=key, description=r.description,
+                               metadata=meta, severity=dg.AssetCheckSeverity.ERROR)
+
+
+def _spec(name: str, fn, asset) -> dg.AssetCheckSpec:  # noqa: ANN001 - a contract function and an asset
+    return dg.AssetCheckSpec(name, asset=asset, description=(fn.__doc__ or name).strip().splitlines()[0])
+
+
+@dg.multi_asset_check(specs=[_spec(n, f, cleaning_verdicts) for n, f in CLEAN_CONTRACTS.items()])
+def cleaning_checks(corpus: CorpusResource):
+    for r in run_clean_contracts(corpus.root, CLEAN_CONTRACTS):
+        yield _to_check(r, cleaning_verdicts.key)
+
+
+@dg.multi_asset_check(specs=[_spec(n, f, dedup_clusters) for n, f in DEDUP_CONTRACTS.items()])
+def dedup_checks(corpus: CorpusResource):
+    for r in run_clean_contracts(corpus.root, DEDUP_CONTRACTS):
+        yield _to_check(r, dedup_clusters.key)

@@ -1,0 +1,107 @@
+"""Docker sandbox collection in the Dagster graph: `sandbox_trajectories`, its resource and checks.
+
+The asset body calls the same core as `worldline collect sandbox` (sandboxes.collect.collect);
+the checks run the sandbox data contracts (sandboxes.contracts). Wire them into `definitions.py`
+with `assets=[..., sandbox_trajectories]`, `asset_checks=[..., sandbox_contract_checks]` and the
+resource `"sandbox_pool": SandboxPoolResource()`.
+"""
+
+
+import time
+from pathlib import Path
+
+import dagster as dg
+
+from dagster_project.assets import COLLECTION_RETRY, _md_table
+from dagster_project.resources import CorpusResource
+from pipelines.store import Corpus
+from sandboxes.contracts import SANDBOX_CONTRACTS, run_sandbox_contracts
+
+
+class SandboxPoolResource(dg.ConfigurableResource):
+    """Which task specs to run, with how many sandboxes at once and which perturbations.
+
+    Empty `specs`: the bundled suite (sandboxes/tasks/). `perturbations`: names, `name:k=v`, or
+    `all`; each task runs once unperturbed (unless `baseline` is false) and once per perturbation."""
+
+    specs: list[str] = []
+    only: list[str] = []
+    perturbations: list[str] = []
+    baseline: bool = True
+    workers: int = 2
+    seed: int = 0
+    fresh: bool = False
+
+    def jobs(self) -> list:
+        from sandboxes.collect import Job
+        from sandboxes.perturb import parse_list
+        from sandboxes.tasks import TASKS_DIR, load_many
+
+        tasks = load_many([Path(s) for s in self.specs] or [TASKS_DIR])
+        if self.only:
+            tasks = [t for t in tasks if t.id in set(self.only)]
+        variants = ([None] if self.baseline else []) + parse_list(self.perturbations)
+        return [Job(t, p) for t in tasks for p in variants]
+
+    def collect(self, corpus_root: str | Path, log=None):
+        from sandboxes.collect import collect
+
+        return collect(self.jobs(), corpus_root, workers=self.workers, seed=self.seed, fresh=self.fresh,
+                       echo=log or (lambda m: None))
+
+
+@dg.asset(
+    retry_policy=COLLECTION_RETRY,
+    group_name="collection",
+    kinds={"docker", "python", "parquet"},
+    description="Task specs run in locked-down Docker sandboxes (terminal, os, swe), with and without injected "
+                "perturbations, recorded into the corpus (source format `sandbox`).",
+)
+def sandbox_trajectories(context: dg.AssetExecutionContext, corpus: CorpusResource,
+                         sandbox_pool: SandboxPoolResource) -> dg.MaterializeResult:
+    from sandboxes.engine import EngineUnavailable
+
+    t0 = time.monotonic()
+    try:
+        summary = sandbox_pool.collect(corpus.root, log=context.log.info)
+    except EngineUnavailable as e:
+        raise dg.Failure(description=str(e)) from e
+    context.log.info(summary.render())
+    if summary.jobs and not summary.trajectories:
+        raise dg.Failure(description=f"no sandbox trajectory was collected; first error: {(summary.errors or ['?'])[0]}",
+                         metadata={"errors": dg.MetadataValue.json(summary.errors[:50])})
+    query = (f'worldline query {corpus.root} "SELECT native_id, outcome, num_turns FROM trajectories '
+             f"WHERE source_format = 'sandbox' ORDER BY collected_at DESC LIMIT 50\"")
+    return dg.MaterializeResult(metadata={
+        "jobs": summary.jobs,
+        "trajectories": summary.trajectories,
+        "turns": summary.turns,
+        "quarantined": summary.quarantined,
+        "workers": summary.workers,
+        "seconds": round(time.monotonic() - t0, 3),
+        "turns_per_s": round(summary.turns / summary.seconds, 2) if summary.seconds else 0.0,
+        "outcomes": _md_table(["outcome", "trajectories"], sorted(summary.by_outcome.items())),
+        "perturbations": _md_table(["perturbation", "trajectories"], sorted(summary.by_perturbation.items())),
+        "domains": _md_table(["domain", "trajectories"], sorted(summary.by_domain.items())),
+        "errors": _md_table(["error"], [(e,) for e in summary.errors[:20]]),
+        "reaped_orphans": summary.reaped,
+        "see_more": dg.MetadataValue.text(query),
+        "corpus": dg.MetadataValue.path(str(corpus.root)),
+    })
+
+
+@dg.multi_asset_check(
+    specs=[dg.AssetCheckSpec(name, asset=sandbox_trajectories, description=(fn.__doc__ or name).strip().splitlines()[0])
+           for name, fn in SANDBOX_CONTRACTS.items()],
+)
+def sandbox_contract_checks(corpus: CorpusResource):
+    if not Corpus(corpus.root).exists():
+        for name in SANDBOX_CONTRACTS:
+            yield dg.AssetCheckResult(passed=False, check_name=name, asset_key=sandbox_trajectories.key,
+                                      metadata={"error": f"no corpus at {corpus.root}; materialize sandbox_trajectories first"})
+        return
+    for r in run_sandbox_contracts(corpus.root):
+        yield dg.AssetCheckResult(
+            passed=r.passed, check_name=r.name, asset_key=sandbox_trajectories.key, description=r.description,
+            metadata={k: dg.MetadataValue.json(v) if isinstance(v, list | dict) else v for k, v in r.metadata.items()},
+            severity=dg.AssetCheckSeverity.ERROR)
