@@ -10,7 +10,14 @@ DEMO    := build/demo
 UI_PORT ?= 3000
 ui: export DAGSTER_HOME ?= $(CURDIR)/.dagster_home
 
-setup: $(STAMP)
+NODE_STAMP := sandboxes/mcp-node/node_modules/.installed
+
+setup: $(STAMP) $(NODE_STAMP)
+
+# the reference MCP servers from npm (filesystem, everything), pinned by package-lock.json
+$(NODE_STAMP): sandboxes/mcp-node/package.json sandboxes/mcp-node/package-lock.json
+	cd sandboxes/mcp-node && npm ci --no-audit --no-fund
+	touch $(NODE_STAMP)
 
 # torch first, pinned: the CPU build comes from local disk; an open range would pull CUDA.
 $(STAMP): pyproject.toml
@@ -23,6 +30,7 @@ $(STAMP): pyproject.toml
 demo: setup
 	rm -rf $(DEMO)
 	$(BIN)/worldline ingest data/sample/corpus --out $(DEMO)/corpus || test $$? -eq 3
+	$(BIN)/worldline collect mcp sandboxes/mcp/*.yaml --out $(DEMO)/corpus --faults all --fault-rate 0.3 --seed 0 --call-timeout 3 || test $$? -eq 3
 	$(BIN)/worldline stats $(DEMO)/corpus
 	$(BIN)/worldline query $(DEMO)/corpus "SELECT domain, source_format, count(*) AS trajectories, sum(num_turns) AS turns FROM trajectories GROUP BY ALL ORDER BY ALL"
 	$(BIN)/worldline query $(DEMO)/corpus "SELECT exit_code, count(*) AS turns FROM turns WHERE exit_code IS NOT NULL GROUP BY ALL ORDER BY turns DESC LIMIT 5"

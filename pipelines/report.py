@@ -14,6 +14,7 @@ from pathlib import Path
 
 import duckdb
 
+from collectors.mcp_report import section_mcp
 from pipelines.query import connect
 from pipelines.store import Corpus
 
@@ -106,7 +107,7 @@ def section_errors(con: duckdb.DuckDBPyConnection) -> str:
     )
 
 
-SECTIONS: list[Callable[[duckdb.DuckDBPyConnection], str]] = [section_mix, section_lengths, section_errors]
+SECTIONS: list[Callable[[duckdb.DuckDBPyConnection], str]] = [section_mix, section_lengths, section_errors, section_mcp]
 
 _CSS = """body{font:14px system-ui,sans-serif;margin:2em auto;max-width:980px;color:#222}
 h1{font-size:22px}h2{margin-top:2em;border-bottom:1px solid #ddd}figure{margin:1em 0}

@@ -1,0 +1,22 @@
+"""Live collection from MCP servers: tool schemas, calls and responses, with fault injection.
+
+- `spec`: server specs (YAML): command, args, env, cwd, setup of a per-session world, sessions;
+- `wire`: server processes, the stdio transport (ours, see why there) and the SDK's HTTP one,
+  and the log of raw JSON-RPC;
+- `faults`: the seeded fault-injection proxy (an in-process transport wrapper);
+- `recorder`: one session → one `mcp` trajectory (`mcp-live`) + raw rows;
+- `raw`: the `mcp_raw` side table (zstd JSON lines per turn);
+- `collect`: many sessions into a corpus through `CollectionSink`;
+- `contracts`: data contracts over the recorded MCP data.
+
+Entry points: `worldline collect mcp` (collectors/mcp_cli.py), the Dagster asset
+`mcp_trajectories` (dagster_project/mcp_assets.py), `bench/mcp.py`.
+"""
+
+from collectors.mcp.collect import McpSummary, collect
+from collectors.mcp.faults import FAULTS, FaultConfig
+from collectors.mcp.recorder import SOURCE_FORMAT, SessionResult, record_session
+from collectors.mcp.spec import ServerSpec, SessionSpec, load_spec
+
+__all__ = ["FAULTS", "SOURCE_FORMAT", "FaultConfig", "McpSummary", "ServerSpec", "SessionResult", "SessionSpec",
+           "collect", "load_spec", "record_session"]

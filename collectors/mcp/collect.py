@@ -1,0 +1,252 @@
+"""Run many MCP sessions into a corpus: the core behind `worldline collect mcp` and the Dagster asset.
+
+Sessions run concurrently (`concurrency` at a time, each with its own server process); each one
+ends as a trajectory, committed through `CollectionSink` in small batches, and its raw JSON-RPC
+goes to the `mcp_raw` side table right after the batch holding its turns is committed. A session
+that fails (the server does not start, hangs, breaks the protocol, dies) is recorded with what it
+had and the run goes on.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+import orjson
+
+from collectors.mcp.faults import FaultConfig
+from collectors.mcp.raw import RawRow, RawWriter
+from collectors.mcp.recorder import COLLECTOR, COLLECTOR_VERSION, SessionRecorder, SessionResult, make_policy
+from collectors.mcp.spec import ServerSpec, SessionSpec, load_spec
+from collectors.policies import Action, ScriptedPolicy
+from pipelines.sink import CollectionSink
+
+# Outcomes that mean the session did not run as intended (an injected `server_crash` is intended).
+FAILED_OUTCOMES = ("setup_failed", "start_failed", "initialize_timeout", "initialize_failed", "listing_timeout", "invalid_jsonrpc",
+                   "server_died", "connection_closed", "policy_error", "error")
+
+
+@dataclass
+class Job:
+    spec: ServerSpec
+    session: SessionSpec
+    repetition: int = 0
+
+    @property
+    def key(self) -> str:
+        return f"{self.spec.name}/{self.session.name}#{self.repetition}"
+
+
+@dataclass
+class McpSummary:
+    """Counts of one collection run; `render()` is the one-screen summary."""
+
+    corpus: str
+    run_id: str
+    sessions: int = 0
+    turns: int = 0
+    seconds: float = 0.0
+    by_server: dict[str, Counter] = field(default_factory=dict)
+    outcomes: Counter = field(default_factory=Counter)
+    perturbations: Counter = field(default_factory=Counter)
+    failures: list[str] = field(default_factory=list)
+    pids: list[int] = field(default_factory=list)
+    trajectory_ids: list[str] = field(default_factory=list)
+    raw_files: int = 0
+    raw_bytes: int = 0
+    raw_zstd_bytes: int = 0
+    faults: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def failed(self) -> int:
+        return len(self.failures)
+
+    def add(self, key: str, server: str, r: SessionResult) -> None:
+        self.sessions += 1
+        self.turns += len(r.trajectory.turns)
+        c = self.by_server.setdefault(server, Counter())
+        c["sessions"] += 1
+        c["turns"] += len(r.trajectory.turns)
+        c["error_turns"] += sum(1 for t in r.trajectory.turns if t.is_error)
+        self.outcomes[r.outcome] += 1
+        for p in r.perturbations:
+            self.perturbations[p or "none"] += 1
+        if r.outcome in FAILED_OUTCOMES:
+            self.failures.append(f"{key}: {r.outcome}: {r.error}")
+        if r.pid is not None:
+            self.pids.append(r.pid)
+        self.trajectory_ids.append(r.trajectory.trajectory_id)
+
+    def render(self) -> str:
+        lines = [f"MCP collection {self.run_id} into {self.corpus}: {self.sessions} sessions, {self.turns} turns "
+                 f"in {self.seconds:.1f}s ({self.failed} failed)"]
+        width = max([14] + [len(s) for s in self.by_server])
+        for server, c in sorted(self.by_server.items()):
+            lines.append(f"  {server:<{width}} {c['sessions']:>4} sessions {c['turns']:>6} turns {c['error_turns']:>5} error turns")
+        lines.append("  outcomes:      " + ", ".join(f"{k} {v}" for k, v in sorted(self.outcomes.items())))
+        lines.append("  perturbations: " + ", ".join(f"{k} {v}" for k, v in sorted(self.perturbations.items())))
+        if self.faults.get("kinds"):
+            lines.append(f"  faults: {','.join(self.faults['kinds'])} at rate {self.faults['rate']} seed {self.faults['seed']}")
+        ratio = f" ({self.raw_bytes / self.raw_zstd_bytes:.1f}x)" if self.raw_zstd_bytes else ""
+        lines.append(f"  raw JSON-RPC:  {self.raw_bytes:,} bytes -> {self.raw_zstd_bytes:,} zstd{ratio} in {self.raw_files} "
+                     f"file(s) under side/mcp_raw")
+        for f in self.failures[:20]:
+            lines.append(f"  FAILED {f[:300]}")
+        if len(self.failures) > 20:
+            lines.append(f"  ... {len(self.failures) - 20} more failures")
+        return "\n".join(lines)
+
+
+def plan_jobs(specs: list[ServerSpec], repeat: int = 1, only: list[str] | None = None,
+              policy: str | None = None) -> list[Job]:
+    """One job per (spec, session, repetition); `policy` overrides each session's policy."""
+    jobs: list[Job] = []
+    for spec in specs:
+        for s in spec.sessions:
+            if only and s.name not in only and f"{spec.name}/{s.name}" not in only:
+                continue
+            if policy and policy != s.policy:
+                if policy == "scripted" and not s.steps:
+                    continue
+                s = SessionSpec(s.name, s.task, s.steps, policy, s.max_turns, s.repeat)
+            for r in range(s.repeat * repeat):
+                jobs.append(Job(spec, s, r))
+    return jobs
+
+
+async def probe_tools(spec: ServerSpec, run_id: str) -> list[dict]:
+    """Start the server once, list its tools, stop it (to match replays against them)."""
+    probe = SessionSpec("probe", "", steps=[], policy="scripted")
+    r = await SessionRecorder(spec, probe, ScriptedPolicy([]), faults=FaultConfig(), run_id=run_id).run()
+    if r.outcome != "completed":
+        raise RuntimeError(f"{spec.path}: cannot list tools for replay: {r.outcome}: {r.error}")
+    return orjson.loads(r.trajectory.action_space or "[]")
+
+
+def replay_sessions(corpus: Path | str, spec: ServerSpec, tools: list[dict], limit: int | None = None) -> list[SessionSpec]:
+    """Tool-call sequences from a corpus whose every tool exists on this server, as replay sessions.
+
+    Only turns with a structured `tool_name` count (imported traces of any format, or earlier MCP
+    recordings); a trajectory is taken only if all of its tool calls name tools the server offers
+    (`resources/read` and `prompts/get` count as offered). A recording of this same spec has its
+    workdir re-pointed at the new session's."""
+    from pipelines.query import run_query
+
+    names = {str(t.get("name")) for t in tools} | {"resources/read", "prompts/get"}
+    _, rows = run_query(corpus, """
+        SELECT u.trajectory_id, t.task, t.metadata, u.tool_name, u.tool_args, u.thought, u.action
+        FROM turns u JOIN trajectories t USING (trajectory_id)
+        WHERE u.kind = 'env' AND u.tool_name IS NOT NULL AND u.tool_name <> ''
+        ORDER BY t.collected_at NULLS LAST, u.trajectory_id, u.turn_index""")
+    grouped: dict[str, dict[str, Any]] = {}
+    for tid, task, meta, tool, args, thought, text in rows:
+        g = grouped.setdefault(tid, {"task": task, "meta": meta, "actions": [], "ok": True})
+        if tool not in names:
+            g["ok"] = False
+            continue
+        try:
+            a = orjson.loads(args) if args else {}
+        except orjson.JSONDecodeError:
+            g["ok"] = False
+            continue
+        g["actions"].append(Action(text=text or f"{tool}({args or '{}'})", tool_name=tool, tool_args=a, thought=thought))
+    out: list[SessionSpec] = []
+    for tid, g in grouped.items():
+        if not g["ok"] or not g["actions"]:
+            continue
+        meta = orjson.loads(g["meta"]) if g["meta"] else {}
+        workdir = meta.get("workdir") if isinstance(meta, dict) and meta.get("server") == spec.name else None
+        out.append(SessionSpec(f"replay-{tid[:12]}", g["task"] or "", None, "replay", len(g["actions"]),
+                               replay_of=tid, replay_actions=g["actions"], replay_workdir=workdir))
+        if limit is not None and len(out) >= limit:
+            break
+    return out
+
+
+def collect(spec_paths: list[Path | str | ServerSpec], out: Path | str, *, faults: FaultConfig | None = None, repeat: int = 1,
+            concurrency: int = 2, only: list[str] | None = None, policy: str | None = None,
+            openai: dict[str, Any] | None = None, replay_corpus: Path | str | None = None,
+            replay_limit: int | None = None, call_timeout_s: float | None = None, commit_every: int = 25,
+            echo: Callable[[str], None] | None = None) -> McpSummary:
+    """Record every session of every spec into the corpus at `out`."""
+    specs = [p if isinstance(p, ServerSpec) else load_spec(p) for p in spec_paths]
+    return anyio.run(lambda: _collect(specs, Path(out), faults or FaultConfig(), repeat, concurrency, only, policy,
+                                      openai or {}, replay_corpus, replay_limit, call_timeout_s, commit_every, echo))
+
+
+async def _collect(specs: list[ServerSpec], out: Path, faults: FaultConfig, repeat: int, concurrency: int,
+                   only: list[str] | None, policy: str | None, openai: dict[str, Any], replay_corpus: Path | str | None,
+                   replay_limit: int | None, call_timeout_s: float | None, commit_every: int,
+                   echo: Callable[[str], None] | None) -> McpSummary:
+    run_id = time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + "-" + uuid.uuid4().hex[:8]
+    t0 = time.perf_counter()
+    if replay_corpus is not None:
+        jobs = []
+        for spec in specs:
+            tools = await probe_tools(spec, run_id)
+            sessions = replay_sessions(replay_corpus, spec, tools, replay_limit)
+            if echo:
+                echo(f"{spec.name}: {len(sessions)} replayable trajectories in {replay_corpus}")
+            jobs += [Job(spec, s, r) for s in sessions for r in range(repeat)]
+    else:
+        jobs = plan_jobs(specs, repeat, only, policy)
+    summary = McpSummary(str(out), run_id, faults=faults.as_dict())
+    info = {"collector": "mcp", "faults": faults.as_dict(), "specs": [str(s.path) for s in specs]}
+    sink = CollectionSink(out, run_key=f"mcp:{run_id}", source=",".join(str(s.path) for s in specs),
+                          commit_every=commit_every, info=info)
+    raw = RawWriter(out, run_id)
+    pending_raw: list[RawRow] = []
+    lock = anyio.Lock()
+    limiter = anyio.CapacityLimiter(max(1, concurrency))
+    done = 0
+
+    def add(r: SessionResult) -> None:
+        nonlocal pending_raw
+        before = sink.stats.batches
+        sink.add(r.trajectory, COLLECTOR, COLLECTOR_VERSION)
+        pending_raw.extend(r.raw)
+        if sink.stats.batches != before:  # the batch holding these turns is committed
+            raw.add(pending_raw)
+            pending_raw = []
+            raw.flush()
+
+    async def worker(job: Job) -> None:
+        nonlocal done
+        async with limiter:
+            pol = make_policy(job.session, **openai)
+            r = await SessionRecorder(job.spec, job.session, pol, faults=faults, run_id=run_id,
+                                      repetition=job.repetition, call_timeout_s=call_timeout_s).run()
+        async with lock:
+            await anyio.to_thread.run_sync(add, r)
+            summary.add(job.key, job.spec.name, r)
+            done += 1
+            if echo:
+                faults_seen = sorted({p for p in r.perturbations if p})
+                extra = f" faults={','.join(faults_seen)}" if faults_seen else ""
+                err = f" error: {r.error[:200]}" if r.outcome in FAILED_OUTCOMES and r.error else ""
+                echo(f"[{done}/{len(jobs)}] {job.key}: {r.outcome}, {len(r.trajectory.turns)} turns, "
+                     f"{r.seconds:.1f}s{extra}{err}")
+
+    try:
+        async with anyio.create_task_group() as tg:
+            for job in jobs:
+                tg.start_soon(worker, job)
+    finally:
+        with anyio.CancelScope(shield=True):
+            await anyio.to_thread.run_sync(sink.flush)
+            raw.add(pending_raw)
+            await anyio.to_thread.run_sync(raw.flush)
+    summary.seconds = time.perf_counter() - t0
+    summary.raw_files, summary.raw_bytes, summary.raw_zstd_bytes = len(raw.files), raw.bytes_in, raw.bytes_out
+    return summary
+
+
+def stderr_echo(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)

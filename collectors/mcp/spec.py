@@ -1,0 +1,252 @@
+"""MCP server specs (YAML): how to start a server, prepare its world, and what sessions to run.
+
+A spec names the command, arguments, environment and working directory of one server, the setup
+that builds its per-session working directory (e.g. a git repository with fixed dates), the
+timeouts of the health check and the calls, and a list of sessions: scripted tool calls (with an
+optional forced fault per step), or tasks for an agent behind an OpenAI-compatible endpoint.
+
+Placeholders in strings: `{workdir}` (a fresh temporary directory per session, removed after it),
+`{venv_bin}` (the directory of the running Python), `{repo_root}`, `{spec_dir}`, `{port}` (a free
+TCP port, for HTTP servers). Anything else in braces is left alone (JSON in arguments is safe).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import json
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from collectors.mcp.faults import FAULTS
+from collectors.policies import Action
+from schemas.records import dumps
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+SPECS_DIR = REPO_ROOT / "sandboxes" / "mcp"
+_PLACEHOLDER = re.compile(r"\{(workdir|venv_bin|repo_root|spec_dir|port)\}")
+
+_SPEC_KEYS = {"name", "description", "transport", "command", "args", "env", "cwd", "url", "setup",
+              "timeouts", "sessions", "package", "install_hint", "strict_jsonrpc", "license"}
+_SESSION_KEYS = {"name", "task", "steps", "policy", "max_turns", "repeat"}
+_STEP_KEYS = {"tool", "args", "resource", "prompt", "fault", "thought"}
+_TIMEOUT_KEYS = {"start_s", "initialize_s", "call_s", "stop_grace_s"}
+# The environment a server inherits (like the SDK's default), plus the spec's `env`.
+_INHERITED_ENV = ("HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER", "LANG", "LC_ALL", "TMPDIR")
+
+
+class SpecError(ValueError):
+    """A spec that cannot be used; the message names the file and the key."""
+
+
+@dataclass
+class Timeouts:
+    start_s: float = 15.0  # HTTP servers: until the port accepts connections
+    initialize_s: float = 15.0  # the health check: `initialize` must answer within this
+    call_s: float = 30.0  # each request after that
+    stop_grace_s: float = 1.0  # after closing stdin, before SIGTERM
+
+
+@dataclass
+class StepSpec:
+    """One scripted action; `fault` forces that fault on its response."""
+
+    kind: str  # tool | resource | prompt
+    name: str  # tool or prompt name, or resource URI
+    args: dict[str, Any] = field(default_factory=dict)
+    fault: str | None = None
+    thought: str | None = None
+
+    def action(self, values: dict[str, str]) -> Action:
+        args = expand(self.args, values)
+        if self.kind == "resource":
+            uri = expand(self.name, values)
+            return Action(text=f"resources/read({dumps({'uri': uri})})", tool_name="resources/read",
+                          tool_args={"uri": uri}, thought=self.thought)
+        if self.kind == "prompt":
+            a = {"name": self.name, "arguments": args}
+            return Action(text=f"prompts/get({dumps(a)})", tool_name="prompts/get", tool_args=a, thought=self.thought)
+        return Action(text=f"{self.name}({dumps(args)})", tool_name=self.name, tool_args=args, thought=self.thought)
+
+
+@dataclass
+class SessionSpec:
+    name: str
+    task: str
+    steps: list[StepSpec] | None = None
+    policy: str = "scripted"  # scripted | openai | replay
+    max_turns: int = 20
+    repeat: int = 1
+    replay_of: str | None = None  # the trajectory a replay session re-executes
+    replay_actions: list[Action] | None = None
+    replay_workdir: str | None = None  # the recorded session's workdir, re-pointed at the new one
+
+
+@dataclass
+class ServerSpec:
+    name: str
+    path: Path
+    transport: str
+    command: str | None
+    args: list[str]
+    env: dict[str, str]
+    cwd: str | None
+    url: str | None
+    setup: list[Any]
+    timeouts: Timeouts
+    sessions: list[SessionSpec]
+    description: str = ""
+    package: dict[str, str] = field(default_factory=dict)
+    install_hint: str | None = None
+    strict_jsonrpc: bool = True
+    license: str | None = None
+    sha256: str = ""
+
+    def values(self, workdir: str, port: int | None = None) -> dict[str, str]:
+        v = {"workdir": workdir, "venv_bin": str(Path(sys.executable).parent), "repo_root": str(REPO_ROOT),
+             "spec_dir": str(self.path.parent)}
+        if port is not None:
+            v["port"] = str(port)
+        return v
+
+    def server_env(self, values: dict[str, str]) -> dict[str, str]:
+        env = {k: os.environ[k] for k in _INHERITED_ENV if k in os.environ}
+        env.update({k: str(expand(v, values)) for k, v in self.env.items()})
+        return env
+
+    def package_version(self) -> str | None:
+        """`name==version` of the server package, for the environment fingerprint."""
+        if "pypi" in self.package:
+            try:
+                return f"{self.package['pypi']}=={importlib.metadata.version(self.package['pypi'])}"
+            except importlib.metadata.PackageNotFoundError:
+                return f"{self.package['pypi']} (not installed)"
+        if "npm" in self.package:
+            root = Path(expand(self.package.get("dir", "{repo_root}/sandboxes/mcp-node"), self.values("")))
+            pj = root / "node_modules" / self.package["npm"] / "package.json"
+            try:
+                return f"{self.package['npm']}@{json.loads(pj.read_text())['version']}"
+            except (OSError, ValueError, KeyError):
+                return f"{self.package['npm']} (not installed)"
+        return None
+
+
+def expand(value: Any, values: dict[str, str]) -> Any:
+    """Replace the known placeholders in every string inside `value`."""
+    if isinstance(value, str):
+        return _PLACEHOLDER.sub(lambda m: values.get(m.group(1), m.group(0)), value)
+    if isinstance(value, list):
+        return [expand(v, values) for v in value]
+    if isinstance(value, dict):
+        return {k: expand(v, values) for k, v in value.items()}
+    return value
+
+
+def _check_keys(where: str, obj: Any, allowed: set[str]) -> dict:
+    if not isinstance(obj, dict):
+        raise SpecError(f"{where}: expected a mapping, got {type(obj).__name__}")
+    unknown = set(obj) - allowed
+    if unknown:
+        raise SpecError(f"{where}: unknown keys {sorted(unknown)}; known: {sorted(allowed)}")
+    return obj
+
+
+def _step(where: str, raw: Any) -> StepSpec:
+    d = _check_keys(where, raw, _STEP_KEYS)
+    kinds = [k for k in ("tool", "resource", "prompt") if k in d]
+    if len(kinds) != 1:
+        raise SpecError(f"{where}: a step needs exactly one of tool, resource, prompt (got {kinds or 'none'})")
+    fault = d.get("fault")
+    if fault is not None and fault not in FAULTS:
+        raise SpecError(f"{where}: unknown fault {fault!r}; known: {sorted(FAULTS)}")
+    if fault is not None and kinds[0] != "tool":
+        raise SpecError(f"{where}: faults apply to tool calls only")
+    args = d.get("args") or {}
+    if not isinstance(args, dict):
+        raise SpecError(f"{where}: args must be a mapping")
+    return StepSpec(kinds[0], str(d[kinds[0]]), args, fault, d.get("thought"))
+
+
+def load_spec(path: Path | str) -> ServerSpec:
+    """Read and check a spec; errors name the file and the offending key."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{path}: no such MCP server spec") from None
+    try:
+        d = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise SpecError(f"{path}: not valid YAML ({e})") from e
+    d = _check_keys(str(path), d, _SPEC_KEYS)
+    if not d.get("name"):
+        raise SpecError(f"{path}: `name` is required")
+    transport = d.get("transport", "stdio")
+    if transport not in ("stdio", "http"):
+        raise SpecError(f"{path}: transport {transport!r} is not stdio or http")
+    if transport == "stdio" and not d.get("command"):
+        raise SpecError(f"{path}: a stdio server needs `command`")
+    if transport == "http" and not d.get("url"):
+        raise SpecError(f"{path}: an http server needs `url` (and `command` to start it locally)")
+    t = _check_keys(f"{path}: timeouts", d.get("timeouts") or {}, _TIMEOUT_KEYS)
+    sessions = []
+    for i, s in enumerate(d.get("sessions") or []):
+        where = f"{path}: sessions[{i}]"
+        s = _check_keys(where, s, _SESSION_KEYS)
+        steps = [_step(f"{where}.steps[{j}]", st) for j, st in enumerate(s["steps"])] if "steps" in s else None
+        policy = s.get("policy", "scripted" if steps is not None else "openai")
+        if policy not in ("scripted", "openai"):
+            raise SpecError(f"{where}: policy {policy!r} is not scripted or openai")
+        if policy == "scripted" and not steps:
+            raise SpecError(f"{where}: a scripted session needs `steps`")
+        sessions.append(SessionSpec(str(s.get("name", f"session-{i}")), str(s.get("task", "")), steps, policy,
+                                    int(s.get("max_turns", 20)), int(s.get("repeat", 1))))
+    names = [s.name for s in sessions]
+    if len(set(names)) != len(names):
+        raise SpecError(f"{path}: session names repeat: {sorted({n for n in names if names.count(n) > 1})}")
+    return ServerSpec(
+        name=str(d["name"]), path=path.resolve(), transport=transport, command=d.get("command"),
+        args=[str(a) for a in d.get("args") or []], env={str(k): str(v) for k, v in (d.get("env") or {}).items()},
+        cwd=d.get("cwd"), url=d.get("url"), setup=list(d.get("setup") or []),
+        timeouts=Timeouts(**{k: float(v) for k, v in t.items()}), sessions=sessions,
+        description=str(d.get("description", "")), package=dict(d.get("package") or {}),
+        install_hint=d.get("install_hint"), strict_jsonrpc=bool(d.get("strict_jsonrpc", True)),
+        license=d.get("license"), sha256=hashlib.sha256(text.encode()).hexdigest(),
+    )
+
+
+def run_setup(spec: ServerSpec, values: dict[str, str], env: dict[str, str]) -> None:
+    """Build the session's world in `{workdir}`: argv lists run there; `{write: {path, text}}` writes a file.
+
+    Raises `SpecError` naming the step and showing the command's output."""
+    workdir = Path(values["workdir"])
+    for i, step in enumerate(spec.setup):
+        step = expand(step, values)
+        where = f"{spec.path}: setup[{i}]"
+        if isinstance(step, dict) and set(step) == {"write"}:
+            w = step["write"]
+            target = workdir / w["path"]
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(w.get("text", ""))
+        elif isinstance(step, list) and step:
+            try:
+                r = subprocess.run([str(a) for a in step], cwd=workdir, env={**os.environ, **env},
+                                   capture_output=True, text=True, timeout=60)
+            except (OSError, subprocess.TimeoutExpired) as e:
+                raise SpecError(f"{where}: {step} failed: {e}") from e
+            if r.returncode != 0:
+                raise SpecError(f"{where}: {step} exited with {r.returncode}: {(r.stderr or r.stdout).strip()[:500]}")
+        else:
+            raise SpecError(f"{where}: expected a command list or {{write: {{path, text}}}}, got {step!r}")
+
+
+def default_specs() -> list[Path]:
+    """The specs shipped in `sandboxes/mcp/`."""
+    return sorted(SPECS_DIR.glob("*.yaml"))

@@ -1,0 +1,209 @@
+"""Failure handling: servers that do not start, hang in initialize, write invalid JSON-RPC, die, or
+ignore SIGTERM; each gets a clear error, an error turn, and the run goes on with the other sessions."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import orjson
+import pytest
+
+from collectors.mcp.collect import collect
+from collectors.mcp.raw import read_raw
+from collectors.mcp.spec import SpecError, load_spec
+from pipelines.cli import main as cli_main
+from tests.collectors.mcp_support import DATA, SPECS, alive, obs, require_servers, sessions
+
+MODES = ["ok", "exit", "hang", "garbage", "garbage-after-init", "die-after-init", "stubborn"]
+
+
+def _spec(d: Path, mode: str) -> Path:
+    p = d / f"bad-{mode}.yaml"
+    p.write_text(f"""name: bad-{mode}
+command: "{sys.executable}"
+args: ["{DATA / 'bad_server.py'}", "--mode", "{mode}", "--pidfile", "{d}/{mode}.pids"]
+timeouts: {{initialize_s: 2, call_s: 5, stop_grace_s: 0.3}}
+sessions:
+  - name: s
+    task: echo twice
+    steps:
+      - {{tool: echo, args: {{text: one}}}}
+      - {{tool: echo, args: {{text: two}}}}
+""")
+    return p
+
+
+@pytest.fixture(scope="module")
+def failed(tmp_path_factory: pytest.TempPathFactory):
+    require_servers()
+    d = tmp_path_factory.mktemp("bad")
+    specs = [_spec(d, m) for m in MODES]
+    (d / "missing.yaml").write_text("""name: missing
+command: /nonexistent/bin/mcp-server-nothing
+install_hint: "pip install mcp-server-nothing"
+sessions: [{name: s, task: t, steps: [{tool: echo}]}]
+""")
+    (d / "http-exits.yaml").write_text(f"""name: http-exits
+transport: http
+command: "{sys.executable}"
+args: ["-c", "import sys; print('port in use', file=sys.stderr); sys.exit(4)"]
+url: "http://127.0.0.1:{{port}}/mcp"
+sessions: [{{name: s, task: t, steps: [{{tool: echo}}]}}]
+""")
+    (d / "bad-setup.yaml").write_text("""name: bad-setup
+command: /bin/true
+setup: [[git, -C, does-not-exist, status]]
+sessions: [{name: s, task: t, steps: [{tool: echo}]}]
+""")
+    specs += [d / "missing.yaml", d / "http-exits.yaml", d / "bad-setup.yaml", SPECS / "filesystem.yaml"]
+    out = d / "corpus"
+    lines: list[str] = []
+    summary = collect(specs, out, only=["s", "explore"], concurrency=3, echo=lines.append)
+    return d, out, summary, sessions(out), lines
+
+
+def test_every_session_is_recorded_and_the_run_goes_on(failed) -> None:
+    _, _, summary, s, lines = failed
+    assert {k: t["outcome"] for k, t in s.items()} == {
+        "bad-ok/s#0": "completed", "bad-exit/s#0": "server_died", "bad-hang/s#0": "initialize_timeout",
+        "bad-garbage/s#0": "invalid_jsonrpc", "bad-garbage-after-init/s#0": "invalid_jsonrpc",
+        "bad-die-after-init/s#0": "server_died", "bad-stubborn/s#0": "completed", "missing/s#0": "start_failed",
+        "http-exits/s#0": "start_failed", "bad-setup/s#0": "setup_failed", "filesystem/explore#0": "completed"}
+    assert (summary.sessions, summary.failed) == (11, 8)
+    assert [u["observation"] for u in s["bad-ok/s#0"]["turns"]] == [
+        '{"content":[{"text":"one","type":"text"}],"isError":false}', '{"content":[{"text":"two","type":"text"}],"isError":false}']
+    assert len(s["filesystem/explore#0"]["turns"]) == 4
+    assert len(lines) == 11 and all(line.startswith("[") for line in lines)
+
+
+def test_failures_have_clear_errors_and_an_error_turn(failed) -> None:
+    d, out, _, s, _ = failed
+    err = {k: t["metadata"]["error"] for k, t in s.items()}
+    assert err["missing/s#0"] == ("missing.yaml (missing): cannot start server: '/nonexistent/bin/mcp-server-nothing' "
+                                  "not found (pip install mcp-server-nothing)")
+    assert err["bad-exit/s#0"] == ("bad-exit.yaml (bad-exit): server exited with code 3 during initialize; "
+                                   "server stderr: bad_server: configuration file missing")
+    assert s["bad-exit/s#0"]["metadata"]["server_stderr_tail"] == "bad_server: configuration file missing\n"
+    assert "server_stderr_tail" not in s["bad-ok/s#0"]["metadata"]
+    assert err["bad-hang/s#0"].startswith("bad-hang.yaml (bad-hang): no answer to initialize within 2s (server pid ")
+    assert err["bad-hang/s#0"].endswith("still running: True)")
+    assert err["bad-garbage/s#0"].startswith("bad-garbage.yaml (bad-garbage): server sent invalid JSON-RPC during "
+                                             "initialize: invalid JSON-RPC (")
+    assert err["bad-garbage-after-init/s#0"].startswith(
+        "bad-garbage-after-init.yaml (bad-garbage-after-init): server sent invalid JSON-RPC during tools/call echo: ")
+    assert err["bad-die-after-init/s#0"] == ("bad-die-after-init.yaml (bad-die-after-init): server exited with code 7 "
+                                             "during tools/call echo; server stderr: bad_server: segmentation fault (simulated)")
+    assert err["http-exits/s#0"].startswith("http-exits.yaml (http-exits): server exited before listening on 127.0.0.1:")
+    assert err["http-exits/s#0"].endswith("; server stderr: port in use")
+    assert err["bad-setup/s#0"].startswith(f"{d}/bad-setup.yaml: setup[0]: ['git', '-C', 'does-not-exist', 'status'] exited with 128")
+    # a failure before any action is one error turn naming the stage
+    for key, stage in (("missing/s#0", "initialize"), ("bad-hang/s#0", "initialize"), ("bad-exit/s#0", "initialize"),
+                       ("bad-setup/s#0", "setup")):
+        [turn] = s[key]["turns"]
+        assert (turn["action"], turn["observation_kind"], turn["is_error"]) == (stage, "error", True)
+        assert obs(turn) == {"error": {"message": err[key], "stage": stage}}
+        assert turn["metadata"]["harness_error"] == s[key]["outcome"]
+    # invalid JSON-RPC: the observation is what the server actually wrote
+    assert [u["observation"] for u in s["bad-garbage/s#0"]["turns"]] == [
+        "Traceback (most recent call last): oops, this is not JSON-RPC"]
+    [bad_call] = s["bad-garbage-after-init/s#0"]["turns"]
+    assert (bad_call["action"], bad_call["observation"], bad_call["is_error"]) == (
+        'echo({"text":"one"})', "DEBUG: handling call {not json", True)
+    assert bad_call["metadata"]["protocol_violation"].endswith("DEBUG: handling call {not json")
+    raw = read_raw(out, s["bad-garbage-after-init/s#0"]["trajectory_id"], 0)
+    assert [(m["dir"], m["raw"]) for m in raw][-1] == ("s2c", "DEBUG: handling call {not json")
+    assert raw[-1]["note"].startswith("invalid JSON-RPC (")
+    # a server dying mid-session: what came before is kept, then the error turn
+    [died] = s["bad-die-after-init/s#0"]["turns"]
+    assert died["observation"] == '{"error":{"code":-32000,"message":"Connection closed"}}'
+    assert (died["metadata"]["server_exit_code"], died["metadata"]["server_stderr_tail"]) == (
+        7, "bad_server: segmentation fault (simulated)\n")
+    assert s["bad-die-after-init/s#0"]["action_space"] == [{"name": "echo", "description": "Echo the text back",
+        "inputSchema": {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}}]
+
+
+def test_no_process_survives_even_a_stubborn_server(failed) -> None:
+    d, _, summary, s, _ = failed
+    assert [p for p in summary.pids if alive(p)] == []
+    server_pid, child_pid = (int(x) for x in (d / "stubborn.pids").read_text().split())
+    assert s["bad-stubborn/s#0"]["metadata"]["server_pid"] == server_pid
+    assert (alive(server_pid), alive(child_pid)) == (False, False)
+    assert s["bad-stubborn/s#0"]["metadata"]["server_exit_code"] == -9  # SIGTERM ignored: SIGKILLed
+    assert s["bad-ok/s#0"]["metadata"]["server_exit_code"] == 0  # exited on stdin EOF, as the spec asks
+
+
+def test_cli_exit_code_when_sessions_fail(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    rc = cli_main(["collect", "mcp", str(_spec(tmp_path, "exit")), str(_spec(tmp_path, "ok")), "--out", str(tmp_path / "c"), "--quiet"])
+    assert rc == 3
+    out = capsys.readouterr().out
+    assert "2 sessions, 3 turns" in out and "(1 failed)" in out
+    assert "FAILED bad-exit/s#0: server_died: bad-exit.yaml (bad-exit): server exited with code 3 during initialize" in out
+
+
+def test_spec_errors_name_the_file_and_key(tmp_path: Path) -> None:
+    cases = {
+        "name: x\ncommand: y\nsesions: []\n": r"x.yaml: unknown keys \['sesions'\]",
+        "name: x\nsessions: []\n": "a stdio server needs `command`",
+        "name: x\ntransport: http\ncommand: y\n": "an http server needs `url`",
+        "name: x\ncommand: y\nsessions: [{name: s, steps: [{tool: a, fault: slow}]}]\n": r"sessions\[0\].steps\[0\]: unknown fault 'slow'",
+        "name: x\ncommand: y\nsessions: [{name: s, steps: [{tool: a, prompt: b}]}]\n": "exactly one of tool, resource, prompt",
+        "name: x\ncommand: y\nsessions: [{name: s, steps: [{tool: a}]}, {name: s, steps: [{tool: b}]}]\n": "session names repeat",
+        "name: x\ncommand: y\ntimeouts: {call: 3}\n": r"timeouts: unknown keys \['call'\]",
+    }
+    for text, message in cases.items():
+        p = tmp_path / "x.yaml"
+        p.write_text(text)
+        with pytest.raises(SpecError, match=message):
+            load_spec(p)
+    with pytest.raises(FileNotFoundError, match="no such MCP server spec"):
+        load_spec(tmp_path / "none.yaml")
+    assert cli_main(["collect", "mcp", str(tmp_path / "none.yaml"), "--out", str(tmp_path / "c")]) == 1
+
+
+def test_shipped_specs_load() -> None:
+    specs = {p.name: load_spec(p) for p in sorted(SPECS.glob("*.yaml"))}
+    assert {n: (s.name, s.transport, [x.name for x in s.sessions]) for n, s in specs.items()} == {
+        "everything-http.yaml": ("everything", "http", ["tools", "resources-and-prompts"]),
+        "filesystem.yaml": ("filesystem", "stdio", ["explore", "edit", "outside-and-missing"]),
+        "git.yaml": ("git", "stdio", ["inspect", "commit-notes", "branch-work"]),
+        "time.yaml": ("time", "stdio", ["convert", "now-and-bad-zone"]),
+    }
+    assert orjson.loads(orjson.dumps(specs["git.yaml"].env))["GIT_AUTHOR_DATE"] == "1768471200 +0000"
+
+
+def test_http_server_dying_mid_session(tmp_path: Path) -> None:
+    """Killed from outside (not by the fault proxy): the HTTP client's connection error becomes
+    `server_died`, after the turn that succeeded."""
+    import dataclasses
+    import os
+    import signal
+    import time
+
+    import anyio
+
+    from collectors.mcp.faults import FaultConfig
+    from collectors.mcp.recorder import SessionRecorder
+    from collectors.mcp.spec import SessionSpec, StepSpec
+    from collectors.policies import ScriptedPolicy
+
+    require_servers()
+    spec = dataclasses.replace(load_spec(SPECS / "everything-http.yaml"), sessions=[])
+    session = SessionSpec("dies", "echo three times", [StepSpec("tool", "echo", {"message": "x"}) for _ in range(3)])
+
+    class KillAfterFirst(ScriptedPolicy):
+        def next_action(self, history):
+            if len(history) == 1:
+                os.killpg(rec.proc.pid, signal.SIGKILL)
+                time.sleep(0.3)
+            return super().next_action(history)
+
+    rec = SessionRecorder(spec, session, KillAfterFirst([s.action({}) for s in session.steps]), faults=FaultConfig(),
+                          run_id="t", call_timeout_s=5)
+    r = anyio.run(rec.run)
+    assert r.outcome == "server_died"
+    assert r.error.startswith('everything-http.yaml (everything): server exited with code -9 during echo({"message":"x"}) (')
+    ok, died = r.trajectory.turns
+    assert (ok.observation, ok.is_error) == ('{"content":[{"text":"Echo: x","type":"text"}]}', False)
+    assert (died.action, died.is_error, died.observation_kind) == ('echo({"message":"x"})', True, "error")
+    assert not alive(r.pid)
