@@ -66,7 +66,7 @@ def ingested_traces(context: dg.AssetExecutionContext, corpus: CorpusResource) -
 
 
 @dg.asset(
-    deps=[ingested_traces, "mcp_trajectories"],
+    deps=[ingested_traces, "mcp_trajectories", "sandbox_trajectories"],
     group_name="reporting",
     kinds={"html", "duckdb"},
     description="The self-contained HTML corpus report (`worldline report`).",

@@ -8,13 +8,14 @@ from dagster_project.assets import corpus_report, ingested_traces
 from dagster_project.checks import corpus_contracts
 from dagster_project.mcp_assets import McpServersResource, mcp_contract_checks, mcp_trajectories
 from dagster_project.resources import build_resources
+from dagster_project.sandbox_assets import SandboxPoolResource, sandbox_contract_checks, sandbox_trajectories
 from dagster_project.sensors import daily_ingest, inbox_sensor, ingest_job
 
 defs = dg.Definitions(
-    assets=[ingested_traces, corpus_report, mcp_trajectories],
-    asset_checks=[corpus_contracts, mcp_contract_checks],
+    assets=[ingested_traces, corpus_report, mcp_trajectories, sandbox_trajectories],
+    asset_checks=[corpus_contracts, mcp_contract_checks, sandbox_contract_checks],
     jobs=[ingest_job],
     sensors=[inbox_sensor],
     schedules=[daily_ingest],
-    resources={**build_resources(), "mcp_servers": McpServersResource()},
+    resources={**build_resources(), "mcp_servers": McpServersResource(), "sandbox_pool": SandboxPoolResource()},
 )

@@ -8,7 +8,9 @@ resource `"sandbox_pool": SandboxPoolResource()`.
 
 
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import dagster as dg
 
@@ -16,6 +18,9 @@ from dagster_project.assets import COLLECTION_RETRY, _md_table
 from dagster_project.resources import CorpusResource
 from pipelines.store import Corpus
 from sandboxes.contracts import SANDBOX_CONTRACTS, run_sandbox_contracts
+
+if TYPE_CHECKING:  # the sandbox core (docker SDK) is imported when the asset runs, not at load
+    from sandboxes.collect import CollectSummary, Job
 
 
 class SandboxPoolResource(dg.ConfigurableResource):
@@ -32,7 +37,7 @@ class SandboxPoolResource(dg.ConfigurableResource):
     seed: int = 0
     fresh: bool = False
 
-    def jobs(self) -> list:
+    def jobs(self) -> list["Job"]:
         from sandboxes.collect import Job
         from sandboxes.perturb import parse_list
         from sandboxes.tasks import TASKS_DIR, load_many
@@ -43,7 +48,7 @@ class SandboxPoolResource(dg.ConfigurableResource):
         variants = ([None] if self.baseline else []) + parse_list(self.perturbations)
         return [Job(t, p) for t in tasks for p in variants]
 
-    def collect(self, corpus_root: str | Path, log=None):
+    def collect(self, corpus_root: str | Path, log: Callable[[str], None] | None = None) -> "CollectSummary":
         from sandboxes.collect import collect
 
         return collect(self.jobs(), corpus_root, workers=self.workers, seed=self.seed, fresh=self.fresh,
@@ -94,7 +99,7 @@ def sandbox_trajectories(context: dg.AssetExecutionContext, corpus: CorpusResour
     specs=[dg.AssetCheckSpec(name, asset=sandbox_trajectories, description=(fn.__doc__ or name).strip().splitlines()[0])
            for name, fn in SANDBOX_CONTRACTS.items()],
 )
-def sandbox_contract_checks(corpus: CorpusResource):
+def sandbox_contract_checks(corpus: CorpusResource) -> Iterator[dg.AssetCheckResult]:
     if not Corpus(corpus.root).exists():
         for name in SANDBOX_CONTRACTS:
             yield dg.AssetCheckResult(passed=False, check_name=name, asset_key=sandbox_trajectories.key,

@@ -17,6 +17,7 @@ import duckdb
 from collectors.mcp_report import section_mcp
 from pipelines.query import connect
 from pipelines.store import Corpus
+from sandboxes.report import section_sandbox
 
 PALETTE = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7"]
 
@@ -107,7 +108,7 @@ def section_errors(con: duckdb.DuckDBPyConnection) -> str:
     )
 
 
-SECTIONS: list[Callable[[duckdb.DuckDBPyConnection], str]] = [section_mix, section_lengths, section_errors, section_mcp]
+SECTIONS: list[Callable[[duckdb.DuckDBPyConnection], str]] = [section_mix, section_lengths, section_errors, section_mcp, section_sandbox]
 
 _CSS = """body{font:14px system-ui,sans-serif;margin:2em auto;max-width:980px;color:#222}
 h1{font-size:22px}h2{margin-top:2em;border-bottom:1px solid #ddd}figure{margin:1em 0}

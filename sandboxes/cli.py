@@ -1,0 +1,179 @@
+"""`worldline sandbox build|list|reap` and `worldline collect sandbox`: thin calls into the core."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from sandboxes.engine import EngineUnavailable
+
+if TYPE_CHECKING:
+    from sandboxes.tasks import TaskSpec
+
+EXIT_ENGINE = 4  # no Docker engine answers (the message says how to start one)
+
+
+def _echo(m: str) -> None:
+    print(m, file=sys.stderr)
+
+
+def _cmd_build(a: argparse.Namespace) -> int:
+    from sandboxes.images import build, recipe_names
+
+    names = a.images or recipe_names()
+    done: dict[str, object] = {}
+    for n in names:
+        for r in build(n, force=a.force and n in names and n not in done, echo=_echo):
+            if r.name not in done:
+                done[r.name] = r
+                state = "cached" if r.cached else f"built in {r.seconds:.1f}s"
+                print(f"{r.name:10s} {r.tag:36s} {r.image_id[:19]}  {state}")
+    return 0
+
+
+def _cmd_list(a: argparse.Namespace) -> int:
+    from sandboxes.engine import client
+    from sandboxes.images import list_images
+    from sandboxes.reaper import LABEL
+
+    print(f"{'image':10s} {'tag':36s} {'built':5s} {'id':19s} {'MB':>7s}  created")
+    for r in list_images():
+        print(f"{r.name:10s} {r.tag:36s} {'yes' if r.built else 'no':5s} {(r.image_id or '-')[:19]:19s} "
+              f"{r.size_mb if r.size_mb is not None else '-':>7}  {r.created or '-'}")
+    running = client().api.containers(all=True, filters={"label": LABEL})
+    print(f"sandbox containers now: {len(running)}")
+    for c in running:
+        lab = c.get("Labels") or {}
+        print(f"  {(c.get('Names') or ['?'])[0].lstrip('/')}  {c.get('State')}  pid={lab.get('worldline.pid')} "
+              f"session={lab.get('worldline.session')}")
+    return 0
+
+
+def _cmd_reap(a: argparse.Namespace) -> int:
+    from sandboxes.reaper import reap_orphans
+
+    rep = reap_orphans()
+    print(f"removed {len(rep.containers)} orphaned containers, {len(rep.networks)} networks and {len(rep.volumes)} volumes")
+    for n in rep.containers:
+        print(f"  {n}")
+    return 0
+
+
+def _cmd_tasks(a: argparse.Namespace) -> int:
+    from sandboxes.tasks import TASKS_DIR, load_many
+
+    tasks = load_many(a.specs or [TASKS_DIR])
+    for t in tasks:
+        print(f"{t.id:26s} {t.domain:8s} {t.image:9s} {len(t.actions):2d} actions {len(t.checks):2d} checks  {t.path.name}")
+    print(f"({len(tasks)} tasks)")
+    return 0
+
+
+def _cmd_collect(a: argparse.Namespace) -> int:
+    from sandboxes.collect import Job, collect
+    from sandboxes.perturb import parse_list
+    from sandboxes.tasks import load_many
+
+    tasks = load_many(a.specs)
+    if a.only:
+        wanted = set(a.only.split(","))
+        missing = wanted - {t.id for t in tasks}
+        if missing:
+            raise ValueError(f"--only: no such task ids {sorted(missing)}")
+        tasks = [t for t in tasks if t.id in wanted]
+    perts = parse_list(a.perturb or [])
+    variants: list = ([] if a.no_baseline else [None]) + perts
+    if not variants:
+        raise ValueError("--no-baseline needs at least one --perturb")
+    factory = None
+    if a.policy == "openai":
+        from collectors.policies import OpenAIChatPolicy
+
+        def factory(task: TaskSpec) -> OpenAIChatPolicy:
+            return OpenAIChatPolicy(base_url=a.base_url, model=a.model, max_turns=a.max_turns)
+        factory(tasks[0])  # fail now (not in a worker) when the endpoint settings are missing
+    jobs = [Job(t, p, policy_factory=factory) for t in tasks for p in variants]
+    summary = collect(jobs, a.out, workers=a.workers, seed=a.seed, fresh=a.fresh,
+                      echo=(lambda m: None) if a.quiet else _echo)
+    print(summary.render())
+    if summary.interrupted:
+        return 130
+    return 3 if summary.quarantined else 0
+
+
+def _cmd_replay(a: argparse.Namespace) -> int:
+    from sandboxes.collect import collect
+    from sandboxes.replay import replay_jobs
+
+    jobs, _ = replay_jobs(a.paths, limit=a.limit)
+    if not jobs:
+        raise ValueError(f"no replayable shell actions in {', '.join(map(str, a.paths))}")
+    summary = collect(jobs, a.out, workers=a.workers, fresh=a.fresh, echo=(lambda m: None) if a.quiet else _echo)
+    print(summary.render())
+    if summary.interrupted:
+        return 130
+    return 3 if summary.quarantined else 0
+
+
+def _guard(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """EngineUnavailable becomes exit 4 with its how-to-start message (not a traceback)."""
+    def run(a: argparse.Namespace) -> int:
+        try:
+            return fn(a)
+        except EngineUnavailable as e:
+            print(f"worldline: error: {e}", file=sys.stderr)
+            return EXIT_ENGINE
+    return run
+
+
+def register(subparsers: argparse._SubParsersAction, collect_subparsers: argparse._SubParsersAction) -> None:
+    from sandboxes.perturb import PERTURBATIONS
+    from sandboxes.tasks import TASKS_DIR
+
+    sb = subparsers.add_parser("sandbox", help="Docker sandbox images and containers")
+    sub = sb.add_subparsers(dest="sandbox_command", required=True)
+    s = sub.add_parser("build", help="build sandbox images (cached by a hash of their recipe)")
+    s.add_argument("images", nargs="*", help="recipe names (default: all)")
+    s.add_argument("--force", action="store_true", help="rebuild the named images even if their tag exists")
+    s.set_defaults(func=_guard(_cmd_build))
+    s = sub.add_parser("list", help="recipes, their tags, whether built; live sandbox containers")
+    s.set_defaults(func=_guard(_cmd_list))
+    s = sub.add_parser("reap", help="remove containers and volumes of collectors that are gone")
+    s.set_defaults(func=_guard(_cmd_reap))
+    s = sub.add_parser("tasks", help="validate and list task specs")
+    s.add_argument("specs", nargs="*", type=Path, help=f"YAML files or directories (default: {TASKS_DIR})")
+    s.set_defaults(func=_cmd_tasks)
+
+    c = collect_subparsers.add_parser("sandbox", help="run task specs in Docker sandboxes and record trajectories",
+                                      description="Perturbations: " + ", ".join(PERTURBATIONS) +
+                                      ". Each task runs once unperturbed and once per --perturb.")
+    c.add_argument("specs", nargs="+", type=Path, help="task spec YAML files or directories")
+    c.add_argument("--out", required=True, type=Path, help="corpus directory (created if missing)")
+    c.add_argument("--workers", type=int, default=2, help="sandboxes running at once")
+    c.add_argument("--perturb", action="append", metavar="NAME[:k=v,...]",
+                   help="add a perturbed run of every task (repeatable; 'all' for every perturbation)")
+    c.add_argument("--no-baseline", action="store_true", help="only the perturbed runs")
+    c.add_argument("--only", help="comma-separated task ids")
+    c.add_argument("--seed", type=int, default=0, help="seed for perturbation parameters")
+    c.add_argument("--fresh", action="store_true", help="a new container for every trajectory (no reset-and-reuse)")
+    c.add_argument("--policy", choices=["scripted", "openai"], default="scripted",
+                   help="scripted: the spec's actions; openai: an agent behind an OpenAI-compatible endpoint")
+    c.add_argument("--base-url", help="agent endpoint (default $WORLDLINE_AGENT_BASE_URL)")
+    c.add_argument("--model", help="agent model (default $WORLDLINE_AGENT_MODEL)")
+    c.add_argument("--max-turns", type=int, default=20)
+    c.add_argument("--quiet", action="store_true", help="no per-trajectory progress lines")
+    c.set_defaults(func=_guard(_cmd_collect))
+
+    r = collect_subparsers.add_parser("replay", help="re-execute the shell actions of imported trajectories in sandboxes",
+                                      description="InterCode bash (in a /testbed stand-in), OpenHands execute_bash and "
+                                                  "SWE-agent shell commands; recorded actions are kept verbatim.")
+    r.add_argument("paths", nargs="+", type=Path, help="trace files or directories (any format `worldline ingest` reads)")
+    r.add_argument("--out", required=True, type=Path, help="corpus directory (created if missing)")
+    r.add_argument("--workers", type=int, default=2)
+    r.add_argument("--limit", type=int, help="replay at most this many trajectories")
+    r.add_argument("--fresh", action="store_true", help="a new container for every trajectory")
+    r.add_argument("--quiet", action="store_true")
+    r.set_defaults(func=_guard(_cmd_replay))

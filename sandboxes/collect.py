@@ -1,0 +1,573 @@
+"""Live collection: run tasks in sandboxes, record trajectories, write them through CollectionSink.
+
+`run_task` drives one trajectory: build the sandbox the perturbation plan asks for, set up the
+task, let the policy act (scripted, replayed or an agent endpoint), run the checks, and turn it
+all into a `Trajectory` with `source_format` "sandbox". It never raises for what happens inside
+the sandbox: a hung command is a timeout turn, a container that dies ends the trajectory with
+an error turn. `collect` runs many (task, perturbation) jobs on a pool of N workers (threads:
+the work is waiting on containers) and hands each finished trajectory to the sink at once, so a
+crash or Ctrl-C loses nothing that was finished (and the sink's batches are committed).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import secrets
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from collectors.policies import Action, Policy, ScriptedPolicy, Step
+from sandboxes import images, perturb
+from sandboxes.engine import client, engine_info
+from sandboxes.reaper import (
+    LABEL,
+    Session,
+    interruptible,
+    reap_orphans,
+    register_volume,
+    unregister_volume,
+)
+from sandboxes.sandbox import (
+    USER,
+    ContainerDied,
+    Limits,
+    Sandbox,
+    SandboxConfig,
+    SandboxError,
+    _escape,
+    drain_removals,
+)
+from sandboxes.tasks import TaskSpec
+from schemas.records import QuarantineRecord, Trajectory, Turn, digest, dumps
+
+SOURCE_FORMAT = "sandbox"
+IMPORTER = "SandboxCollector"
+IMPORTER_VERSION = "1"
+MIRROR_PORT = 8080
+
+BASH_TOOL = {
+    "name": "bash",
+    "description": "Run a shell command in the sandbox (bash; the working directory persists between calls). "
+                   "Returns stdout and stderr as the terminal shows them.",
+    "inputSchema": {"type": "object", "properties": {"command": {"type": "string", "description": "the command line"}},
+                    "required": ["command"]},
+}
+
+
+class TaskSetupError(RuntimeError):
+    """The task's set-up failed (a spec problem, or a perturbation too tight for it)."""
+
+
+@dataclass
+class Job:
+    task: TaskSpec
+    perturbation: perturb.PerturbationSpec | None = None
+    policy_factory: Callable[[TaskSpec], Policy] | None = None  # default: the task's scripted actions
+    native_id: str | None = None
+    action_timeouts: dict[int, float] = field(default_factory=dict)
+    extra_meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        return self.native_id or (self.task.id + (f"@{self.perturbation}" if self.perturbation else ""))
+
+
+def scripted(task: TaskSpec) -> ScriptedPolicy:
+    return ScriptedPolicy([Action(text=a.command, tool_name="bash", tool_args={"command": a.command}) for a in task.actions])
+
+
+def _limits(task: TaskSpec) -> Limits:
+    lim = Limits()
+    for k, v in task.limits.items():
+        setattr(lim, k, float(v) if k == "cpus" else int(v))
+    return lim
+
+
+def _check(sb: Sandbox, checks: list) -> list[dict]:
+    """Run the task's checks (one round trip), each from the work dir, after the actions."""
+    if not checks:
+        return []
+    out = []
+    for c, (rc, stdout) in zip(checks, sb.run_batch([c.command for c in checks]), strict=True):
+        ok = rc == c.exit
+        if c.stdout is not None:
+            ok = ok and stdout == c.stdout
+        if c.stdout_contains is not None:
+            ok = ok and c.stdout_contains in stdout
+        out.append({"command": c.command, "passed": ok, "exit_code": rc, "stdout": stdout[-500:]})
+    return out
+
+
+class SandboxCache:
+    """One worker's idle sandbox, kept for the next trajectory with the same configuration.
+
+    Starting and removing a container costs ~0.35 s of engine time; `Sandbox.reset()` (kill
+    every process but the server, empty every writable place) costs ~25 ms, and the root file
+    system is read-only, so a reset container is indistinguishable from a fresh one except for
+    pid numbers and uptime. Used only for plain configurations (no volume, network, derived
+    image or root set-up), and at most `max_uses` times; `fresh=True` in `collect` turns it off.
+    The count is recorded in the trajectory metadata (`sandbox_reuse`)."""
+
+    def __init__(self, max_uses: int = 50):
+        self.idle: Sandbox | None = None
+        self.max_uses = max_uses
+
+    def acquire(self, cfg: SandboxConfig, session: Session, hint: str) -> Sandbox:
+        sb, self.idle = self.idle, None
+        if sb is not None and sb.cfg == cfg and sb.session is session and sb.uses < self.max_uses:
+            try:
+                sb.reset()
+                return sb
+            except (SandboxError, OSError):
+                pass
+        if sb is not None:
+            sb.close(wait=False)
+        return Sandbox(cfg, session, hint).start()
+
+    def release(self, sb: Sandbox) -> None:
+        if self.idle is not None:
+            self.idle.close(wait=False)
+        self.idle = sb
+
+    def close(self) -> None:
+        if self.idle is not None:
+            self.idle.close(wait=False)
+            self.idle = None
+
+
+class _Resources:
+    """Networks, volumes and sandboxes of one trajectory, removed (or handed back) with it."""
+
+    def __init__(self, session: Session, cache: SandboxCache | None = None):
+        self.session = session
+        self.cache = cache
+        self.networks: list[str] = []
+        self.volumes: list[str] = []
+        self.sandboxes: list[Sandbox] = []
+        self.reusable: Sandbox | None = None
+        self.healthy = True
+
+    def cached_sandbox(self, cfg: SandboxConfig, hint: str) -> Sandbox:
+        if self.cache is None:
+            return self.sandbox(cfg, hint)
+        sb = self.cache.acquire(cfg, self.session, hint)
+        self.reusable = sb
+        return sb
+
+    def network(self, hint: str) -> str:
+        name = f"wl-{self.session.id}-{hint}-net"
+        client().api.create_network(name, driver="bridge", internal=True, labels=self.session.labels())
+        self.networks.append(name)
+        return name
+
+    def volume(self, hint: str) -> str:
+        v = client().api.create_volume(name=None, labels=self.session.labels())
+        name = v["Name"]
+        register_volume(name)
+        self.volumes.append(name)
+        return name
+
+    def sandbox(self, cfg: SandboxConfig, hint: str) -> Sandbox:
+        sb = Sandbox(cfg, self.session, hint)
+        self.sandboxes.append(sb)
+        sb.start()
+        return sb
+
+    def close(self) -> None:
+        if self.reusable is not None:
+            if self.healthy and not self.reusable.closed and self.cache is not None:
+                self.cache.release(self.reusable)
+            else:
+                self.reusable.close(wait=False)
+        for sb in reversed(self.sandboxes):
+            sb.close(wait=not self.volumes)  # a volume can only go once its container has
+        if not self.networks and not self.volumes:
+            return
+        try:
+            api = client().api
+        except Exception:  # noqa: BLE001
+            return
+        for n in self.networks:
+            for _ in range(40):  # the engine may still be removing the containers (auto_remove)
+                try:
+                    api.remove_network(n)
+                    break
+                except Exception:  # noqa: BLE001
+                    time.sleep(0.05)
+        for v in self.volumes:
+            for _ in range(20):  # auto_remove may still be releasing the volume
+                try:
+                    api.remove_volume(v, force=True)
+                    break
+                except Exception:  # noqa: BLE001
+                    time.sleep(0.05)
+            unregister_volume(v)
+
+
+_hint_lock = threading.Lock()
+_hint_n = 0
+
+
+def _hint() -> str:
+    global _hint_n
+    with _hint_lock:
+        _hint_n += 1
+        return str(_hint_n)
+
+
+def _start_mirror(res: _Resources, task: TaskSpec, image: str, hint: str) -> str:
+    net = res.network(hint)
+    cfg = SandboxConfig(image=image, network_mode=net, aliases=("mirror",), limits=Limits(memory_mb=128, pids=64))
+    mirror = res.sandbox(cfg, f"{hint}-mirror")
+    mirror.write_files(task.service_files or {})
+    mirror.call(f"/usr/bin/python3 -m http.server {MIRROR_PORT} --bind 0.0.0.0 --directory /work >/dev/null 2>&1 &")
+    mirror.call(f"for i in $(seq 50); do /usr/bin/python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", {MIRROR_PORT}), 1)' "
+                "2>/dev/null && exit 0; sleep 0.1; done; exit 1")
+    return net
+
+
+def _setup(sb: Sandbox, task: TaskSpec, as_root: bool) -> None:
+    if as_root:
+        if task.setup_files:
+            import base64
+            import io
+            import tarfile
+
+            buf = io.BytesIO()
+            with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tf:
+                for p, content in task.setup_files.items():
+                    raw = content.encode()
+                    ti = tarfile.TarInfo(f"{sb.cfg.workdir.lstrip('/')}/{p}")
+                    ti.size, ti.mode, ti.mtime = len(raw), 0o644, int(time.time())
+                    tf.addfile(ti, io.BytesIO(raw))
+            b64 = base64.b64encode(buf.getvalue()).decode()
+            code, _, err = sb.exec_as(f"printf %s '{b64}' | base64 -d | tar -x -C / --no-same-owner", user="0:0")
+            if code != 0:
+                raise TaskSetupError(f"{task.path}: setup.files: writing as root failed: {err.strip()[-300:]}")
+        for i, c in enumerate(task.setup_commands):
+            code, out, err = sb.exec_as(f"cd {sb.cfg.workdir} && {c}", user="0:0")
+            if code != 0:
+                raise TaskSetupError(f"{task.path}: setup.commands[{i}]: exit {code}: {(out + err).strip()[-300:]}")
+        return
+    if not task.setup_files and not task.setup_commands:
+        return
+    tok = secrets.token_hex(8)
+    lines = [f"{sb.files_command(task.setup_files)} || {{ printf '\\n@@{tok} files %d\\n' $? >&2; exit 1; }}"] if task.setup_files else []
+    for i, c in enumerate(task.setup_commands):  # each in a subshell from the work dir, stop at the first failure
+        lines.append(f"( cd {sb.cfg.workdir} && eval \"$(printf %b '{_escape(c)}')\" ) || "
+                     f"{{ printf '\\n@@{tok} %d %d\\n' {i} $? >&2; exit 1; }}")
+    r = sb.run("\n".join(lines), timeout_s=120, harness=True)
+    if r.exit_code == 0:
+        return
+    m = re.search(rf"\n@@{tok} (\S+) (\d+)\n", r.stderr)
+    where = "setup.files" if m is None or m.group(1) == "files" else f"setup.commands[{m.group(1)}]"
+    code = m.group(2) if m else str(r.exit_code)
+    text = r.combined.replace(m.group(0), "\n") if m else r.combined
+    raise TaskSetupError(f"{task.path}: {where}: exit {code}: {text.strip()[-300:]}")
+
+
+def _turn(act: Action, r: Any, label: str | None, timeout: float) -> Turn:
+    return Turn(
+        kind="env", action=act.text, tool_name=act.tool_name or "bash",
+        tool_args=dumps(act.tool_args if act.tool_args is not None else {"command": r.command}),
+        tool_call_id=act.tool_call_id, thought=act.thought,
+        observation=r.combined, observation_kind="stdout", stdout=r.stdout, stderr=r.stderr,
+        exit_code=r.exit_code, is_error=bool(r.exit_code) or r.timed_out, started_at=r.started_at,
+        duration_s=round(r.duration_s, 6), perturbation=label, state=dumps({"cwd": r.cwd}),
+        metadata=dumps({"timed_out": r.timed_out, "timeout_s": timeout, "files": r.files, "output_capped": r.output_capped,
+                        "first_output_s": None if r.first_output_s is None else round(r.first_output_s, 6)}),
+    )
+
+
+def _command_of(act: Action) -> str:
+    if act.tool_args and isinstance(act.tool_args.get("command"), str):
+        return act.tool_args["command"]
+    return act.text
+
+
+@dataclass
+class Outcome:
+    trajectory: Trajectory | None
+    quarantine: QuarantineRecord | None
+    seconds: float
+    job: Job
+
+
+_image_ids: dict[str, str] = {}
+
+
+def _image_id(tag: str) -> str:
+    if tag not in _image_ids:
+        _image_ids[tag] = client().api.inspect_image(tag)["Id"]
+    return _image_ids[tag]
+
+
+def run_task(job: Job, session: Session, seed: int = 0, stop: threading.Event | None = None,
+             cache: SandboxCache | None = None) -> Outcome:
+    """One trajectory (or, when set-up fails, a quarantine record naming the spec and field).
+
+    With a `cache`, a plain sandbox may be a reset one from this worker's previous trajectory."""
+    t_start = time.monotonic()
+    task = job.task
+    base = SandboxConfig(image=images.image_tag(task.image), limits=_limits(task), action_timeout_s=task.timeout_s,
+                         workdir=task.workdir)
+    pl = perturb.plan(base, job.perturbation, seed, task.id, task.commands, task.perturbations)
+    policy = job.policy_factory(task) if job.policy_factory else scripted(task)
+    res = _Resources(session, cache)
+    hint = _hint()
+    collected_at = datetime.now(UTC)
+    turns: list[Turn] = []
+    history: list[Step] = []
+    meta: dict[str, Any] = {"task_id": task.id, "spec": str(task.path), "spec_digest": task.digest, "image": task.image,
+                            "policy": getattr(policy, "name", type(policy).__name__), "session": session.id,
+                            "perturbation": None if pl.label is None else {"name": pl.label, "params": pl.params},
+                            **job.extra_meta}
+    outcome, reward, died = None, None, None
+    fingerprint: dict[str, Any] = {}
+    try:
+        run_image = pl.run_cfg.image
+        if pl.derive_without:
+            run_image = images.derive(pl.run_cfg.image, pl.derive_without)
+        run_cfg = replace(pl.run_cfg, image=run_image)
+        setup_cfg = pl.setup_cfg
+        if task.service_files is not None:
+            if pl.start_service:
+                net = _start_mirror(res, task, base.image, hint)
+                run_cfg = replace(run_cfg, network_mode=net)
+                setup_cfg = replace(setup_cfg, network_mode=net)
+        if pl.two_phase:
+            vol = res.volume(hint)
+            setup_sb = res.sandbox(replace(setup_cfg, work_volume=vol, work_read_only=False), f"{hint}-setup")
+            _setup(setup_sb, task, pl.setup_as_root)
+            sb = res.sandbox(replace(run_cfg, work_volume=vol), hint)
+            setup_sb.close()
+        elif pl.setup_as_root or run_cfg.network_mode != "none" or run_image != base.image:
+            sb = res.sandbox(run_cfg, hint)
+            _setup(sb, task, pl.setup_as_root)
+        else:
+            sb = res.cached_sandbox(run_cfg, hint)
+            _setup(sb, task, pl.setup_as_root)
+        meta["sandbox_reuse"] = sb.uses
+        for step in pl.after_setup:
+            step(sb)
+        if pl.setup_as_root or pl.two_phase:
+            sb.baseline()  # the server has not listed the work dir since it changed
+        fingerprint = {"image": run_image, "image_id": _image_id(run_image), "recipe": task.image, **engine_info(),
+                       "limits": vars(run_cfg.limits), "network": "mirror" if run_cfg.network_mode not in ("none",) else "none",
+                       "action_timeout_s": run_cfg.action_timeout_s}
+        initial = {"cwd": sb.cfg.workdir, "files": sorted(sb.listing)}
+        meta["start_s"] = round(sb.start_s or 0.0, 4)
+        meta["setup_s"] = round(time.monotonic() - t_start, 4)
+        policy.reset(task.task, [BASH_TOOL])
+        i = 0
+        while True:
+            if stop is not None and stop.is_set():
+                outcome = "interrupted"
+                break
+            try:
+                act = policy.next_action(history)
+            except Exception as e:  # noqa: BLE001 - an agent endpoint that fails ends this trajectory only
+                outcome = "error"
+                meta["error"] = f"policy {meta['policy']}: {type(e).__name__}: {e}"
+                break
+            if act is None:
+                break
+            timeout = job.action_timeouts.get(i) or (task.actions[i].timeout_s if job.policy_factory is None and i < len(task.actions) else None) \
+                or run_cfg.action_timeout_s
+            if pl.label == "timeout":
+                timeout = run_cfg.action_timeout_s
+            try:
+                r = sb.run(_command_of(act), timeout_s=timeout)
+            except ContainerDied as e:
+                res.healthy = False
+                if stop is not None and stop.is_set():  # removed by the interrupt handler, not a failure
+                    outcome = "interrupted"
+                    break
+                died = str(e)
+                turns.append(Turn(kind="env", action=act.text, tool_name=act.tool_name or "bash",
+                                  tool_args=dumps(act.tool_args or {"command": _command_of(act)}),
+                                  tool_call_id=act.tool_call_id, thought=act.thought,
+                                  observation=f"sandbox error: {e}", observation_kind="error", is_error=True,
+                                  perturbation=pl.label, metadata=dumps({"container_died": str(e)})))
+                break
+            turns.append(_turn(act, r, pl.label, timeout))
+            history.append(Step(action=act, observation=r.combined, is_error=bool(r.exit_code) or r.timed_out,
+                                exit_code=r.exit_code))
+            i += 1
+        if died is None and outcome is None:  # the policy finished: judge the result
+            results = _check(sb, task.checks)
+            meta["checks"] = results
+            if results:
+                reward = sum(c["passed"] for c in results) / len(results)
+                outcome = "success" if all(c["passed"] for c in results) else "failure"
+            else:
+                outcome = "done"
+        elif died is not None:
+            outcome = "error"
+            meta["error"] = died
+    except (TaskSetupError, perturb.PerturbationError, images.ImageError, SandboxError) as e:
+        res.healthy = False
+        if not turns:
+            key = job.key
+            return Outcome(None, QuarantineRecord(source=str(task.path), locator=f"task:{key}",
+                                                  reason="setup_failed" if isinstance(e, TaskSetupError) else "sandbox_failed",
+                                                  detail=f"{key}: {e}", importer=IMPORTER),
+                           time.monotonic() - t_start, job)
+        outcome, died = "error", str(e)
+        meta["error"] = died
+    finally:
+        res.close()
+    meta["seconds"] = round(time.monotonic() - t_start, 4)
+    model = getattr(policy, "model", None)
+    traj = Trajectory(
+        domain=task.domain, source_format=SOURCE_FORMAT, native_id=job.key,
+        record_digest=digest(task.digest, str(job.perturbation), str(seed), session.id, collected_at.isoformat(), job.key),
+        turns=turns, task=task.task, action_space=dumps([BASH_TOOL]), initial_state=dumps(initial) if turns or fingerprint else None,
+        agent="worldline-sandbox/" + meta["policy"], model=model if isinstance(model, str) else None,
+        outcome=outcome, reward=reward, env_fingerprint=dumps(fingerprint) if fingerprint else None,
+        collected_at=collected_at, metadata=dumps(meta), locator=f"task:{job.key}", source=str(task.path),
+    )
+    return Outcome(traj, None, time.monotonic() - t_start, job)
+
+
+@dataclass
+class CollectSummary:
+    jobs: int = 0
+    trajectories: int = 0
+    turns: int = 0
+    quarantined: int = 0
+    interrupted: bool = False
+    seconds: float = 0.0
+    by_outcome: dict[str, int] = field(default_factory=dict)
+    by_perturbation: dict[str, int] = field(default_factory=dict)
+    by_domain: dict[str, int] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
+    reaped: int = 0
+    workers: int = 1
+
+    def render(self) -> str:
+        rate = self.turns / self.seconds if self.seconds else 0.0
+        lines = [
+            f"sandbox collection: {self.trajectories} trajectories, {self.turns} turns from {self.jobs} jobs "
+            f"in {self.seconds:.1f}s ({rate:.1f} turns/s, {self.workers} workers)"
+            + ("  [INTERRUPTED: finished trajectories were kept]" if self.interrupted else ""),
+            "  outcomes:      " + ", ".join(f"{k}={v}" for k, v in sorted(self.by_outcome.items())),
+            "  domains:       " + ", ".join(f"{k}={v}" for k, v in sorted(self.by_domain.items())),
+            "  perturbations: " + ", ".join(f"{k}={v}" for k, v in sorted(self.by_perturbation.items())),
+            f"  quarantined:   {self.quarantined} (set-up failures, with the spec and field in the reason)",
+        ]
+        if self.reaped:
+            lines.append(f"  reaped {self.reaped} orphaned containers of dead collectors at start")
+        lines += [f"  ! {e}" for e in self.errors[:10]]
+        return "\n".join(lines)
+
+
+def collect(jobs: Iterable[Job], out: Path | str, workers: int = 2, seed: int = 0,
+            echo: Callable[[str], None] | None = None, run_key: str | None = None,
+            commit_every: int = 20, fresh: bool = False) -> CollectSummary:
+    """Run jobs on `workers` sandboxes at a time and write the trajectories to the corpus `out`.
+
+    `fresh=True`: a new container for every trajectory (no reset-and-reuse, see SandboxCache)."""
+    from pipelines.sink import CollectionSink
+
+    jobs = list(jobs)
+    say = echo or (lambda m: print(m, file=sys.stderr))
+    client()  # fail early, with the how-to-start message, when no engine answers
+    reaped = reap_orphans()
+    for name in sorted({j.task.image for j in jobs}):
+        images.build(name, echo=lambda m: say(m))
+    session = Session()
+    summary = CollectSummary(jobs=len(jobs), reaped=len(reaped.containers), workers=workers)
+    key = run_key or "sandbox:" + hashlib.sha256("\0".join(sorted(j.key for j in jobs)).encode()).hexdigest()[:16]
+    stop = threading.Event()
+    t0 = time.monotonic()
+    done = 0
+    caches: list[SandboxCache] = []
+    local = threading.local()
+    lock = threading.Lock()
+
+    def work(j: Job) -> Outcome:
+        cache = getattr(local, "cache", None)
+        if cache is None and not fresh:
+            cache = local.cache = SandboxCache()
+            with lock:
+                caches.append(cache)
+        try:
+            return run_task(j, session, seed, stop, cache)
+        except Exception as e:  # noqa: BLE001 - a harness bug must not stop the other workers
+            return Outcome(None, QuarantineRecord(source=str(j.task.path), locator=f"task:{j.key}", reason="collector_error",
+                                                  detail=f"{j.key}: {type(e).__name__}: {e}", importer=IMPORTER), 0.0, j)
+
+    with CollectionSink(out, run_key=key, source="sandbox", commit_every=commit_every,
+                        info={"collector": "sandbox", "session": session.id, "seed": seed}) as sink, interruptible():
+        pool = ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="sandbox")
+        pending: set[Future] = set()
+        it = iter(jobs)
+        try:
+            for j in it:
+                pending.add(pool.submit(work, j))
+                if len(pending) >= workers * 2:
+                    break
+            while pending:
+                finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for f in finished:
+                    o: Outcome = f.result()
+                    done += 1
+                    if o.trajectory is not None:
+                        t = o.trajectory
+                        sink.add(t, IMPORTER, IMPORTER_VERSION)
+                        summary.trajectories += 1
+                        summary.turns += len(t.turns)
+                        summary.by_outcome[t.outcome or "none"] = summary.by_outcome.get(t.outcome or "none", 0) + 1
+                        label = (o.job.perturbation.name if o.job.perturbation else "none")
+                        summary.by_perturbation[label] = summary.by_perturbation.get(label, 0) + 1
+                        summary.by_domain[t.domain] = summary.by_domain.get(t.domain, 0) + 1
+                        say(f"[{done}/{len(jobs)}] {o.job.key}: {len(t.turns)} turns, {t.outcome} ({o.seconds:.2f}s)")
+                    if o.quarantine is not None:
+                        sink.quarantine(o.quarantine)
+                        summary.quarantined += 1
+                        summary.errors.append(o.quarantine.detail or o.quarantine.reason)
+                        say(f"[{done}/{len(jobs)}] {o.job.key}: QUARANTINED: {o.quarantine.detail}")
+                    nxt = next(it, None)
+                    if nxt is not None:
+                        pending.add(pool.submit(work, nxt))
+        except KeyboardInterrupt:
+            summary.interrupted = True
+            stop.set()
+            from sandboxes.reaper import remove_all_live
+
+            remove_all_live()  # workers blocked in an action see their sandbox vanish and return
+            for f in pending:
+                try:
+                    o = f.result(timeout=30)
+                except Exception:  # noqa: BLE001
+                    continue
+                if o.trajectory is not None and o.trajectory.turns:
+                    sink.add(o.trajectory, IMPORTER, IMPORTER_VERSION)
+                    summary.trajectories += 1
+                    summary.turns += len(o.trajectory.turns)
+                    k = o.trajectory.outcome or "none"
+                    summary.by_outcome[k] = summary.by_outcome.get(k, 0) + 1
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+            for c in caches:
+                c.close()
+            drain_removals()
+    summary.seconds = time.monotonic() - t0
+    return summary
+
+
+def leftover_containers() -> list[dict]:
+    """All sandbox containers the engine has (running or not), for tests and `sandbox list`."""
+    return client().api.containers(all=True, filters={"label": LABEL})
+
+
+__all__ = ["BASH_TOOL", "USER", "CollectSummary", "Job", "Outcome", "collect", "leftover_containers", "run_task", "scripted"]

@@ -1,0 +1,573 @@
+"""One sandbox = one long-lived, locked-down container per trajectory, driven through a shell server.
+
+Why one container and a server: starting a container costs ~0.3 s and a `docker exec` ~50 ms
+(runc joins the namespaces each time); the container's main process here is a bash loop that
+reads actions from the attached stdin and runs each one in a child shell, which costs a few
+milliseconds. A shell session's state (cwd, files, background jobs, whose later output shows up
+in later observations as it would in a terminal) survives from one action to the next.
+
+Locked down: no network (`network_mode=none`), read-only root, writable tmpfs at the work dir,
+/tmp, $HOME and the harness state dir /run/wl, all capabilities dropped, no-new-privileges,
+uid 1000, pids/memory/CPU limits, no log driver, and a per-action timeout (coreutils `timeout` in
+the sandbox, which kills the action's whole process group; a host-side read deadline is the
+backstop for a process that escaped the group).
+
+Per action the server restores the cwd the previous action left, runs the command with `eval`
+in a shell whose EXIT trap saves the new cwd, and then reports after a random per-action nonce
+that the command cannot guess: the exit code, the cwd, a listing of the work dir (type, size,
+mtime, mode, path) and the md5 of every file whose ctime moved during the action. The host
+diffs consecutive listings into files created, modified and deleted (`.git/` internals are not
+listed). stdout and stderr come back as Docker's multiplexed attach frames: kept separately and,
+in arrival order, as the combined text the agent saw (the engine reads the two pipes
+independently, so writes to both streams close together may arrive in either order, even split
+mid-line — which is also all that an agent reading `docker exec`/attach output ever sees).
+
+Cleanup, in layers (see `reaper.py`): `close()` in `finally`; a registry of live containers that
+the interrupt handler and atexit remove; the server itself as a watchdog — it reads stdin from
+an attach socket only this process holds (`StdinOnce`), so when the collector dies, even by
+SIGKILL, the kernel closes the socket, the server reads EOF and exits, and the engine removes the
+container (`auto_remove`); and labels (pid, process start time, host) that `reap_orphans()` uses
+at every collector start for what the watchdog could not catch (an engine restart, a collector
+killed between create and attach).
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import secrets
+import tarfile
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from sandboxes.engine import client
+from sandboxes.reaper import Session, register, unregister
+
+WORKDIR = "/work"
+STATE_DIR = "/run/wl"
+USER = "1000:1000"
+MAX_OUTPUT = 32 * 1024 * 1024  # bytes of output per stream and action kept; more kills the action
+PATH = "/run/wl/shim:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+# The container's main process (pid 1): a shell server. It reads one action per line from stdin
+# (`nonce timeout truncate-bytes workdir command`, workdir and command \xHH-escaped so a line is
+# a line), runs it through `timeout` in a child bash (_INNER) and writes end markers: the nonce
+# on stdout, then on stderr the nonce, exit code, cwd, a work-dir listing, the md5 of files whose
+# ctime moved, and `<nonce>-end`. Only absolute paths and builtins: PATH may hold perturbation
+# wrappers, and perturbations may delete ordinary commands. EOF on stdin (the collector is gone,
+# even by SIGKILL) ends the loop, the container stops and the engine removes it.
+# One line, with `eval` on it, so that the shell's own messages read like those of `bash -c CMD`
+# ("bash: line 1: foo: command not found"), which is what an agent running commands sees.
+_INNER = (r"""cd -- "$(< /run/wl/cwd)" 2>/dev/null || cd -- "$3"; trap 'exit 143' TERM; """
+          r"""trap 'printf %s "$PWD" > /run/wl/cwd' EXIT; if [ "$2" -gt 0 ]; then exec > >(exec /usr/bin/head -c "$2"); fi; """
+          'eval "$1"')
+
+_SERVER = r"""
+INNER=$1
+printf %s "$PWD" > /run/wl/cwd
+while IFS=' ' read -r nonce t trunc wd cmd; do
+  printf -v wd '%b' "$wd"
+  if [ "$nonce" = @@RESET ]; then
+    nonce=$cmd
+    kill -KILL -1 2>/dev/null; wait
+    shopt -s dotglob nullglob
+    /usr/bin/rm -rf -- "$wd"/* /tmp/* /home/agent/* /dev/shm/* /run/wl/shim/* /run/wl/py /run/wl/chk.*
+    shopt -u dotglob nullglob
+    printf %s "$wd" > /run/wl/cwd
+    : > /run/wl/mark
+    rc=0
+  else
+    printf -v cmd '%b' "$cmd"
+    : > /run/wl/mark
+    /usr/bin/timeout -k 1 "$t" /bin/bash -c "$INNER" bash "$cmd" "$trunc" "$wd" </dev/null
+    rc=$?
+  fi
+  printf '\n%s\n' "$nonce"
+  printf '\n%s\nrc=%s\ncwd=%s\n' "$nonce" "$rc" "$(< /run/wl/cwd)" >&2
+  : > /run/wl/changed
+  /usr/bin/find "$wd" -mindepth 1 -xdev -name .git -prune -o -printf '%y %s %T@ %m %P\0' \
+    -type f -cnewer /run/wl/mark -size -1025k -fprint0 /run/wl/changed >&2
+  printf '\n%s-md5\n' "$nonce" >&2
+  [ -s /run/wl/changed ] && /usr/bin/xargs -0 /usr/bin/md5sum -z -- < /run/wl/changed >&2
+  printf '\n%s-end\n' "$nonce" >&2
+done
+"""
+
+_SAFE = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_./-")
+
+
+def _escape(text: str) -> str:
+    """Every byte outside [A-Za-z0-9_./-] as \\xHH, undone by bash's `printf %b`."""
+    return "".join(chr(b) if b in _SAFE else f"\\x{b:02x}" for b in text.encode("utf-8", "surrogateescape"))
+
+
+_remover = ThreadPoolExecutor(max_workers=2, thread_name_prefix="sandbox-rm")
+_removals: set[Future] = set()
+_rm_lock = threading.Lock()
+
+
+def _remove(container_id: str) -> None:
+    try:
+        client().api.remove_container(container_id, force=True)
+    except Exception:  # noqa: BLE001 - already gone (auto_remove), or the engine is down
+        pass
+    finally:
+        unregister(container_id)
+
+
+def drain_removals(timeout_s: float = 120.0) -> None:
+    """Wait until every container closed with `wait=False` has been removed."""
+    with _rm_lock:
+        pending = list(_removals)
+        _removals.clear()
+    wait(pending, timeout=timeout_s)
+
+
+class SandboxError(RuntimeError):
+    """The sandbox could not be created or used (engine error, image missing)."""
+
+
+class ContainerDied(SandboxError):
+    """The container stopped while an action ran (OOM-killed init, engine gone, removed)."""
+
+
+@dataclass
+class Limits:
+    memory_mb: int = 512
+    cpus: float = 1.0
+    pids: int = 256
+    work_kb: int = 65536  # tmpfs sizes
+    tmp_kb: int = 65536
+
+
+@dataclass
+class SandboxConfig:
+    """Everything that shapes a container; perturbations return modified copies of it."""
+
+    image: str  # an image tag (see images.image_tag / images.derive)
+    limits: Limits = field(default_factory=Limits)
+    action_timeout_s: float = 30.0
+    workdir: str = WORKDIR
+    env: dict[str, str] = field(default_factory=dict)
+    work_mode: str = "0755"  # mode of the work dir tmpfs
+    work_owner: str = USER  # uid:gid owning the work dir tmpfs
+    work_volume: str | None = None  # a docker volume at the work dir instead of a tmpfs
+    work_read_only: bool = False
+    truncate_bytes: int = 0
+    network_mode: str = "none"
+    extra_hosts: dict[str, str] = field(default_factory=dict)
+    aliases: tuple[str, ...] = ()  # names of this container on its (internal) network
+
+
+@dataclass
+class FileEntry:
+    kind: str  # f, d, l, ...
+    size: int
+    mtime: str
+    mode: str
+
+
+@dataclass
+class ActionResult:
+    command: str
+    stdout: str
+    stderr: str
+    combined: str
+    exit_code: int | None
+    duration_s: float
+    started_at: datetime
+    cwd: str
+    timed_out: bool = False
+    created: list[dict] = field(default_factory=list)
+    modified: list[dict] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)
+    died: str | None = None  # why the container died during the action
+    first_output_s: float | None = None
+    output_capped: bool = False  # killed for writing more than MAX_OUTPUT bytes
+
+    @property
+    def files(self) -> dict[str, list]:
+        return {"created": self.created, "modified": self.modified, "deleted": self.deleted}
+
+
+def _decode(b: bytes) -> str:
+    return b.decode("utf-8", "replace")
+
+
+class Sandbox:
+    """`with Sandbox(cfg, session) as sb: sb.run("ls -la")`; `close()` always removes it."""
+
+    def __init__(self, cfg: SandboxConfig, session: Session, name_hint: str = "sb"):
+        self.cfg = cfg
+        self.session = session
+        self.name_hint = name_hint
+        self.container: str | None = None  # the container id
+        self._sock: Any = None  # the attach socket: stdin in, multiplexed stdout/stderr out
+        self._raw: Any = None
+        self._frames: list[tuple[int, bytes]] = []  # received, not yet attributed to an action
+        self._pending = b""
+        self._listing: dict[str, FileEntry] = {}
+        self._lock = threading.Lock()
+        self.start_s: float | None = None
+        self.closed = False
+        self.uses = 0  # trajectories this container served before the current one (see reset)
+
+    # lifecycle -----------------------------------------------------------------------------
+    def __enter__(self) -> Sandbox:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _host_config(self) -> dict[str, Any]:
+        c, lim = self.cfg, self.cfg.limits
+        tmpfs = {
+            "/tmp": f"rw,exec,nosuid,nodev,size={lim.tmp_kb}k,mode=1777",
+            "/home/agent": "rw,exec,nosuid,nodev,size=16m,uid=1000,gid=1000,mode=0755",
+            STATE_DIR: "rw,exec,nosuid,nodev,size=4m,uid=1000,gid=1000,mode=0755",
+        }
+        mounts = []
+        if c.work_volume:
+            from docker.types import Mount
+
+            mounts.append(Mount(target=c.workdir, source=c.work_volume, type="volume", read_only=c.work_read_only))
+        else:
+            uid, _, gid = c.work_owner.partition(":")
+            tmpfs[c.workdir] = (f"{'ro' if c.work_read_only else 'rw'},exec,nosuid,nodev,size={lim.work_kb}k,"
+                                f"uid={uid},gid={gid or uid},mode={c.work_mode}")
+        return {
+            "network_mode": c.network_mode, "read_only": True, "tmpfs": tmpfs, "mounts": mounts or None,
+            "cap_drop": ["ALL"], "security_opt": ["no-new-privileges"],
+            "mem_limit": f"{lim.memory_mb}m", "memswap_limit": f"{lim.memory_mb}m",
+            "nano_cpus": int(lim.cpus * 1e9), "pids_limit": lim.pids, "auto_remove": True,
+            "extra_hosts": c.extra_hosts or None, "log_config": {"Type": "none", "Config": {}},
+        }
+
+    def start(self) -> Sandbox:
+        t0 = time.monotonic()
+        api = client().api
+        env = {"PATH": PATH, "HOME": "/home/agent", "LANG": "C.UTF-8", "TERM": "dumb", **self.cfg.env}
+        name = f"wl-{self.session.id}-{self.name_hint}-{secrets.token_hex(3)}"
+        try:
+            hc = api.create_host_config(**self._host_config())
+            net = None
+            if self.cfg.aliases and self.cfg.network_mode not in ("none", "host", "bridge"):
+                net = api.create_networking_config(
+                    {self.cfg.network_mode: api.create_endpoint_config(aliases=list(self.cfg.aliases))})
+            # detach=False + stdin_open: the engine sets StdinOnce, which the watchdog relies on.
+            self.container = api.create_container(
+                self.cfg.image, command=["/bin/bash", "-c", _SERVER, "wl-server", _INNER], name=name,
+                labels=self.session.labels(), user=USER, working_dir=self.cfg.workdir, environment=env,
+                stdin_open=True, detach=False, hostname="sandbox", host_config=hc, networking_config=net,
+            )["Id"]
+        except Exception as e:
+            raise SandboxError(f"cannot create a sandbox from {self.cfg.image}: {e}") from e
+        register(self.container)
+        try:
+            self._sock = api.attach_socket(self.container, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1})
+            self._raw = getattr(self._sock, "_sock", self._sock)
+            api.start(self.container)
+        except Exception:
+            self.close()
+            raise
+        self.start_s = time.monotonic() - t0
+        return self
+
+    def close(self, wait: bool = True) -> None:
+        """Remove the container (idempotent; also safe from another thread on interrupt).
+
+        Closing the attach socket alone already ends the server and lets the engine remove the
+        container; the explicit removal makes it certain. `wait=False` leaves that removal to a
+        background thread (`drain_removals()` waits for them), so a worker can go on at once."""
+        with self._lock:
+            if self.closed:
+                return
+            self.closed = True
+        if self._sock is not None:
+            try:
+                self._sock.close()
+            except OSError:
+                pass
+        if self.container is not None:
+            if wait:
+                _remove(self.container)
+            else:
+                with _rm_lock:
+                    _removals.add(_remover.submit(_remove, self.container))
+
+    def reset(self) -> None:
+        """Back to the just-started state, for the next trajectory on the same container: the
+        server (pid 1) kills every other process and empties the work dir, /tmp, $HOME, /dev/shm
+        and the perturbation wrappers (the root file system is read-only, so nothing else can
+        have changed). One round trip."""
+        r = self.run("", timeout_s=30, harness=True, _reset=True)
+        self._frames.clear()
+        if r.exit_code != 0 or self._listing or r.cwd != self.cfg.workdir:
+            raise SandboxError(f"reset left the sandbox dirty: cwd={r.cwd} files={sorted(self._listing)[:5]}")
+        self.uses += 1
+
+    def run_batch(self, commands: list[str], timeout_s: float = 30.0) -> list[tuple[int, str]]:
+        """Several harness commands (task checks) in one round trip, each in its own subshell from
+        the work dir, with PATH and environment free of perturbation wrappers (a check judges
+        the final state; it is not itself perturbed): [(exit code, stdout)]. Not an agent
+        action: nothing of it is recorded."""
+        tok = secrets.token_hex(8)
+        wd = self.cfg.workdir
+        # judged with the real tools: no perturbation wrappers (slow/hanging commands, clock skew)
+        lines = [f"cd / || exit 90; export PATH={PATH.removeprefix(STATE_DIR + '/shim:')}; unset PYTHONPATH WL_CLOCK_OFFSET_S"]
+        for i, c in enumerate(commands):
+            lines.append(f"( cd {wd} && eval \"$(printf %b '{_escape(c)}')\" ) > {STATE_DIR}/chk.{i} 2>/dev/null </dev/null; "
+                         f"printf '@@{tok} %d %d ' {i} $?; /usr/bin/base64 -w0 {STATE_DIR}/chk.{i}; echo")
+        r = self.run("\n".join(lines), timeout_s=timeout_s * max(1, len(commands)), harness=True)
+        got: dict[int, tuple[int, str]] = {}
+        for line in r.stdout.splitlines():
+            if line.startswith(f"@@{tok} "):
+                _, i, rc, *b64 = line.split(" ", 3)
+                got[int(i)] = (int(rc), base64.b64decode(b64[0] if b64 else "").decode("utf-8", "replace"))
+        return [got.get(i, (r.exit_code if r.exit_code else -1, "")) for i in range(len(commands))]
+
+    def alive(self) -> bool:
+        try:
+            return bool(client().api.inspect_container(self.container)["State"]["Running"])
+        except Exception:  # noqa: BLE001
+            return False
+
+    def state_reason(self) -> str:
+        try:
+            st = client().api.inspect_container(self.container).get("State", {})
+            return (f"status={st.get('Status')} exit={st.get('ExitCode')} oom_killed={st.get('OOMKilled')}"
+                    f"{' error=' + st['Error'] if st.get('Error') else ''}")
+        except Exception as e:  # noqa: BLE001
+            return f"the container is gone ({type(e).__name__})"
+
+    # harness steps ---------------------------------------------------------------------------
+    def exec_as(self, script: str, user: str = USER, timeout_s: float = 60.0) -> tuple[int, str, str]:
+        """A harness step through `docker exec` (used where the server cannot serve: as root).
+        Returns (exit code, stdout, stderr)."""
+        api = client().api
+        ex = api.exec_create(self.container, ["/bin/bash", "-c", script], user=user, workdir="/")
+        sock = api.exec_start(ex["Id"], socket=True)
+        raw = getattr(sock, "_sock", sock)
+        out, err = bytearray(), bytearray()
+        deadline = time.monotonic() + timeout_s
+        pending = b""
+        try:
+            while True:
+                raw.settimeout(max(0.01, deadline - time.monotonic()))
+                data = raw.recv(65536)
+                if not data:
+                    break
+                pending += data
+                while len(pending) >= 8 and len(pending) >= 8 + int.from_bytes(pending[4:8], "big"):
+                    size = int.from_bytes(pending[4:8], "big")
+                    (err if pending[0] == 2 else out).extend(pending[8:8 + size])
+                    pending = pending[8 + size:]
+        finally:
+            sock.close()
+        code = api.exec_inspect(ex["Id"]).get("ExitCode")
+        return (code if code is not None else -1), _decode(bytes(out)), _decode(bytes(err))
+
+    def call(self, command: str, timeout_s: float = 60.0) -> ActionResult:
+        """A harness step through the server that must succeed (setup, checks use `run`)."""
+        r = self.run(command, timeout_s=timeout_s, harness=True)
+        if r.exit_code != 0:
+            raise SandboxError(f"harness step failed (exit {r.exit_code}): {command[:200]!r}: {r.combined.strip()[-500:]}")
+        return r
+
+    def files_command(self, files: dict[str, bytes | str], mode: int = 0o644) -> str:
+        """A shell command that creates `files` (paths absolute or relative to the work dir): a
+        tar, base64 in the command line (the root is read-only and `docker cp` does not reach
+        tmpfs mounts)."""
+        buf = io.BytesIO()
+        now = int(time.time())
+        with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tf:
+            for path, data in files.items():
+                raw = data.encode() if isinstance(data, str) else data
+                full = path if path.startswith("/") else f"{self.cfg.workdir}/{path}"
+                ti = tarfile.TarInfo(full.lstrip("/"))
+                ti.size, ti.mode, ti.mtime = len(raw), mode, now
+                tf.addfile(ti, io.BytesIO(raw))
+        b64 = base64.b64encode(buf.getvalue()).decode()
+        return f"printf %s '{b64}' | /usr/bin/base64 -d | /usr/bin/tar -x -C / --no-same-owner --no-same-permissions"
+
+    def write_files(self, files: dict[str, bytes | str], mode: int = 0o644) -> ActionResult:
+        """Create files as the sandbox user (see files_command)."""
+        return self.call(self.files_command(files, mode))
+
+    def baseline(self) -> None:
+        """Make the current work dir listing the reference for the next action's file changes."""
+        self.run(":", harness=True)
+
+    @property
+    def listing(self) -> dict[str, FileEntry]:
+        return dict(self._listing)
+
+    # actions -------------------------------------------------------------------------------
+    def _recv(self, deadline: float) -> list[tuple[int, bytes]] | None:
+        """Receive once: the whole frames that completed (appended to self._frames too), or None
+        on EOF (the container is gone)."""
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError
+        self._raw.settimeout(left)
+        data = self._raw.recv(262144)
+        if not data:
+            return None
+        p = self._pending + data
+        i = 0
+        new: list[tuple[int, bytes]] = []
+        while len(p) - i >= 8:
+            size = int.from_bytes(p[i + 4:i + 8], "big")
+            if len(p) - i < 8 + size:
+                break
+            new.append((p[i], p[i + 8:i + 8 + size]))
+            i += 8 + size
+        self._pending = p[i:]
+        self._frames.extend(new)
+        return new
+
+    def run(self, command: str, timeout_s: float | None = None, harness: bool = False, _reset: bool = False) -> ActionResult:
+        """Execute one action; never raises for what the command does (non-zero exit, timeout,
+        output on stderr); raises ContainerDied when the sandbox itself is gone. `harness`: a
+        step of the collector (set-up, checks), exempt from output truncation.
+
+        An action whose output passes MAX_OUTPUT bytes on a stream is killed (the collector's
+        memory is bounded); the result says so (`output_capped`)."""
+        if self.closed or self._raw is None:
+            raise ContainerDied("the sandbox is closed")
+        timeout = float(timeout_s if timeout_s is not None else self.cfg.action_timeout_s)
+        nonce = "@@WL-" + secrets.token_hex(12)
+        if _reset:
+            line = f"@@RESET 0 0 {_escape(self.cfg.workdir)} {nonce}\n"
+        else:
+            trunc = 0 if harness else int(self.cfg.truncate_bytes)
+            line = f"{nonce} {timeout:g} {trunc} {_escape(self.cfg.workdir)} {_escape(command)}\n"
+        started = datetime.now(UTC)
+        t0 = time.monotonic()
+        try:
+            self._raw.sendall(line.encode())
+        except OSError as e:
+            raise ContainerDied(f"cannot send the action: {e}; {self.state_reason()}") from e
+        out_mark = f"\n{nonce}\n".encode()
+        err_end = f"\n{nonce}-end\n".encode()
+        deadline = t0 + timeout + 10.0
+        killed = capped = False
+        first: float | None = None
+        out_b, err_b = bytearray(), bytearray()
+        for st, d in self._frames:  # output of background jobs that arrived between actions
+            (out_b if st == 1 else err_b).extend(d)
+        out_cut = end_at = -1
+        while True:
+            if out_cut < 0:
+                out_cut = out_b.find(out_mark, max(0, len(out_b) - len(out_mark) - 262144 - 8))
+            if end_at < 0:
+                end_at = err_b.find(err_end, max(0, len(err_b) - len(err_end) - 262144 - 8))
+            if out_cut >= 0 and end_at >= 0:
+                break
+            if not capped and (len(out_b) > MAX_OUTPUT or len(err_b) > MAX_OUTPUT + 16 * 1024 * 1024):
+                capped = True
+                self._kill_actions()
+            try:
+                new = self._recv(deadline)
+            except TimeoutError as e:
+                if killed or self.closed:
+                    raise ContainerDied(f"the sandbox stopped answering; {self.state_reason()}") from e
+                killed = True  # escaped the in-sandbox timeout: kill everything but the server
+                self._kill_actions()
+                deadline = time.monotonic() + 10.0
+                continue
+            except OSError as e:
+                raise ContainerDied(f"lost the sandbox connection ({e}); {self.state_reason()}") from e
+            if new is None:
+                raise ContainerDied(f"the container stopped during the action; {self.state_reason()}")
+            if new and first is None:
+                first = time.monotonic() - t0
+            for st, d in new:
+                (out_b if st == 1 else err_b).extend(d)
+        duration = time.monotonic() - t0
+        err_mark = f"\n{nonce}\n".encode()
+        err_cut = err_b.rindex(err_mark, 0, end_at + 1)
+        meta = err_b[err_cut + len(err_mark):end_at]
+        combined = self._take(out_cut, out_cut + len(out_mark), err_cut, end_at + len(err_end))
+        head, _, md5s = meta.partition(f"\n{nonce}-md5\n".encode())
+        lines = head.split(b"\n", 2)
+        rc = int(lines[0].removeprefix(b"rc="))
+        cwd = _decode(lines[1].removeprefix(b"cwd="))
+        listing = _parse_listing(_decode(lines[2]) if len(lines) > 2 else "")
+        hashes = _parse_md5(_decode(md5s), self.cfg.workdir)
+        res = ActionResult(command, _decode(out_b[:out_cut]), _decode(err_b[:err_cut]), _decode(combined), rc, duration,
+                           started, cwd, timed_out=killed or (rc in (124, 137) and duration >= timeout),
+                           first_output_s=first, output_capped=capped)
+        self._diff(listing, hashes, res)
+        return res
+
+    def _take(self, out_content: int, out_used: int, err_content: int, err_used: int) -> bytes:
+        """Consume this action's bytes from the frame queue (per stream: `*_used` bytes, of which
+        the first `*_content` are command output) and return the command output of both
+        streams merged in frame arrival order. Bytes past the markers (output of background
+        jobs that raced the markers) stay queued for the next action."""
+        keep: list[tuple[int, bytes]] = []
+        used = {1: out_used, 2: err_used}
+        content = {1: out_content, 2: err_content}
+        merged = bytearray()
+        for st, d in self._frames:
+            u, c = used.get(st, 0), content.get(st, 0)
+            take = min(u, len(d))
+            merged.extend(d[:min(c, take)])
+            used[st], content[st] = u - take, max(0, c - take)
+            if take < len(d):
+                keep.append((st, d[take:]))
+        self._frames = keep
+        return bytes(merged)
+
+    def _kill_actions(self) -> None:
+        """Backstop for an action that outlived its in-sandbox timeout (it left the process
+        group): kill every process of the sandbox user except the server (pid 1)."""
+        try:
+            self.exec_as("kill -KILL -1", timeout_s=10)
+        except Exception:  # noqa: BLE001
+            pass
+
+    def _diff(self, listing: dict[str, FileEntry], hashes: dict[str, str], res: ActionResult) -> None:
+        prev = self._listing
+        for p, e in listing.items():
+            old = prev.get(p)
+            item = {"path": p, "type": e.kind, "size": e.size, "md5": hashes.get(p)}
+            if old is None:
+                res.created.append(item)
+            elif (old.kind, old.size, old.mtime, old.mode) != (e.kind, e.size, e.mtime, e.mode):
+                if old.kind == "d" and e.kind == "d" and old.mode == e.mode:
+                    continue  # a directory's mtime moves with its entries, which are listed themselves
+                res.modified.append(item)
+        res.deleted = sorted(p for p in prev if p not in listing)
+        res.created.sort(key=lambda x: x["path"])
+        res.modified.sort(key=lambda x: x["path"])
+        self._listing = listing
+
+
+def _parse_listing(text: str) -> dict[str, FileEntry]:
+    out: dict[str, FileEntry] = {}
+    for rec in text.split("\0"):
+        rec = rec.lstrip("\n")
+        if not rec:
+            continue
+        parts = rec.split(" ", 4)
+        if len(parts) < 5 or not parts[4]:
+            continue
+        out[parts[4]] = FileEntry(parts[0], int(parts[1]), parts[2], parts[3])
+    return out
+
+
+def _parse_md5(text: str, workdir: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    prefix = workdir.rstrip("/") + "/"
+    for rec in text.split("\0"):
+        rec = rec.lstrip("\n")
+        if len(rec) > 34 and rec[32:34] == "  ":
+            out[rec[34:].removeprefix(prefix)] = rec[:32]
+    return out

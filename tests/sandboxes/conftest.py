@@ -1,0 +1,23 @@
+"""Sandbox tests run against a real Docker engine; without one they fail, saying how to start it."""
+
+from __future__ import annotations
+
+import pytest
+
+from sandboxes.engine import EngineUnavailable, client
+
+
+@pytest.fixture(scope="session")
+def engine():
+    try:
+        return client()
+    except EngineUnavailable as e:
+        pytest.fail(f"these tests need a Docker engine: {e}", pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def images(engine) -> dict[str, str]:
+    """Tags of the built sandbox images (built on first use, cached by recipe hash afterwards)."""
+    from sandboxes.images import build
+
+    return {r.name: r.tag for r in build("swe")}

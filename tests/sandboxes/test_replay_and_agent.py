@@ -1,0 +1,110 @@
+"""Who chooses the actions: replay of imported InterCode trajectories, and an agent endpoint."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from collectors.policies import EndpointError, OpenAIChatPolicy
+from pipelines.query import run_query
+from pipelines.reader import read_path
+from sandboxes.collect import BASH_TOOL, Job, collect, run_task
+from sandboxes.reaper import Session
+from sandboxes.replay import replay_jobs, shell_actions
+from sandboxes.tasks import TASKS_DIR, load_tasks
+from schemas.records import Trajectory
+from tests.support.openai_server import ScriptedOpenAIServer, answer, tool_call
+
+INTERCODE = sorted((Path(__file__).resolve().parents[2] / "data/sample/corpus/intercode").glob("ic_bash_*.json"))
+
+
+def test_shell_actions_unwrap_react_and_skip_submit() -> None:
+    react = next(t for t in read_path(INTERCODE[1]) if isinstance(t, Trajectory) and t.native_id == "0")
+    acts = shell_actions(react)
+    assert [a.text for a in acts] == [t.action for t in react.turns if t.action != "submit"]
+    assert acts[0].text == 'execute[find /testbed -name "*.java" -type f -exec md5sum {} + | sort | uniq -d | cut -d\' \' -f1]'
+    assert acts[0].tool_args == {"command": 'find /testbed -name "*.java" -type f -exec md5sum {} + | sort | uniq -d | cut -d\' \' -f1'}
+
+
+def test_shell_actions_of_openhands_and_swe_agent() -> None:
+    sample = INTERCODE[0].parents[1]
+    oh = next(t for t in read_path(sample / "openhands" / "multi_swe_bench_output.jsonl") if isinstance(t, Trajectory))
+    acts = shell_actions(oh)
+    assert {t.tool_name for t in oh.turns} == {"recall", "think", "finish", "str_replace_editor", "execute_bash"}
+    assert len(acts) == sum(t.tool_name == "execute_bash" for t in oh.turns) == 13
+    assert acts[0].text == acts[0].tool_args["command"] == "ls -l /workspace/ponylang__ponyc__0.1"
+    swe = next(t for t in read_path(sample / "swe-agent" / "ctf_pwn_warmup.traj") if isinstance(t, Trajectory))
+    assert [a.text for a in shell_actions(swe)] == ["python exploit.py"]  # disassemble/create/edit/submit are tools
+
+
+def test_replay_intercode_bash_sample(images, tmp_path: Path) -> None:
+    jobs, originals = replay_jobs(INTERCODE)
+    assert (len(jobs), len(originals)) == (120, 120)
+    out = tmp_path / "replay"
+    s = collect(jobs, out, workers=2, echo=lambda m: None)
+    assert (s.trajectories, s.quarantined, s.by_outcome) == (120, 0, {"done": 120})
+    rows = run_query(out, """SELECT t.native_id, list(u.action ORDER BY u.turn_index), list(u.observation ORDER BY u.turn_index),
+                                    any_value(json_extract_string(t.metadata, '$.replay_of.trajectory_id'))
+                             FROM trajectories t JOIN turns u USING (trajectory_id) GROUP BY t.native_id""")[1]
+    replayed = {r[3]: (r[1], r[2]) for r in rows}
+    assert len(replayed) == 120
+    n_same_obs = 0
+    for o in originals:
+        want = [t.action for t in o.turns if t.action != "submit"]
+        got_actions, got_obs = replayed[o.trajectory_id]
+        assert got_actions == want, o.native_id
+        n_same_obs += sum(g == t.observation for g, t in zip(got_obs, [t for t in o.turns if t.action != "submit"], strict=True))
+    total = run_query(out, "SELECT count(*) FROM turns")[1][0][0]
+    assert total == sum(len([t for t in o.turns if t.action != "submit"]) for o in originals) == 632
+    assert n_same_obs < total  # fresh observations (our /testbed stand-in differs from InterCode's)
+    first = replayed[originals[0].trajectory_id]
+    assert first[1][1] == ("44088a922bd1288ca67b7157fcebd369  /testbed/Hello.java\n"
+                           "44088a922bd1288ca67b7157fcebd369  /testbed/Hello1.java\n"
+                           "44088a922bd1288ca67b7157fcebd369  /testbed/dir1/AnotherHello.java\n")
+
+
+def test_agent_endpoint_completes_a_task(images) -> None:
+    task = {t.id: t for t in load_tasks(TASKS_DIR)}["text-count-errors"]
+    script = [tool_call("bash", command="grep -c ERROR app.log"), {"status": 503, "error": "warming up"},
+              tool_call("bash", command="grep -c ERROR app.log > count.txt && cat count.txt"),
+              answer("There are 3 ERROR lines; count.txt holds 3.")]
+    with ScriptedOpenAIServer(script, model="tiny-agent", api_key="sk-test") as srv:
+        policy = OpenAIChatPolicy(base_url=srv.base_url, model="tiny-agent", api_key="sk-test", retries=2)
+        o = run_task(Job(task, policy_factory=lambda _t: policy), Session())
+    t = o.trajectory
+    assert (t.outcome, t.reward, t.model, t.agent) == ("success", 1.0, "tiny-agent", "worldline-sandbox/openai-chat")
+    assert [(u.action, u.tool_name, json.loads(u.tool_args), u.observation, u.exit_code) for u in t.turns] == [
+        ("grep -c ERROR app.log", "bash", {"command": "grep -c ERROR app.log"}, "3\n", 0),
+        ("grep -c ERROR app.log > count.txt && cat count.txt", "bash",
+         {"command": "grep -c ERROR app.log > count.txt && cat count.txt"}, "3\n", 0)]
+    assert [u.tool_call_id for u in t.turns] == ["call_0_0", "call_1_0"]
+    assert len(srv.requests) == 4  # 3 answers + 1 retried 503
+    assert {r.headers["Authorization"] for r in srv.requests} == {"Bearer sk-test"}
+    last = srv.requests[-1].body
+    assert last["tools"] == [{"type": "function", "function": {"name": "bash", "description": BASH_TOOL["description"],
+                                                                "parameters": BASH_TOOL["inputSchema"]}}]
+    assert [m["role"] for m in last["messages"]] == ["system", "user", "assistant", "tool", "assistant", "tool"]
+    assert last["messages"][1]["content"] == task.task
+    assert [m["content"] for m in last["messages"] if m["role"] == "tool"] == ["3\n", "3\n"]
+
+
+def test_agent_endpoint_down_is_a_clear_error() -> None:
+    policy = OpenAIChatPolicy(base_url="http://127.0.0.1:9/v1", model="m", retries=0, timeout_s=2)
+    policy.reset("t", [BASH_TOOL])
+    try:
+        policy.next_action([])
+    except EndpointError as e:
+        assert str(e).startswith("http://127.0.0.1:9/v1: unreachable (") and str(e).endswith("is the endpoint running?")
+    else:
+        raise AssertionError("no error")
+
+
+def test_agent_endpoint_failing_midway_keeps_the_turns(images) -> None:
+    task = {t.id: t for t in load_tasks(TASKS_DIR)}["text-count-errors"]
+    with ScriptedOpenAIServer([tool_call("bash", command="wc -l app.log"), {"status": 500, "error": "model crashed"}]) as srv:
+        policy = OpenAIChatPolicy(base_url=srv.base_url, model="m", retries=0)
+        t = run_task(Job(task, policy_factory=lambda _t: policy), Session()).trajectory
+    assert [(u.action, u.observation) for u in t.turns] == [("wc -l app.log", "6 app.log\n")]
+    meta = json.loads(t.metadata)
+    assert t.outcome == "error" and meta["error"].startswith("policy openai-chat: EndpointError: http://127.0.0.1:")
+    assert "HTTP 500" in meta["error"] and "checks" not in meta

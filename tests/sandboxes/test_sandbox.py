@@ -1,0 +1,102 @@
+"""One sandbox against the real engine: lock-down, what an action records, timeouts, death, cleanup."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from sandboxes.reaper import Session, containers_of
+from sandboxes.sandbox import MAX_OUTPUT, ContainerDied, Limits, Sandbox, SandboxConfig
+
+
+@pytest.fixture
+def sb(images):
+    s = Session()
+    box = Sandbox(SandboxConfig(image=images["terminal"], action_timeout_s=5, limits=Limits(memory_mb=256, pids=64)), s)
+    box.start()
+    yield box
+    box.close()
+    assert containers_of(session_id=s.id) == []
+
+
+def test_locked_down(sb: Sandbox) -> None:
+    r = sb.run("id; grep -E '^Cap(Eff|Bnd)' /proc/self/status; grep NoNewPrivs /proc/self/status; ls /sys/class/net")
+    assert r.stdout == ("uid=1000(agent) gid=1000(agent) groups=1000(agent)\nCapEff:\t0000000000000000\n"
+                        "CapBnd:\t0000000000000000\nNoNewPrivs:\t1\nlo\n")
+    r = sb.run("touch /etc/x /usr/bin/x")
+    assert (r.exit_code, r.stderr) == (1, "touch: cannot touch '/etc/x': Read-only file system\n"
+                                          "touch: cannot touch '/usr/bin/x': Read-only file system\n")
+    r = sb.run("curl -sS --max-time 2 http://192.0.2.1/ ; echo rc=$?")
+    assert r.stdout == "rc=7\n"
+    assert r.stderr.startswith("curl: (7) Failed to connect to 192.0.2.1 port 80")
+    r = sb.run("cat /sys/fs/cgroup/memory/memory.limit_in_bytes /sys/fs/cgroup/pids/pids.max 2>/dev/null || "
+               "cat /sys/fs/cgroup/memory.max /sys/fs/cgroup/pids.max")
+    assert r.stdout == f"{256 * 1024 * 1024}\n64\n"
+
+
+def test_action_records_streams_exit_cwd_and_files(sb: Sandbox) -> None:
+    sb.write_files({"a.txt": "hello\n", "sub/b.txt": "x"})
+    sb.baseline()
+    r = sb.run("for i in 1 2 3; do echo o$i; sleep 0.1; echo e$i >&2; sleep 0.1; done; exit 3")
+    assert (r.stdout, r.stderr, r.exit_code, r.cwd, r.timed_out) == ("o1\no2\no3\n", "e1\ne2\ne3\n", 3, "/work", False)
+    assert r.combined == "o1\ne1\no2\ne2\no3\ne3\n"  # arrival order, as the agent saw it
+    r = sb.run("for i in 1 2 3; do echo o$i; echo e$i >&2; done")  # no pauses: each stream's order is kept
+    assert [x for x in r.combined.splitlines() if x[0] == "o"] == ["o1", "o2", "o3"]
+    assert [x for x in r.combined.splitlines() if x[0] == "e"] == ["e1", "e2", "e3"]
+    r = sb.run("mkdir -p d && cd d && printf hi > f.txt && pwd")
+    assert (r.stdout, r.cwd) == ("/work/d\n", "/work/d")
+    assert r.files == {"created": [{"path": "d", "type": "d", "size": 60, "md5": None},
+                                   {"path": "d/f.txt", "type": "f", "size": 2, "md5": "49f68a5c8493ec2c0bf489821c21fc3b"}],
+                       "modified": [], "deleted": []}
+    r = sb.run("pwd; rm ../a.txt; echo more >> ../sub/b.txt")
+    assert (r.stdout, r.cwd) == ("/work/d\n", "/work/d")
+    assert r.files == {"created": [], "modified": [{"path": "sub/b.txt", "type": "f", "size": 6,
+                                                    "md5": "83f7fc36a0520a6769f728a84e4bd48f"}], "deleted": ["a.txt"]}
+    r = sb.run("cd /tmp; echo $HOME; exit 0")
+    assert (r.stdout, r.cwd) == ("/home/agent\n", "/tmp")
+    assert sb.run("pwd").stdout == "/tmp\n"
+
+
+def test_hang_becomes_a_timeout_and_the_session_goes_on(sb: Sandbox) -> None:
+    t0 = time.monotonic()
+    r = sb.run("echo before; sleep 30; echo after", timeout_s=1)
+    assert (r.exit_code, r.timed_out, r.stdout) == (124, True, "before\n")
+    assert 1.0 <= r.duration_s < 4.0 and time.monotonic() - t0 < 4.0
+    r = sb.run("trap '' TERM; sleep 30", timeout_s=1)  # ignores SIGTERM: killed 1 s later
+    assert (r.exit_code, r.timed_out) == (137, True)
+    assert sb.run("echo still here").stdout == "still here\n"
+
+
+def test_background_output_shows_up_later_like_in_a_terminal(sb: Sandbox) -> None:
+    assert sb.run("(sleep 0.3; echo late) &").stdout == ""
+    assert sb.run("sleep 0.6; echo now").stdout == "late\nnow\n"
+
+
+def test_dead_container_raises_and_is_gone(images) -> None:
+    s = Session()
+    box = Sandbox(SandboxConfig(image=images["terminal"]), s).start()
+    assert box.run("echo up").stdout == "up\n"
+    killer = threading.Timer(0.5, lambda: box.close())  # removed from outside while an action runs
+    killer.start()
+    with pytest.raises(ContainerDied):
+        box.run("sleep 20")
+    killer.join()
+    assert containers_of(session_id=s.id) == []
+
+
+def test_reset_returns_to_a_fresh_state(sb: Sandbox) -> None:
+    sb.run("echo x > f; mkdir -p .hidden; touch /tmp/t ~/.rc; (sleep 60 &) ; cd .hidden")
+    sb.reset()
+    r = sb.run("pwd; ls -A /work /tmp ~; pgrep -c sleep")
+    assert (r.stdout, sb.uses) == ("/work\n/home/agent:\n\n/tmp:\n\n/work:\n0\n", 1)
+
+
+def test_runaway_output_is_capped_and_the_session_goes_on(sb: Sandbox) -> None:
+    r = sb.run("seq 1 300000")
+    assert (len(r.stdout), r.stdout[-7:], r.output_capped) == (1988895, "300000\n", False)
+    r = sb.run("yes | head -c 100000000")
+    assert (r.exit_code, r.output_capped) == (137, True) and MAX_OUTPUT <= len(r.stdout) < 100_000_000
+    assert set(r.stdout[:1000]) == {"y", "\n"}
+    assert sb.run("echo ok").stdout == "ok\n"

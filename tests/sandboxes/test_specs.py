@@ -1,0 +1,84 @@
+"""Task specs and perturbation arguments: the suite loads, and every invalid spec names its field."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sandboxes.perturb import PERTURBATIONS, PerturbationError, PerturbationSpec, command_names, parse_list
+from sandboxes.tasks import TASKS_DIR, SpecError, load_tasks
+
+
+def test_suite_has_twenty_real_tasks_of_every_kind() -> None:
+    tasks = load_tasks(TASKS_DIR)
+    assert len(tasks) == 29
+    by_tag: dict[str, int] = {}
+    for t in tasks:
+        for tag in t.tags:
+            by_tag[tag] = by_tag.get(tag, 0) + 1
+    assert {k: by_tag[k] for k in ("files", "text", "git", "python", "build", "swe", "os", "network")} == {
+        "files": 5, "text": 6, "git": 4, "python": 4, "build": 2, "swe": 4, "os": 5, "network": 1}
+    assert sorted({t.domain for t in tasks}) == ["os", "swe", "terminal"]
+    assert [t.id for t in tasks if t.image == "swe"] == ["swe-add-test", "swe-fix-all", "swe-fix-parse-amount", "swe-run-tests"]
+    assert all(t.checks for t in tasks)
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    p = tmp_path / "t.yaml"
+    p.write_text(text)
+    return p
+
+
+@pytest.mark.parametrize("body, message", [
+    ("task: x\nactions: [ls]\n", "id: expected a non-empty string, got null"),
+    ("id: Bad_Id\ntask: x\nactions: [ls]\n", "id: expected lowercase letters, digits and '-', got 'Bad_Id'"),
+    ("id: a\nactions: [ls]\n", "task: expected a non-empty string, got null"),
+    ("id: a\ntask: x\nactions: []\n", "actions: expected a non-empty list of commands, got list"),
+    ("id: a\ntask: x\nactions: [ls, 3]\n", "actions[1]: expected a command string or a mapping with 'command', got int"),
+    ("id: a\ntask: x\nactions: [{command: ls, timeout_s: -1}]\n", "actions[0].timeout_s: expected a positive number, got int -1"),
+    ("id: a\ntask: x\nactions: [{cmd: ls, timeout_s: 2}]\n", "actions[0].cmd: unknown field; known: command, timeout_s"),
+    ("id: a\ntask: x\nactions:\n  - echo a: b\n", "actions[0]: YAML read this as a mapping with key 'echo a'"),
+    ("id: a\ntask: x\ndomain: web\nactions: [ls]\n", "domain: expected one of terminal, os, swe, got 'web'"),
+    ("id: a\ntask: x\nimage: ubuntu\nactions: [ls]\n", "image: no image recipe 'ubuntu'; known: base, swe, terminal"),
+    ("id: a\ntask: x\nactions: [ls]\nsetup: {files: {/etc/x: y}}\n", "setup.files['/etc/x']: expected a relative path inside the work dir"),
+    ("id: a\ntask: x\nactions: [ls]\nsetup: {files: {a.txt: 3}}\n", "setup.files['a.txt']: expected the file's text content, got int"),
+    ("id: a\ntask: x\nactions: [ls]\nsetup: {commands: ls}\n", "setup.commands: expected a list of shell commands, got str"),
+    ("id: a\ntask: x\nactions: [ls]\nlimits: {memory: 5}\n", "limits.memory: unknown field; known: memory_mb, cpus, pids, work_kb, tmp_kb"),
+    ("id: a\ntask: x\nactions: [ls]\nchecks: [{command: ls, exit: yes}]\n", "checks[0].exit: expected an integer exit code, got bool True"),
+    ("id: a\ntask: x\nactions: [ls]\nperturbations: {oom: {}}\n", "perturbations.oom: unknown field; known: disk_full"),
+    ("id: a\ntask: x\nactions: [ls]\nperturbations: {oom_kill: {mem: 3}}\n", "perturbations.oom_kill.mem: unknown field; known: memory_mb"),
+    ("id: a\ntask: x\nactions: [ls]\nworkdir: /etc\n", "workdir: expected an absolute path of plain characters outside system dirs, got '/etc'"),
+    ("id: a\ntask: x\nactions: [ls]\ncolour: red\n", "colour: unknown field; known: id, domain"),
+    ("id: a\ntask: [x\n", "not valid YAML"),
+])
+def test_invalid_spec_names_the_field(tmp_path: Path, body: str, message: str) -> None:
+    p = _write(tmp_path, body)
+    with pytest.raises(SpecError) as e:
+        load_tasks(p)
+    assert str(e.value).startswith(f"{p}: ")
+    assert message in str(e.value)
+
+
+def test_duplicate_ids_are_refused(tmp_path: Path) -> None:
+    p = _write(tmp_path, "- {id: a, task: x, actions: [ls]}\n- {id: a, task: y, actions: [pwd]}\n")
+    with pytest.raises(SpecError, match=r"id: 'a' is already used by a task in"):
+        load_tasks(p)
+
+
+def test_perturbation_arguments() -> None:
+    assert [str(p) for p in parse_list(["all"])] == list(PERTURBATIONS)
+    assert len(PERTURBATIONS) == 10
+    assert str(PerturbationSpec.parse("disk_full:size_kb=128,free_kb=4")) == "disk_full:free_kb=4,size_kb=128"
+    assert [str(p) for p in parse_list(["oom_kill,timeout", "oom_kill"])] == ["oom_kill", "timeout"]
+    with pytest.raises(PerturbationError, match="unknown perturbation 'disk'; known: disk_full, read_only_fs"):
+        PerturbationSpec.parse("disk")
+    with pytest.raises(PerturbationError, match=r"perturbation oom_kill: unknown parameter 'mb'; known: \['memory_mb'\]"):
+        PerturbationSpec.parse("oom_kill:mb=3")
+    with pytest.raises(PerturbationError, match="expected key=value, got 'bytes'"):
+        PerturbationSpec.parse("truncated_output:bytes")
+
+
+def test_command_names_find_commands_in_pipelines() -> None:
+    assert command_names(["grep -c ERROR app.log > count.txt", "cat a | sort -u && FOO=1 python3 x.py; (cd d && make)"]) == [
+        "grep", "cat", "sort", "python3", "cd", "make"]
