@@ -133,8 +133,24 @@ def close_input(stream: IO[bytes]) -> None:
         raw.close()
 
 
+def _left_in_file(stream: IO[bytes]) -> int | None:
+    """Bytes left in a plain file; None for streams without a size (decompressed, pipes)."""
+    try:
+        return os.fstat(stream.fileno()).st_size - stream.tell()
+    except (AttributeError, OSError, io.UnsupportedOperation):
+        return None
+
+
 def read_bounded(stream: IO[bytes], limit: int, what: str) -> bytes:
-    data = stream.read(limit + 1)
+    # `read(limit + 1)` makes CPython allocate the whole limit (64 MiB) up front and shrink it
+    # after: 0.2-1.2 ms per input; ask for what the file holds (+1 notices one that grew).
+    left = _left_in_file(stream)
+    if left is not None and 0 <= left < limit:
+        data = stream.read(left + 1)
+        if len(data) > left:  # the file grew while we read it: go on, still bounded
+            data += stream.read(limit + 1 - len(data))
+    else:
+        data = stream.read(limit + 1)
     if len(data) > limit:
         raise InputError("record_too_large", f"{what}: larger than the {limit}-byte record limit")
     return data
