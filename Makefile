@@ -47,10 +47,20 @@ demo: setup services
 	  echo "demo: NO DOCKER ENGINE answers: sandbox collection SKIPPED (start one with: sudo bash sandboxes/start-engine.sh)"; \
 	fi
 	$(BIN)/worldline collect mcp sandboxes/mcp/*.yaml --out $(DEMO)/corpus --faults all --fault-rate 0.3 --seed 0 --call-timeout 3 || test $$? -eq 3
+	$(BIN)/worldline clean $(DEMO)/corpus --quiet
+	$(BIN)/worldline dedup $(DEMO)/corpus --quiet
+	# both scoring tiers; the model tier (SmolLM2-135M on CPU) is capped at 60k tokens to stay within minutes
+	$(BIN)/worldline score $(DEMO)/corpus --tier both --max-tokens 60000 --quiet
 	$(BIN)/worldline stats $(DEMO)/corpus
 	$(BIN)/worldline query $(DEMO)/corpus "SELECT domain, source_format, count(*) AS trajectories, sum(num_turns) AS turns FROM trajectories GROUP BY ALL ORDER BY ALL"
-	$(BIN)/worldline query $(DEMO)/corpus "SELECT exit_code, count(*) AS turns FROM turns WHERE exit_code IS NOT NULL GROUP BY ALL ORDER BY turns DESC LIMIT 5"
+	$(BIN)/worldline query $(DEMO)/corpus "SELECT category, count(*) AS turns, round(avg(loss_mask::INT), 2) AS trained FROM turn_scores GROUP BY ALL ORDER BY turns DESC"
 	$(BIN)/worldline check $(DEMO)/corpus
+	$(BIN)/worldline export $(DEMO)/corpus --out $(DEMO)/export
+	# thinking traces: a loopback OpenAI-compatible server with the real SmolLM2 (tiny settings)
+	$(BIN)/python -m pipelines.serve_local --port 0 --threads 1 -- \
+	  $(BIN)/worldline traces $(DEMO)/corpus --out $(DEMO)/traces --endpoint '{url}' --model smollm2 \
+	  -k 2 --max-queries 4 --balance domain --max-target-chars 300 --history-turns 1 --max-tokens 48 \
+	  --templates chat --prefill-think --max-system-chars 300 --max-observation-chars 300 --threshold 0.0 --quiet
 	$(BIN)/worldline report $(DEMO)/corpus --out $(DEMO)/report.html
 
 test: setup services

@@ -66,7 +66,8 @@ def ingested_traces(context: dg.AssetExecutionContext, corpus: CorpusResource) -
 
 
 @dg.asset(
-    deps=[ingested_traces, "mcp_trajectories", "sandbox_trajectories"],
+    deps=[ingested_traces, "mcp_trajectories", "sandbox_trajectories", "dedup_clusters", "training_export",
+          "thinking_traces"],
     group_name="reporting",
     kinds={"html", "duckdb"},
     description="The self-contained HTML corpus report (`worldline report`).",

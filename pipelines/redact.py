@@ -1,0 +1,253 @@
+"""Secret and PII redaction: the function the export stage calls on every text it writes.
+
+Each kind is a Python regular expression whose match is replaced by a typed placeholder
+(`<SECRET:aws_access_key>`, `<PII:email>`), counted per kind. Where a pattern also captures
+context (the key of `password: hunter2`, the user of `postgres://user:pw@host`), only the value is
+replaced. Kinds whose pattern alone over-matches (config keys, OpenAI-style keys) validate the
+value before replacing it.
+
+The corpus itself stays verbatim (the redactions are applied on the way out); `worldline clean`
+records which turns and columns contain what in the side table `redactions`, using a cheap RE2
+pre-filter in DuckDB (`Redactor.probe`, a superset of the Python patterns) so that only candidate
+rows reach Python.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import re
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass
+
+import pyarrow as pa
+
+# The text columns export can emit; every one of them is redacted (and scanned by `clean`).
+TURN_TEXT_COLUMNS = ("action", "tool_name", "tool_args", "thought", "observation", "stdout", "stderr", "state", "metadata")
+TRAJECTORY_TEXT_COLUMNS = ("task", "action_space", "initial_state", "agent", "model", "env_fingerprint", "metadata", "native_id")
+
+_STOP_VALUES = frozenset(
+    {"", "none", "null", "nil", "true", "false", "undefined", "required", "optional", "str", "string", "int",
+     "bool", "dict", "list", "any", "object", "secret", "password", "token", "***", "****", "*****", "xxx",
+     "redacted", "<redacted>", "[redacted]", "..."}
+)
+# `PASSWORD_FILE=/run/secrets/db`, `--password-file x`, `password_min_length: 8`: names of
+# where a secret is or what it must look like, not the secret.
+_REFERENCE_KEY = re.compile(r"(?i)[_.-](?:file|path|dir|env|stdin|cmd|command|prompt|length|len|policy|hash|hint|field|type|id)$")
+_CODE_VALUE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+$|[()\[\]{}]|^\$|^%\(|^@")
+_PASSWORD_KEY = r"[A-Za-z0-9_.-]*(?:password|passwd|passphrase|pwd)[A-Za-z0-9_.-]*"
+_SECRET_KEY = (r"[A-Za-z0-9_.-]*(?:secret|api[_-]?key|apikey|access[_-]?token|auth[_-]?token|refresh[_-]?token"
+               r"|private[_-]?key|client[_-]?secret|token)[A-Za-z0-9_.-]*")
+
+
+def _placeholder(kind: str) -> str:
+    return f"<PII:{kind}>" if kind in ("email", "ip_address") else f"<SECRET:{kind}>"
+
+
+def _plausible_value(value: str, key: str, min_len: int, bare: bool) -> bool:
+    """A config value worth redacting: not empty, not a placeholder, not a reference to elsewhere
+    (`os.environ[...]`, `$VAR`, `get_password()`), not a tokenizer's `eos_token = "</s>"`."""
+    v = value.strip()
+    if len(v) < min_len or v.lower() in _STOP_VALUES or v.startswith(("<SECRET:", "<PII:")):
+        return False
+    if v.lower() == key.lower() or (bare and _CODE_VALUE.search(v)) or v.startswith(("$", "${", "%(", "{{")):
+        return False
+    if min_len > 1:  # secrets, tokens, keys: random-looking, i.e. letters and digits, or long
+        has_digit, has_alpha = any(c.isdigit() for c in v), any(c.isalpha() for c in v)
+        if not ((has_digit and has_alpha) or len(v) >= 20) or " " in v:
+            return False
+    return True
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One kind of secret. `group` is the capture group replaced (0: the whole match); `check`
+    validates a match before it is replaced; `probe` is an RE2 pattern that finds every text
+    the Python pattern could match (it may find more)."""
+
+    name: str
+    pattern: str
+    probe: str
+    group: int | str = 0
+    flags: int = 0
+    check: Callable[[re.Match[str]], bool] | None = None
+    label: str | None = None  # the kind counted and shown in the placeholder (default: name)
+    needs: tuple[str, ...] | None = None  # lower-case literals one of which any match contains
+
+
+    @property
+    def kind(self) -> str:
+        return self.label or self.name
+
+
+_VALUE_GROUPS = ("v_esc", "v_dq", "v_sq", "v_bare")
+
+
+def _value_group(m: re.Match[str]) -> str | None:
+    """Which alternative of a config value matched (quoted, escaped-quoted, bare)."""
+    for g in _VALUE_GROUPS:
+        if m.group(g) is not None:
+            return g
+    return None
+
+
+def _check_config(m: re.Match[str]) -> bool:
+    key = m.group("key").strip("\\\"'")
+    g = _value_group(m)
+    if g is None or _REFERENCE_KEY.search(key):
+        return False
+    is_password = re.search(r"(?i)pass|pwd", key) is not None
+    return _plausible_value(m.group(g), key, 1 if is_password else 8, bare=g == "v_bare")
+
+
+def _check_openai(m: re.Match[str]) -> bool:
+    v = m.group(0)
+    return any(c.isdigit() for c in v) and any(c.isupper() for c in v)
+
+
+# A word boundary before a token, which inside JSON text may follow an escape (`\nAKIA...`).
+_B = r"(?:(?<![A-Za-z0-9_])|(?<=\\[nrt]))"
+_AWS_PREFIX = r"(?:AKIA|ASIA|ABIA|ACCA|AGPA|AIDA|AIPA|ANPA|ANVA|AROA|APKA)"
+_Q = r"\\?[\"']"  # a quote, possibly escaped (JSON inside a JSON string)
+# A config value: inside escaped quotes, inside double quotes (with escapes), single quotes, or bare.
+_VALUE = (r"(?:\\\"(?P<v_esc>[^\"\\\n]*)\\\"|\"(?P<v_dq>(?:[^\"\\\n]|\\.)*)\"|'(?P<v_sq>[^'\n]*)'"
+          r"|(?P<v_bare>[^\s\"',;}#=\\][^\s\"',;}#\\]*))")
+
+KINDS: tuple[Kind, ...] = (
+    Kind("private_key",
+         r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----.*?(?:-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|\Z)",
+         r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY", flags=re.S, needs=("private key",)),
+    Kind("jwt", rf"{_B}eyJ[A-Za-z0-9_-]{{8,}}\.eyJ[A-Za-z0-9_-]{{8,}}\.[A-Za-z0-9_-]{{8,}}", r"eyJ[A-Za-z0-9_-]{8,}\.eyJ", needs=("eyj",)),
+    Kind("url_password", rf"{_B}[a-zA-Z][a-zA-Z0-9+.-]*://[^\s:/@'\"<>]+:(?P<value>[^\s@/'\"<>]+)@",
+         r"://[^ \t\n/@'\"<>]+:[^ \t\n@/'\"<>]+@", group="value", needs=("://",)),
+    Kind("aws_access_key", rf"{_B}{_AWS_PREFIX}[A-Z0-9]{{16}}\b", rf"{_AWS_PREFIX}[A-Z0-9]{{16}}",
+         needs=("akia", "asia", "abia", "acca", "agpa", "aida", "aipa", "anpa", "anva", "aroa", "apka")),
+    Kind("aws_secret_key",
+         r"(?i)(?:aws_?secret_?(?:access_?)?key|secret_?access_?key)\\?[\"']?\s*[:=]\s*\\?[\"']?(?P<value>[A-Za-z0-9/+=]{40})(?![A-Za-z0-9/+=])",
+         r"(?i:aws_?secret|secret_?access_?key)", group="value", needs=("secret",)),
+    Kind("github_token", rf"{_B}(?:gh[pousr]_[A-Za-z0-9]{{36,255}}|github_pat_[A-Za-z0-9_]{{22,255}})\b",
+         r"gh[pousr]_[A-Za-z0-9]{36}|github_pat_", needs=("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_")),
+    Kind("slack_token", rf"{_B}xox[abposr]-[A-Za-z0-9-]{{10,}}|https://hooks\.slack\.com/services/[A-Za-z0-9/_-]+",
+         r"xox[abposr]-|hooks\.slack\.com/services/", needs=("xox", "hooks.slack.com")),
+    Kind("openai_key", rf"{_B}sk-(?:proj-|svcacct-|admin-|ant-(?:api03-)?)?[A-Za-z0-9_-]{{20,}}", r"sk-[A-Za-z0-9_-]{20}",
+         check=_check_openai, needs=("sk-",)),
+    Kind("stripe_key", rf"{_B}(?:sk|rk)_(?:live|test)_[0-9A-Za-z]{{16,}}\b", r"(?:sk|rk)_(?:live|test)_", needs=("_live_", "_test_")),
+    Kind("google_api_key", rf"{_B}AIza[0-9A-Za-z_-]{{35}}\b", r"AIza[0-9A-Za-z_-]{35}", needs=("aiza",)),
+    Kind("huggingface_token", rf"{_B}hf_[A-Za-z0-9]{{30,}}\b", r"hf_[A-Za-z0-9]{30}", needs=("hf_",)),
+    Kind("bearer_token",
+         rf"(?i){_B}authorization\\?[\"']?\s*[:=]\s*\\?[\"']?(?:bearer|token|basic)\s+(?P<value>[A-Za-z0-9._~+/=-]{{12,}})",
+         r"(?i:authorization)", group="value", needs=("authorization",)),
+    # key = value in env files, INI, YAML, TOML, shell (`export DB_PASSWORD=...`), code and JSON
+    # ("password": "..."), including JSON inside a JSON string (escaped quotes); and CLI flags.
+    Kind("config_password", rf"(?i)(?<![<\w.-])(?P<key>{_Q}?{_PASSWORD_KEY}{_Q}?)[ \t]*[:=][ \t]*(?!=){_VALUE}",
+         r"(?i:passw|passphrase|pwd)", check=_check_config, needs=("pass", "pwd")),
+    Kind("config_password_flag", rf"(?i)(?<![\w-])(?P<key>--?[A-Za-z0-9_-]*(?:password|passwd|pwd)[A-Za-z0-9_-]*)(?:=|[ \t]+){_VALUE}",
+         r"(?i:passw|pwd)", check=_check_config, label="config_password", needs=("pass", "pwd")),
+    Kind("config_secret", rf"(?i)(?<![<\w.-])(?P<key>{_Q}?{_SECRET_KEY}{_Q}?)[ \t]*[:=][ \t]*(?!=){_VALUE}",
+         r"(?i:secret|api_?key|apikey|api-key|token|private_?key)", check=_check_config,
+         needs=("secret", "api", "token", "private")),
+    Kind("email", rf"{_B}[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{{2,}}\b",
+         r"[A-Za-z0-9._%+-]@[A-Za-z0-9-]+\.[A-Za-z]", needs=("@",)),
+    Kind("ip_address",
+         rf"{_B}(?:(?:25[0-5]|2[0-4][0-9]|1[0-9]{{2}}|[1-9]?[0-9])\.){{3}}(?:25[0-5]|2[0-4][0-9]|1[0-9]{{2}}|[1-9]?[0-9])\b",
+         r"[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}"),
+)
+KIND_NAMES = tuple(dict.fromkeys(k.kind for k in KINDS))
+
+
+@dataclass(frozen=True)
+class RedactConfig:
+    emails: bool = True
+    ip_addresses: bool = False  # optional: IPs are often harmless (private ranges, docs, versions)
+    private_ips: bool = False  # with ip_addresses: also redact private, loopback and link-local ones
+
+    def fingerprint(self) -> str:
+        return hashlib.sha256(repr(sorted(asdict(self).items())).encode()).hexdigest()[:16]
+
+
+class Redactor:
+    """`Redactor()(text)` → redacted text; `.redact(text)` → (text, counts per kind)."""
+
+    def __init__(self, config: RedactConfig = RedactConfig()):
+        self.config = config
+        kinds = [k for k in KINDS if (k.name != "email" or config.emails) and (k.name != "ip_address" or config.ip_addresses)]
+        self.kinds = kinds
+        self._compiled = [(k, re.compile(k.pattern, k.flags)) for k in kinds]
+
+    @property
+    def probe(self) -> str:
+        """One RE2 pattern (DuckDB `regexp_matches`) that matches every text this redactor would change."""
+        return "|".join(f"(?:{k.probe})" for k in self.kinds)
+
+    def _replace(self, kind: Kind, counts: Counter[str]) -> Callable[[re.Match[str]], str]:
+        ph = _placeholder(kind.kind)
+        has_value = "v_bare" in re.compile(kind.pattern).groupindex
+
+        def repl(m: re.Match[str]) -> str:
+            if kind.check is not None and not kind.check(m):
+                return m.group(0)
+            if kind.name == "ip_address" and not self._ip_is_pii(m.group(0)):
+                return m.group(0)
+            if kind.name == "email" and m.group(0).lower().startswith("git@"):
+                return m.group(0)  # git@github.com:owner/repo is an SSH remote, not a person
+            group = _value_group(m) if has_value else kind.group
+            counts[kind.kind] += 1
+            if not group:
+                return ph
+            whole = m.group(0)
+            s, e = m.start(group) - m.start(0), m.end(group) - m.start(0)
+            return whole[:s] + ph + whole[e:]
+
+        return repl
+
+    def _ip_is_pii(self, s: str) -> bool:
+        try:
+            ip = ipaddress.ip_address(s)
+        except ValueError:
+            return False
+        if self.config.private_ips:
+            return not ip.is_unspecified
+        return ip.is_global
+
+    def redact(self, text: str | None) -> tuple[str | None, Counter[str]]:
+        counts: Counter[str] = Counter()
+        if not text:
+            return text, counts
+        low = text.lower()
+        for kind, rx in self._compiled:
+            if kind.needs is None or any(n in low for n in kind.needs):
+                text = rx.sub(self._replace(kind, counts), text)
+        return text, counts
+
+    def __call__(self, text: str | None) -> str | None:
+        return self.redact(text)[0]
+
+
+_DEFAULT: Redactor | None = None
+
+
+def redact_text(text: str | None) -> str | None:
+    """Redact one text with the default settings: the call export makes on every text it emits."""
+    global _DEFAULT
+    if _DEFAULT is None:
+        _DEFAULT = Redactor()
+    return _DEFAULT(text)
+
+
+def redact_table(table: pa.Table, columns: Iterable[str] | None = None,
+                 redactor: Redactor | None = None) -> tuple[pa.Table, Counter[str]]:
+    """Redact the string columns of an Arrow table (all of them unless `columns` is given)."""
+    r = redactor or Redactor()
+    total: Counter[str] = Counter()
+    names = list(columns) if columns is not None else [f.name for f in table.schema if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)]
+    for name in names:
+        col = table.column(name)
+        values = col.to_pylist()
+        out = []
+        for v in values:
+            red, c = r.redact(v)
+            total.update(c)
+            out.append(red)
+        table = table.set_column(table.schema.get_field_index(name), table.schema.field(name), pa.array(out, type=col.type))
+    return table, total

@@ -1,0 +1,174 @@
+"""The world-model prompt: one trajectory as a chat, rendered through a tokenizer's chat template.
+
+Form (shared by scoring and export, so that what is scored is what is trained):
+
+- system: a one-line role statement, then the task, the action space and the initial state
+  (each section only when the trajectory has it);
+- each environment turn: the action as a `user` message, the observation as the `assistant`
+  message (the world model plays the environment);
+- turns that did not touch the environment (agent messages, mid-session user messages) and env
+  turns with no recorded observation are context only: their text is prepended to the next
+  action's user message, so the chat alternates strictly (some templates insist) and nothing
+  is lost.
+
+The template is rendered once with placeholders in place of every message's content; the
+template's own text between placeholders is then interleaved with the real contents. That gives
+the exact character span of every observation without searching for it in the text (a search
+would be fooled by an observation that also occurs in a header or an action). Character spans
+map to token spans through the fast tokenizer's offsets.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+ROLE_LINE = (
+    "You are the environment of an agent session. Given the history and the agent's next action, "
+    "reply with exactly what the environment returns."
+)
+_PH = "\ue000WL{}\ue001"  # private-use code points: cannot collide with a real message's content
+CONTEXT_JOIN = "\n\n"
+
+
+@dataclass(frozen=True)
+class RenderConfig:
+    role_line: str = ROLE_LINE
+    include_thoughts: bool = False  # the agent's reasoning is not part of what the environment sees
+
+    def fingerprint(self) -> str:
+        return hashlib.sha256(repr(sorted(asdict(self).items())).encode()).hexdigest()[:16]
+
+
+def system_prompt(traj: dict[str, Any], cfg: RenderConfig = RenderConfig()) -> str:
+    """Task, action space and initial state under headings; absent sections are left out."""
+    parts = [cfg.role_line]
+    if traj.get("domain"):
+        parts[0] += f" Domain: {traj['domain']}."
+    for title, key in (("Task", "task"), ("Action space", "action_space"), ("Initial state", "initial_state")):
+        v = traj.get(key)
+        if v:
+            parts.append(f"# {title}\n{v}")
+    return "\n\n".join(parts)
+
+
+def _action_text(turn: dict[str, Any], cfg: RenderConfig) -> str:
+    text = turn.get("action")
+    if text is None and turn.get("tool_name"):
+        text = f"{turn['tool_name']}({turn.get('tool_args') or ''})"
+    text = text or ""
+    if cfg.include_thoughts and turn.get("thought"):
+        text = f"{turn['thought']}{CONTEXT_JOIN}{text}" if text else turn["thought"]
+    return text
+
+
+def is_scored_turn(turn: dict[str, Any]) -> bool:
+    """A turn whose observation the world model predicts: it touched the environment and
+    something (possibly the empty string) was recorded."""
+    return turn.get("kind", "env") == "env" and turn.get("observation") is not None
+
+
+@dataclass
+class Group:
+    """One user message (context + action) and its assistant message (the observation)."""
+
+    turn_index: int
+    user: str
+    observation: str
+
+
+@dataclass
+class Conversation:
+    system: str
+    groups: list[Group] = field(default_factory=list)
+    trailing_context: str = ""  # context after the last env turn: nothing to predict after it
+
+
+def conversation(traj: dict[str, Any], turns: list[dict[str, Any]], cfg: RenderConfig = RenderConfig()) -> Conversation:
+    """The trajectory as system + (user, assistant) groups. `turns` must be in turn order."""
+    conv = Conversation(system_prompt(traj, cfg))
+    pending: list[str] = []
+    for t in turns:
+        text = _action_text(t, cfg) if t.get("kind", "env") == "env" else (t.get("action") or t.get("thought") or "")
+        if is_scored_turn(t):
+            user = CONTEXT_JOIN.join([*pending, text]) if pending else text
+            conv.groups.append(Group(int(t["turn_index"]), user, t["observation"]))
+            pending = []
+        elif text:
+            pending.append(text)
+    conv.trailing_context = CONTEXT_JOIN.join(pending)
+    return conv
+
+
+def messages(conv: Conversation, groups: list[Group] | None = None, system: str | None = None) -> list[dict[str, str]]:
+    """Chat messages for `groups` (default: all) under the system prompt."""
+    out = [{"role": "system", "content": conv.system if system is None else system}]
+    for g in conv.groups if groups is None else groups:
+        out += [{"role": "user", "content": g.user}, {"role": "assistant", "content": g.observation}]
+    return out
+
+
+def template_pieces(tokenizer: Any, n_messages: int, roles: list[str]) -> list[str]:
+    """The chat template's own text around `n_messages` placeholder contents: n+1 pieces."""
+    msgs = [{"role": r, "content": _PH.format(i)} for i, r in enumerate(roles)]
+    text = tokenizer.apply_chat_template(msgs, tokenize=False)
+    pieces, pos = [], 0
+    for i in range(n_messages):
+        ph = _PH.format(i)
+        at = text.find(ph, pos)
+        if at < 0:
+            raise ValueError(f"the chat template of {getattr(tokenizer, 'name_or_path', 'the tokenizer')!r} "
+                             f"drops or rewrites message {i} ({roles[i]}); scoring needs contents verbatim")
+        pieces.append(text[pos:at])
+        pos = at + len(ph)
+    pieces.append(text[pos:])
+    return pieces
+
+
+@dataclass
+class Rendered:
+    """A rendered chat: its token ids and, per assistant message, the token span to score.
+
+    `spans[k] = (turn_index, start, end)`: tokens `ids[start:end]` are the observation's content
+    tokens followed by the first token after the content (the template's end-of-message token),
+    so that an empty observation still has one token to predict (the end of the output).
+    """
+
+    ids: np.ndarray
+    spans: list[tuple[int, int, int]]
+    text: str
+
+
+def render(tokenizer: Any, msgs: list[dict[str, str]], turn_indices: list[int]) -> Rendered:
+    """Render `msgs` and find the token span of every assistant message (one per turn index)."""
+    roles = [m["role"] for m in msgs]
+    pieces = template_pieces(tokenizer, len(msgs), roles)
+    chunks: list[str] = []
+    char_spans: list[tuple[int, int]] = []
+    pos = 0
+    for piece, m in zip(pieces, msgs, strict=False):
+        chunks.append(piece)
+        pos += len(piece)
+        if m["role"] == "assistant":
+            char_spans.append((pos, pos + len(m["content"])))
+        chunks.append(m["content"])
+        pos += len(m["content"])
+    chunks.append(pieces[-1])
+    text = "".join(chunks)
+    enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    ids = np.asarray(enc["input_ids"], dtype=np.int64)
+    offsets = np.asarray(enc["offset_mapping"], dtype=np.int64).reshape(-1, 2)
+    starts, ends = offsets[:, 0], offsets[:, 1]
+    spans = []
+    for ti, (cs, ce) in zip(turn_indices, char_spans, strict=True):
+        s = int(np.searchsorted(ends, cs, side="right"))  # first token ending inside or after the content
+        e = int(np.searchsorted(starts, ce, side="left"))  # first token starting at or after its end
+        spans.append((ti, min(s, e), min(e + 1, len(ids))))  # + the token that closes the message
+    return Rendered(ids, spans, text)
+
+
+def render_groups(tokenizer: Any, conv: Conversation, groups: list[Group], system: str | None = None) -> Rendered:
+    return render(tokenizer, messages(conv, groups, system), [g.turn_index for g in groups])

@@ -1,0 +1,132 @@
+"""Side tables: what a stage says about the corpus, keyed by (`trajectory_id`, `turn_index`).
+
+Each side table is one Parquet file, `CORPUS/side/<name>/data.parquet`, written under a temporary
+name in the same directory and renamed into place, so a reader sees the old table or the new one,
+never half of one. The file's key-value metadata and the manifest entry `side.<name>` record the
+stage, its config fingerprint and the corpus batches it was computed from, so a later run (or a
+data contract) can tell whether the table is current.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import os
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from pipelines.store import Corpus, write_json_atomic
+
+SIDE_FILE = "data.parquet"
+
+
+def side_dir(corpus: Corpus, name: str) -> Path:
+    return corpus.root / "side" / name
+
+
+def side_path(corpus: Corpus, name: str) -> Path:
+    return side_dir(corpus, name) / SIDE_FILE
+
+
+def corpus_state(corpus: Corpus) -> dict[str, Any]:
+    """The committed batches a stage read: a digest to compare later runs against."""
+    ids = sorted(b["id"] for b in corpus.manifest()["batches"] if b.get("state") == "committed")
+    return {"batches": len(ids), "batches_digest": hashlib.sha256("\n".join(ids).encode()).hexdigest()[:16]}
+
+
+def side_info(corpus: Corpus, name: str) -> dict[str, Any] | None:
+    """The manifest entry of a side table, or None if it was never written (or its file is gone)."""
+    if not corpus.exists() or not side_path(corpus, name).exists():
+        return None
+    return corpus.manifest().get("side", {}).get(name)
+
+
+class SideTableWriter:
+    """Streams record batches into a temporary file; `commit()` renames it into place and records
+    the manifest entry under the corpus lock. Use as a context manager: an exception discards the
+    temporary file and leaves the previous table untouched."""
+
+    def __init__(self, corpus: Corpus, name: str, schema: pa.Schema, stage: str, fingerprint: str,
+                 config: dict[str, Any], state: dict[str, Any] | None = None, row_group_rows: int = 65_536,
+                 compression: str | dict[str, str] = "zstd"):
+        self.corpus, self.name, self.stage = corpus, name, stage
+        self.fingerprint, self.config = fingerprint, config
+        self.state = state if state is not None else corpus_state(corpus)
+        self.row_group_rows = row_group_rows
+        d = side_dir(corpus, name)
+        d.mkdir(parents=True, exist_ok=True)
+        self.tmp = d / f".{SIDE_FILE}.tmp-{os.getpid()}-{id(self):x}"
+        meta = {
+            b"worldline.stage": stage.encode(),
+            b"worldline.fingerprint": fingerprint.encode(),
+            b"worldline.config": orjson.dumps(config, option=orjson.OPT_SORT_KEYS),
+            b"worldline.corpus_state": orjson.dumps(self.state, option=orjson.OPT_SORT_KEYS),
+        }
+        self.schema = schema.with_metadata({**(schema.metadata or {}), **meta})
+        self._writer: pq.ParquetWriter | None = pq.ParquetWriter(self.tmp, self.schema, compression=compression)
+        self.rows = 0
+        self.committed = False
+
+    def write(self, data: pa.RecordBatch | pa.Table) -> None:
+        if data.num_rows == 0:
+            return
+        if data.schema.remove_metadata() != self.schema.remove_metadata():
+            data = data.select(self.schema.names).cast(self.schema) if isinstance(data, pa.Table) else \
+                pa.Table.from_batches([data]).select(self.schema.names).cast(self.schema)
+        assert self._writer is not None
+        if isinstance(data, pa.RecordBatch):
+            self._writer.write_batch(data, row_group_size=self.row_group_rows)
+        else:
+            self._writer.write_table(data, row_group_size=self.row_group_rows)
+        self.rows += data.num_rows
+
+    def close(self) -> Path:
+        """Finish the temporary file (e.g. to validate it with DuckDB before committing)."""
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+        return self.tmp
+
+    def commit(self, summary: dict[str, Any] | None = None, lock_wait_s: float = 600.0) -> dict[str, Any]:
+        self.close()
+        entry = {
+            "path": str(side_path(self.corpus, self.name).relative_to(self.corpus.root)),
+            "stage": self.stage,
+            "fingerprint": self.fingerprint,
+            "config": self.config,
+            "rows": self.rows,
+            "corpus_state": self.state,
+            "written_at": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "summary": summary or {},
+        }
+        with self.corpus.writer(wait_s=lock_wait_s):
+            os.replace(self.tmp, side_path(self.corpus, self.name))
+            m = self.corpus.manifest()
+            m.setdefault("side", {})[self.name] = entry
+            write_json_atomic(self.corpus.manifest_path, m)
+        self.committed = True
+        return entry
+
+    def abort(self) -> None:
+        self.close()
+        self.tmp.unlink(missing_ok=True)
+
+    def __enter__(self) -> SideTableWriter:
+        return self
+
+    def __exit__(self, et, ev, tb) -> None:  # noqa: ANN001 - the context-manager protocol
+        if not self.committed:  # an error, or the caller decided not to commit
+            self.abort()
+
+
+def write_side_table(corpus: Corpus, name: str, table: pa.Table, schema: pa.Schema, stage: str,
+                     fingerprint: str, config: dict[str, Any], state: dict[str, Any] | None = None,
+                     summary: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Write a whole (small) side table at once."""
+    with SideTableWriter(corpus, name, schema, stage, fingerprint, config, state) as w:
+        w.write(table)
+        return w.commit(summary)

@@ -1,0 +1,42 @@
+"""Views derived from the stages' side tables; `pipelines.query.connect` defines them.
+
+- `kept_turns`: the rows of `turns` that survive cleaning and dedup — minus trajectories that
+  `cleaning` drops whole, minus turns it drops (`retry_cycle`, `gui_no_change`), minus trajectories
+  that `duplicates` marks as non-representative — with one more column, `counts_for_training`:
+  false for a turn of a shared prefix that another kept trajectory is trained on
+  (`shared_prefixes`), true otherwise. Context turns are kept; only the loss counts once.
+- `kept_trajectories`: the rows of `trajectories` that keep at least one turn by the same rules.
+
+Each part applies only when its side table exists, so the views are useful after `clean` alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import duckdb
+
+
+def define_derived_views(con: duckdb.DuckDBPyConnection, side_tables: Iterable[str]) -> None:
+    have = set(side_tables)
+    if not have & {"cleaning", "duplicates", "shared_prefixes"}:
+        return
+    joins, traj_joins = [], []
+    if "cleaning" in have:
+        whole = "(SELECT DISTINCT trajectory_id FROM cleaning WHERE turn_index IS NULL)"
+        joins.append(f"ANTI JOIN {whole} cw USING (trajectory_id)")
+        joins.append("ANTI JOIN (SELECT DISTINCT trajectory_id, turn_index FROM cleaning WHERE turn_index IS NOT NULL) ct "
+                     "USING (trajectory_id, turn_index)")
+        traj_joins.append(f"ANTI JOIN {whole} cw USING (trajectory_id)")
+    if "duplicates" in have:
+        nonrep = "(SELECT trajectory_id FROM duplicates WHERE NOT is_representative)"
+        joins.append(f"ANTI JOIN {nonrep} dd USING (trajectory_id)")
+        traj_joins.append(f"ANTI JOIN {nonrep} dd USING (trajectory_id)")
+    counts = "true"
+    if "shared_prefixes" in have:
+        joins.append("LEFT JOIN (SELECT trajectory_id, turn_index, counts_for_training FROM shared_prefixes) sp "
+                     "USING (trajectory_id, turn_index)")
+        counts = "coalesce(sp.counts_for_training, true)"
+    con.execute(f"CREATE OR REPLACE VIEW kept_turns AS SELECT u.*, {counts} AS counts_for_training FROM turns u {' '.join(joins)}")
+    con.execute(f"CREATE OR REPLACE VIEW kept_trajectories AS SELECT t.* FROM trajectories t {' '.join(traj_joins)} "
+                "SEMI JOIN (SELECT DISTINCT trajectory_id FROM kept_turns) k USING (trajectory_id)")

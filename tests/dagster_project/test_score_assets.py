@@ -1,0 +1,69 @@
+"""Dagster: `turn_scores` materializes through the ScoringModelResource and its checks pass."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from dagster_project.resources import CorpusResource
+from dagster_project.score_assets import ScoringModelResource, turn_scores, turn_scores_checks
+from pipelines.ingest import ingest
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def corpus(tmp_path: Path) -> CorpusResource:
+    out = tmp_path / "corpus"
+    ingest([ROOT / "data" / "sample" / "corpus" / "intercode"], out, progress=False)
+    return CorpusResource(root=str(out), inbox=str(tmp_path / "inbox"), settle_seconds=0)
+
+
+def test_surface_tier_materializes_with_checks(corpus: CorpusResource) -> None:
+    res = dg.materialize([turn_scores, turn_scores_checks], resources={
+        "corpus": corpus, "scoring_model": ScoringModelResource(tier="surface")})
+    assert res.success
+    [mat] = res.asset_materializations_for_node("turn_scores")
+    md = {k: v.value for k, v in mat.metadata.items()}
+    assert md["tier"] == "surface" and md["turns"] > 0
+    assert "| retrieval |" in md["categories"] and "| terminal |" in md["loss_by_domain"]
+    assert {e.check_name: e.passed for e in res.get_asset_check_evaluations()} == {
+        "turn_scores_cover_turns": True, "turn_scores_valid": True, "turn_scores_current": True}
+
+
+def test_model_tier_uses_the_resource_model(corpus: CorpusResource, tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel
+
+    from pipelines.score_model import resolve_model
+
+    tok = AutoTokenizer.from_pretrained(resolve_model("smollm2"), local_files_only=True)
+    torch.manual_seed(0)
+    d = tmp_path / "tiny"
+    GPT2LMHeadModel(GPT2Config(vocab_size=len(tok), n_positions=1024, n_embd=32, n_layer=2, n_head=2)).save_pretrained(d)
+    tok.save_pretrained(d)
+    res = dg.materialize([turn_scores, turn_scores_checks], resources={
+        "corpus": corpus, "scoring_model": ScoringModelResource(model=str(d), tier="both", max_tokens=2000, dtype="float32")})
+    assert res.success
+    md = {k: v.value for k, v in res.asset_materializations_for_node("turn_scores")[0].metadata.items()}
+    assert md["device"] == "cpu" and md["dtype"] == "float32" and 0 < md["model_tokens"] <= 2000
+    assert all(e.passed for e in res.get_asset_check_evaluations())
+
+
+def test_joins_the_definitions() -> None:
+    """The lines the code location adds: the asset, its checks and the resource resolve together."""
+    from dagster_project.assets import corpus_report, ingested_traces
+    from dagster_project.checks import corpus_contracts
+    from dagster_project.resources import build_resources
+
+    defs = dg.Definitions(assets=[ingested_traces, corpus_report, turn_scores],
+                          asset_checks=[corpus_contracts, turn_scores_checks],
+                          resources={**build_resources(), "scoring_model": ScoringModelResource()})
+    graph = defs.resolve_asset_graph()
+    assert {k.to_user_string() for k in graph.get_all_asset_keys()} >= {"ingested_traces", "turn_scores"}
+    assert {c.name for c in turn_scores_checks.check_specs} == {
+        "turn_scores_cover_turns", "turn_scores_valid", "turn_scores_current"}

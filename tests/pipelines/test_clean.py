@@ -1,0 +1,182 @@
+"""Cleaning: every filter on the real sample and on planted variants of real trajectories, with
+exact verdicts; decontamination; the side tables, the views and the contracts."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import orjson
+import pytest
+
+from pipelines.clean import CleanConfig, clean, declared_actions
+from pipelines.clean_contracts import run_clean_contracts
+from pipelines.decontam import DecontamConfig
+from pipelines.side import side_info
+from pipelines.store import Corpus
+from schemas.records import Turn
+from tests.pipelines.clean_support import (  # noqa: F401
+    copy_corpus,
+    load,
+    plant,
+    rows,
+    sample_corpus,
+    trajectory_id,
+    variant,
+)
+
+# Turn verdicts on the sample (first 8 characters of the trajectory id -> turns), all retry cycles
+# except DroidBot's unchanged screens.
+SAMPLE_TURN_VERDICTS = {
+    "1bada5ea": [7], "2bb0cf8f": [1], "379bf4b9": [6], "459d6eef": [24], "51c8e1a0": [1, 3, 4, 5, 6, 7, 8],
+    "5880d58b": [3, 5, 6, 17, 18, 19, 22, 27, 32, 33, 34, 37], "78820866": [2, 3, 4, 5, 6, 7, 8], "87398343": [6],
+    "87f1d310": [5], "8d053b3e": [1], "9cfc7c13": [20, 22, 23, 30, 32], "9df3d62a": [5, 6, 7], "a0ea54de": [1],
+    "d87f72df": [3], "e11acf8f": [0], "e4214423": [5, 6], "ed812700": [2, 4, 5, 6, 7, 8], "f262d9f3": [5, 6, 7, 8],
+}
+
+
+def test_sample_verdicts(sample_corpus: Path) -> None:  # noqa: F811 - fixture
+    s = clean(sample_corpus, progress=False)
+    assert (s.trajectories, s.turns, s.kept_trajectories, s.kept_turns) == (1113, 3702, 944, 3472)
+    assert s.dropped_trajectories == {"too_few_turns": 169}
+    assert s.dropped_turns == {"retry_cycle": 44, "gui_no_change": 12}
+    assert (s.action_spaces, s.action_spaces_unparsed) == (4, 0)
+    got: dict[str, list[int]] = {}
+    for tid, ti, reason in rows(sample_corpus, "SELECT trajectory_id, turn_index, reason FROM cleaning WHERE turn_index IS NOT NULL ORDER BY ALL"):
+        assert reason == ("gui_no_change" if tid.startswith("5880d58b") else "retry_cycle")
+        got.setdefault(tid[:8], []).append(ti)
+    assert got == SAMPLE_TURN_VERDICTS
+    # who has fewer than 2 environment turns: FireAct (one search, no answer step), InterCode, OpenHands
+    assert rows(sample_corpus, """SELECT t.source_format, count(*) FROM cleaning c JOIN trajectories t USING (trajectory_id)
+                                  WHERE c.turn_index IS NULL GROUP BY 1 ORDER BY 1""") == \
+        [("fireact-chat", 1), ("fireact-trajs", 150), ("intercode", 16), ("openhands-events", 2)]
+    details = dict(rows(sample_corpus, "SELECT trajectory_id[:8] || ':' || turn_index, detail FROM cleaning WHERE turn_index IS NOT NULL"))
+    assert details["51c8e1a0:1"] == "same failed action repeated at turn 2"
+    assert details["a0ea54de:1"] == "malformed action rejected: Malformed command"
+    assert details["8d053b3e:1"].startswith("malformed action rejected: ('click', 'Frige - Wikipedia') generated an exception")
+    assert details["87398343:6"].startswith("malformed action rejected: Your proposed edit has introduced new syntax error")
+    assert details["5880d58b:3"] == "same screen as after turn 2"
+    # the view: what survives, all counted for training (no dedup yet)
+    assert rows(sample_corpus, "SELECT count(*), count(DISTINCT trajectory_id), bool_and(counts_for_training) FROM kept_turns") == [(3472, 944, True)]
+    assert rows(sample_corpus, "SELECT count(*) FROM kept_trajectories") == [(944,)]
+    # the side table is recorded with its settings and the corpus state it judged
+    info = side_info(Corpus(sample_corpus), "cleaning")
+    assert info["fingerprint"] == s.fingerprint and info["rows"] == 169 + 56 and info["corpus_state"]["batches"] == 1
+    assert not list((sample_corpus / "side" / "cleaning").glob(".*"))  # no temporary file left behind
+    assert [r.passed for r in run_clean_contracts(sample_corpus, None)][:1] == [True]
+
+
+def test_declared_actions() -> None:
+    assert declared_actions('[{"type": "function", "function": {"name": "execute_bash"}}, {"name": "finish"}]') == \
+        (frozenset({"execute_bash", "finish"}), True)
+    assert declared_actions('["ls", "cat <file>"]') == (frozenset({"ls", "cat"}), False)
+    assert declared_actions('{"command_docs": "open:\\n  docstring: opens\\nedit:\\n  signature: edit", "enable_bash_tool": true, '
+                            '"submit_command": "submit"}') == (frozenset({"open", "edit", "submit"}), True)
+    assert declared_actions('{"read_file": {"description": "x", "inputSchema": {}}}') == (frozenset({"read_file"}), False)
+    assert declared_actions("not json") is None and declared_actions("[]") is None and declared_actions(None) is None
+
+
+CAPTCHA = "RootWebArea 'Just a moment...', focused\n\tStaticText 'Verify you are human by completing the action below.'"
+CRASH = "OCI runtime exec failed: exec failed: unable to start container process: container not running"
+REJECTED = ("Your output was not formatted correctly. You must always include one discussion and one command as part "
+            "of your response.")
+
+
+@pytest.fixture(scope="module")
+def planted(sample_corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:  # noqa: F811
+    """A copy of the sample with one planted variant per case; returns the corpus and case -> id."""
+    corpus = copy_corpus(sample_corpus, tmp_path_factory.mktemp("planted") / "corpus")
+    web = load(corpus, trajectory_id(corpus, "browsergym"))  # 3 turns, 20 declared actions
+    swe_cmd = load(corpus, trajectory_id(corpus, "swe-agent/marshmallow-1867__default"))  # raw commands, bash enabled
+    swe_fn = load(corpus, trajectory_id(corpus, "swe-agent/marshmallow-1867__function"))  # named tools
+    term = load(corpus, trajectory_id(corpus, "intercode/ic_bash_multiturn"))  # 3 turns
+    oh = load(corpus, trajectory_id(corpus, "openhands/multi"))  # recall (harness) + declared tools
+    cases = {}
+
+    def add(name: str, base, edit) -> None:  # noqa: ANN001
+        v = variant(base, name)
+        edit(v.turns)
+        cases[name] = v
+
+    add("web_clean", web, lambda t: None)
+    add("web_outside_space", web, lambda t: (setattr(t[1], "tool_name", "navigate"), setattr(t[1], "action", "navigate('https://x.org')")))
+    add("swe_raw_shell_ok", swe_cmd, lambda t: setattr(t[2], "action", "python -m pytest -x tests/"))
+    add("swe_undeclared_tool", swe_fn, lambda t: (setattr(t[3], "tool_name", "python_exec"), setattr(t[3], "action", "python_exec print(1)")))
+    add("openhands_recall_ok", oh, lambda t: None)
+    add("web_captcha", web, lambda t: setattr(t[2], "observation", CAPTCHA))
+    add("web_http_error", web, lambda t: setattr(t[1], "observation", "RootWebArea '502 Bad Gateway', focused\n\theading '502 Bad Gateway'"))
+    add("term_curl_404_ok", term, lambda t: setattr(t[1], "observation", "<html><head><title>404 Not Found</title></head></html>"))
+    add("term_sandbox_crash", term, lambda t: setattr(t[2], "observation", CRASH))
+    rejected = Turn(kind="env", action="ls -la |", observation=REJECTED, observation_kind="stdout", is_error=True)
+    add("term_retry", term, lambda t: t.insert(1, rejected))
+    add("term_trailing_malformed_ok", term, lambda t: t.append(dataclasses.replace(rejected)))
+    # the same screen twice (only a timestamp in it differs: canonical form)
+    add("web_no_change", web, lambda t: setattr(t[2], "observation", t[1].observation + "\n\tStaticText 'at 2026-01-01T10:00:00Z'"))
+    cases["web_no_change"].turns[1].observation += "\n\tStaticText 'at 2026-01-02T11:11:11Z'"
+    add("term_one_turn", term, lambda t: t.__delitem__(slice(1, None)))
+    ids = dict(zip(cases, plant(corpus, list(cases.values())), strict=True))
+    return corpus, ids
+
+
+def test_planted_verdicts(planted: tuple[Path, dict[str, str]]) -> None:
+    corpus, ids = planted
+    clean(corpus, progress=False)
+    by_id = {v: k for k, v in ids.items()}
+    got = {}
+    for tid, ti, reason, detail in rows(corpus, f"SELECT * FROM cleaning WHERE trajectory_id IN {tuple(ids.values())!r} ORDER BY ALL"):
+        got.setdefault(by_id[tid], []).append((ti, reason, detail))
+    assert got == {
+        "web_outside_space": [(None, "action_outside_space", "turn 1: `navigate` is not one of the 20 declared actions")],
+        "swe_undeclared_tool": [(None, "action_outside_space", "turn 3: `python_exec` is not one of the 12 declared actions")],
+        "web_captcha": [(None, "env_captcha", "turn 2: " + CAPTCHA.replace("\n", " ")[:100])],
+        "web_http_error": [(None, "env_http_error", "turn 1: RootWebArea '502 Bad Gateway', focused \theading '502 Bad Gateway'")],
+        "term_sandbox_crash": [(None, "env_sandbox_crash", "turn 2: " + CRASH[:100])],
+        "term_retry": [(1, "retry_cycle", "malformed action rejected: " + REJECTED[:80])],
+        "web_no_change": [(2, "gui_no_change", "same screen as after turn 1")],
+        "term_one_turn": [(None, "too_few_turns", "1 environment turn(s)")],
+        # inherited from the real trajectory: SWE-agent's linter rejected an edit, which was retried
+        "swe_raw_shell_ok": [(6, "retry_cycle", "malformed action rejected: Your proposed edit has introduced new syntax error(s). "
+                                                "Please understand the fix")],
+    }
+    # not dropped: raw shell under a bash tool, the harness's recall, curl printing a 404 page, a
+    # malformed action with no retry after it, the unchanged original
+    for ok in ("web_clean", "openhands_recall_ok", "term_curl_404_ok", "term_trailing_malformed_ok"):
+        assert ok not in got
+
+
+def test_switches(planted: tuple[Path, dict[str, str]]) -> None:
+    corpus, ids = planted
+    s = clean(corpus, CleanConfig(min_turns=0, action_space=False, env_failures=False, retry_cycles=False, gui_no_change=False,
+                                  scan_redactions=False), progress=False)
+    assert s.dropped_trajectories == {} and s.dropped_turns == {}
+    assert rows(corpus, "SELECT count(*) FROM cleaning") == [(0,)]
+    s = clean(corpus, CleanConfig(retry_identical=False, scan_redactions=False), progress=False)
+    assert s.dropped_turns == {"retry_cycle": 15, "gui_no_change": 13}  # the harness-rejected ones: 13 real, 2 planted
+
+
+def test_decontamination(sample_corpus: Path, tmp_path: Path) -> None:  # noqa: F811 - fixture
+    corpus = copy_corpus(sample_corpus, tmp_path / "corpus")
+    q1, q2 = [r[0] for r in rows(corpus, "SELECT DISTINCT task FROM trajectories WHERE source_format = 'fireact-trajs' ORDER BY task LIMIT 2")]
+    action = rows(corpus, """SELECT u.action FROM turns u JOIN trajectories t USING (trajectory_id) WHERE t.source_format = 'intercode'
+                             AND length(u.action) > 80 ORDER BY u.action LIMIT 1""")[0][0]
+    eval_set = tmp_path / "eval.jsonl"
+    eval_set.write_bytes(b"\n".join(orjson.dumps(x) for x in [
+        {"id": "hq-1", "question": q1}, {"id": "hq-2", "question": q2},
+        {"id": "bash-1", "query": action},
+        {"id": "hq-1-edited", "question": " ".join(q1.split()[:-3] + ["in", "which", "year?"])},  # a near copy
+        {"id": "unrelated", "question": "What is the boiling point of liquid nitrogen at sea level in kelvin?"},
+    ]))
+    s = clean(corpus, CleanConfig(decontam=DecontamConfig(eval_set=str(eval_set))), progress=False)
+    flagged = rows(corpus, "SELECT eval_id, field, count(*) FROM contamination GROUP BY ALL ORDER BY ALL")
+    # every trajectory whose task is the question, and the one with the action
+    want_q = {e: rows(corpus, f"SELECT count(*) FROM trajectories WHERE task LIKE '%' || $${q}$$ || '%'")[0][0] for e, q in (("hq-1", q1), ("hq-2", q2))}
+    want_a = rows(corpus, f"SELECT count(DISTINCT trajectory_id) FROM turns WHERE action = $${action}$$")[0][0]
+    assert flagged == [("bash-1", "action", want_a), ("hq-1", "task", want_q["hq-1"]), ("hq-1-edited", "task", want_q["hq-1"]),
+                       ("hq-2", "task", want_q["hq-2"])]
+    assert (want_a, want_q["hq-1"], want_q["hq-2"]) == (1, 1, 1)
+    assert s.eval_items == 5 and s.contaminated == 3
+    got = rows(corpus, "SELECT eval_id, matched_ngrams, item_ngrams, overlap FROM contamination ORDER BY eval_id")
+    # 8-grams: the edited question keeps 11 of its 14
+    assert got == [("bash-1", 15, 15, 1.0), ("hq-1", 14, 14, 1.0), ("hq-1-edited", 11, 14, 0.785714), ("hq-2", 8, 8, 1.0)]
+    # one cleaning verdict per trajectory, naming the best-matching item
+    assert rows(corpus, "SELECT count(*), count(*) FILTER (WHERE detail LIKE '%''hq-1''%') FROM cleaning WHERE reason = 'eval_contamination'") == [(3, 1)]

@@ -1,0 +1,246 @@
+"""Dedup: datasketch-identical signatures, exact / near clusters on the real sample and on planted
+copies, representatives, shared prefixes, thresholds without re-hashing, and quality on a
+generated workload with known duplicates."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from pathlib import Path
+
+import numpy as np
+import pytest
+from datasketch import MinHash
+
+from pipelines.clean import clean
+from pipelines.clean_contracts import run_clean_contracts
+from pipelines.dedup import DedupConfig, _components, dedup, shingle_hashes, signatures_of_texts, token_hashes
+from pipelines.dedup_workload import StepPool, generate, pairwise_scores, write_corpus
+from schemas.records import Turn
+from tests.pipelines.clean_support import (  # noqa: F401
+    copy_corpus,
+    load,
+    plant,
+    rows,
+    sample_corpus,
+    trajectory_id,
+    variant,
+)
+
+
+def _bytes(texts: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    data = "".join(texts).encode()
+    lens = np.array([len(t.encode()) for t in texts])
+    ends = np.cumsum(lens)
+    return np.frombuffer(data, np.uint8), ends - lens, ends
+
+
+def test_tokens_are_words_lowercased_within_ranges() -> None:
+    th, tr = token_hashes(*_bytes(["Hello, hello WORLD!", "ab", "cd", "", "naïve ab"]))
+    assert tr.tolist() == [0, 0, 0, 1, 2, 4, 4]
+    assert th[0] == th[1] and th[1] != th[2]  # case-insensitive
+    assert th[3] == th[6] and th[3] != th[4]  # "ab" twice; "ab"+"cd" never joins into "abcd"
+    assert len(set(th.tolist())) == 5
+
+
+def test_shingles_stay_within_a_range() -> None:
+    th = np.arange(1, 10, dtype=np.uint64)
+    h, r = shingle_hashes(th, np.array([0, 0, 0, 0, 0, 0, 1, 1, 2]), 5)
+    # range 0: 6 tokens -> 2 five-grams; range 1: 2 tokens -> 1 short shingle; range 2: 1 token -> 1
+    assert r.tolist() == [0, 0, 1, 2] and len(set(h.tolist())) == 4
+
+
+def test_signatures_equal_datasketch_minhash() -> None:
+    """The signature of a trajectory is exactly datasketch's MinHash (affine32) of its shingle hashes."""
+    turns = ["ls -la\ntotal 8 drwxr-xr-x 2 root root 4096 .", "cat README.md\n# Project\nSome words to shingle here ok",
+             "python -m pytest\n== 3 passed in <DUR> =="]
+    sig = signatures_of_texts([turns], num_perm=128, seed=1, shingle=5)[0]
+    th, tr = token_hashes(*_bytes(turns))
+    h32, _ = shingle_hashes(th, tr, 5)
+    m = MinHash(num_perm=128, seed=1, hashfunc=lambda x: x)
+    m.update_batch([int(x) for x in h32])
+    assert m.scheme == "affine32" and np.array_equal(sig, m.hashvalues)
+    other = signatures_of_texts([turns[:2]])[0]
+    est = MinHash(num_perm=128, seed=1, hashvalues=other, scheme="affine32").jaccard(m)
+    assert est == pytest.approx(float(np.mean(sig == other)))
+
+
+def test_components() -> None:
+    nodes, comp = _components(np.array([5, 7, 9, 2]), np.array([7, 9, 11, 3]))
+    assert dict(zip(nodes.tolist(), comp.tolist(), strict=True)) == {2: 2, 3: 2, 5: 5, 7: 5, 9: 5, 11: 5}
+
+
+def test_pairwise_scores() -> None:
+    # truth: {0,1,2} {3,4}; predicted: {0,1} {2,3,4}
+    p, r, tp, pp, tt = pairwise_scores(np.array([0, 0, 1, 1, 1]), np.array([0, 0, 0, 1, 1]))
+    assert (tp, pp, tt) == (2, 4, 4) and (p, r) == (0.5, 0.5)
+
+
+def test_sample_clusters(sample_corpus: Path) -> None:  # noqa: F811 - fixture
+    clean(sample_corpus, progress=False)
+    s = dedup(sample_corpus, progress=False)
+    assert (s.trajectories, s.considered, s.empty) == (1113, 944, 0)
+    assert (s.bands, s.rows, s.clusters, s.exact_groups, s.exact_duplicates, s.near_duplicates, s.kept) == (14, 9, 4, 2, 2, 3, 939)
+    got = rows(sample_corpus, """SELECT cluster_id[:8], trajectory_id[:8], is_representative, kind, cluster_size FROM duplicates
+                                 ORDER BY cluster_id, is_representative DESC, trajectory_id""")
+    # InterCode runs of the same bash tasks: the successful short one represents the failed long one
+    assert got == [
+        ("039e36f0", "710d1910", True, "near", 2), ("039e36f0", "039e36f0", False, "near", 2),
+        ("1231435e", "731935c8", True, "near", 2), ("1231435e", "1231435e", False, "near", 2),
+        ("2622f98e", "2622f98e", True, "exact", 2), ("2622f98e", "f4bc0e75", False, "exact", 2),
+        ("3a02a691", "98f13ff4", True, "near", 3), ("3a02a691", "3a02a691", False, "near", 3), ("3a02a691", "f309669f", False, "exact", 3),
+    ]
+    assert rows(sample_corpus, "SELECT DISTINCT t.source_format FROM duplicates JOIN trajectories t USING (trajectory_id)") == [("intercode",)]
+    assert s.shared_prefix_turns == 10
+    assert rows(sample_corpus, "SELECT count(*), count(*) FILTER (WHERE counts_for_training) FROM kept_turns") == [(3449, 3439)]
+    assert all(r.passed for r in run_clean_contracts(sample_corpus))
+
+
+STAMP = "\n[{ts}] worker pid={pid} finished in {dur}s"
+
+
+@pytest.fixture(scope="module")
+def planted(sample_corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:  # noqa: F811
+    corpus = copy_corpus(sample_corpus, tmp_path_factory.mktemp("dedup") / "corpus")
+    pyd = load(corpus, trajectory_id(corpus, "swe-agent/pydicom"))  # 12 turns, outcome submitted
+    mar = load(corpus, trajectory_id(corpus, "swe-agent/marshmallow-1867__function"))  # 11 turns
+    bash = load(corpus, trajectory_id(corpus, "intercode/ic_bash_multiturn"))  # 3 turns, success
+    other = load(corpus, trajectory_id(corpus, "openhands/multi", 1))
+    tau = load(corpus, trajectory_id(corpus, "tau-bench"))
+    v = {}
+    v["pyd_copy_success"] = variant(pyd, "pyd_copy_success", outcome="success")  # exact copy, succeeded
+    for name, ts, pid, dur in (("pyd_stamped_1", "2026-01-01T10:00:00Z", 311, "0.52"), ("pyd_stamped_2", "2026-03-09T23:59:01Z", 40712, "17.9")):
+        v[name] = variant(pyd, name)
+        for u in v[name].turns:
+            u.observation = (u.observation or "") + STAMP.format(ts=ts, pid=pid, dur=dur)
+    v["pyd_dropped_step"] = variant(pyd, "pyd_dropped_step")
+    del v["pyd_dropped_step"].turns[3]  # a small step: `find_file`
+    v["pyd_edited"] = variant(pyd, "pyd_edited")
+    u = v["pyd_edited"].turns[2]
+    u.observation = u.observation.replace("pixel", "voxel", 3)
+    v["mar_longer"] = variant(mar, "mar_longer")
+    v["mar_longer"].turns.append(Turn(kind="env", action="ls", observation="reproduce.py  src  tests", observation_kind="stdout"))
+    for name, day in (("bash_later", 2), ("bash_earlier", 1)):
+        v[name] = variant(bash, name, collected_at=dt.datetime(2026, 1, day, tzinfo=dt.UTC))
+    # three trajectories that start like marshmallow's first two turns and then do different things
+    for k, src in enumerate((pyd, other, tau)):
+        name = f"prefix_{k}"
+        v[name] = variant(mar, name)
+        # (as raw commands: marshmallow's action space allows shell commands, not OpenHands' tools)
+        v[name].turns = [dataclasses.replace(t) for t in mar.turns[:2]] + [dataclasses.replace(t, tool_name=None) for t in src.turns[3:9]]
+    ids = dict(zip(v, plant(corpus, list(v.values())), strict=True))
+    ids.update(pyd=pyd_id(corpus), mar=trajectory_id(corpus, "swe-agent/marshmallow-1867__function"),
+               bash=trajectory_id(corpus, "intercode/ic_bash_multiturn"))
+    clean(corpus, progress=False)
+    return corpus, ids
+
+
+def pyd_id(corpus: Path) -> str:
+    return trajectory_id(corpus, "swe-agent/pydicom")
+
+
+def _clusters(corpus: Path, ids: dict[str, str]) -> dict[str, list[tuple[str, bool, str]]]:
+    name = {v: k for k, v in ids.items()}
+    out: dict[str, list] = {}
+    for cid, tid, rep, kind in rows(corpus, "SELECT cluster_id, trajectory_id, is_representative, kind FROM duplicates ORDER BY ALL"):
+        if tid in name:
+            out.setdefault(cid, []).append((name[tid], rep, kind))
+    return {min(m[0] for m in members): sorted(members) for members in out.values()}
+
+
+def test_planted_clusters_and_representatives(planted: tuple[Path, dict[str, str]]) -> None:
+    corpus, ids = planted
+    s = dedup(corpus, progress=False)
+    assert not s.signatures_reused
+    assert _clusters(corpus, ids) == {
+        # success first; exact = same canonical content as the representative
+        "pyd": [("pyd", False, "exact"), ("pyd_copy_success", True, "near"), ("pyd_dropped_step", False, "near"),
+                ("pyd_edited", False, "near"), ("pyd_stamped_1", False, "near"), ("pyd_stamped_2", False, "near")],
+        # then more turns
+        "mar": [("mar", False, "near"), ("mar_longer", True, "near")],
+        # then the earliest (unknown collection time last)
+        "bash": [("bash", False, "exact"), ("bash_earlier", True, "exact"), ("bash_later", False, "exact")],
+    }
+    # runs differing only in timestamps, PIDs and durations have the same exact hash
+    h = dict(rows(corpus, f"SELECT trajectory_id, exact_hash FROM dedup_signatures WHERE trajectory_id IN {(ids['pyd_stamped_1'], ids['pyd_stamped_2'])!r}"))
+    assert h[ids["pyd_stamped_1"]] == h[ids["pyd_stamped_2"]]
+    # the three prefix variants are not duplicates of anything, but share marshmallow's first two turns
+    got = rows(corpus, f"""SELECT trajectory_id, turn_index, share_count, counts_for_training FROM shared_prefixes
+                           WHERE trajectory_id IN {tuple(ids[k] for k in ('mar_longer', 'prefix_0', 'prefix_1', 'prefix_2'))!r} ORDER BY ALL""")
+    name = {v: k for k, v in ids.items()}
+    assert sorted((name[t], i, n, c) for t, i, n, c in got) == [
+        ("mar_longer", 0, 4, True), ("mar_longer", 1, 4, True),
+        ("prefix_0", 0, 4, False), ("prefix_0", 1, 4, False), ("prefix_1", 0, 4, False), ("prefix_1", 1, 4, False),
+        ("prefix_2", 0, 4, False), ("prefix_2", 1, 4, False)]
+    assert rows(corpus, f"""SELECT turn_index, counts_for_training FROM kept_turns WHERE trajectory_id = '{ids["prefix_1"]}'
+                            ORDER BY turn_index""")[:3] == [(0, False), (1, False), (2, True)]
+    assert all(r.passed for r in run_clean_contracts(corpus))
+
+
+def test_threshold_changes_without_rehashing(planted: tuple[Path, dict[str, str]]) -> None:
+    corpus, ids = planted
+    dedup(corpus, progress=False)
+    strict = dedup(corpus, DedupConfig(threshold=0.95), progress=False)
+    assert strict.signatures_reused and (strict.bands, strict.rows) == (3, 42)
+    # at 0.95 the copies with an extra timestamp line per turn leave the cluster (as an exact pair)
+    assert _clusters(corpus, ids) == {
+        "pyd": [("pyd", False, "exact"), ("pyd_copy_success", True, "near"), ("pyd_dropped_step", False, "near"),
+                ("pyd_edited", False, "near")],
+        "pyd_stamped_1": [("pyd_stamped_1", False, "exact"), ("pyd_stamped_2", True, "exact")],
+        "mar": [("mar", False, "near"), ("mar_longer", True, "near")],
+        "bash": [("bash", False, "exact"), ("bash_earlier", True, "exact"), ("bash_later", False, "exact")],
+    }
+    loose = dedup(corpus, DedupConfig(threshold=0.5), progress=False)
+    assert loose.signatures_reused and (loose.bands, loose.rows, loose.clusters) == (25, 5, 8)
+    # at 0.5 the trajectory that continues with six of pydicom's steps joins pydicom's cluster
+    assert _clusters(corpus, ids)["prefix_0"] == [
+        ("prefix_0", False, "near"), ("pyd", False, "exact"), ("pyd_copy_success", True, "near"), ("pyd_dropped_step", False, "near"),
+        ("pyd_edited", False, "near"), ("pyd_stamped_1", False, "near"), ("pyd_stamped_2", False, "near")]
+    # new cleaning settings change what is hashed: the signatures are recomputed
+    clean(corpus, progress=False)
+    assert dedup(corpus, progress=False).signatures_reused
+    from pipelines.clean import CleanConfig
+
+    clean(corpus, CleanConfig(retry_identical=False), progress=False)
+    assert not dedup(corpus, progress=False).signatures_reused
+
+
+def test_quality_on_generated_workload(sample_corpus: Path, tmp_path: Path) -> None:  # noqa: F811 - fixture
+    """Known duplicates: real steps recombined, planted exact, volatile, edited, dropped-step and
+    swapped-step copies. Precision and recall over all pairs, at the default threshold."""
+    pool = StepPool.from_corpus(sample_corpus)
+    write_corpus(generate(pool, 3000, seed=7), tmp_path / "corpus", truth_path=tmp_path / "truth.parquet")
+    dedup(tmp_path / "corpus", progress=False)
+    got = rows(tmp_path / "corpus", f"""SELECT t.cluster, coalesce(d.cluster_id, t.trajectory_id), t.kind
+                                         FROM read_parquet('{tmp_path / 'truth.parquet'}') t LEFT JOIN duplicates d USING (trajectory_id)""")
+    truth = np.array([g[0] for g in got])
+    _, pred = np.unique([g[1] for g in got], return_inverse=True)
+    p, r, tp, pp, tt = pairwise_scores(pred, truth)
+    assert (tp, pp, tt) == (1158, 1158, 1200)
+    assert (round(p, 4), round(r, 4)) == (1.0, 0.965)
+
+
+def test_cli_and_report(sample_corpus: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:  # noqa: F811
+    from pipelines.cli import main
+    from pipelines.dedup_report import section_cleaning, section_dedup
+    from pipelines.query import connect
+
+    corpus = copy_corpus(sample_corpus, tmp_path / "corpus")
+    con = connect(corpus)
+    assert "run <code>worldline clean CORPUS</code>" in section_cleaning(con)
+    assert "run <code>worldline dedup CORPUS</code>" in section_dedup(con)
+    assert main(["clean", str(corpus), "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "kept 944 trajectories, 3472 turns; dropped 169 trajectories whole" in out
+    assert "too_few_turns               169 trajectories" in out and "retry_cycle                  44 turns" in out
+    assert main(["dedup", str(corpus), "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "clusters 4 (2 with exact copies); dropped as duplicates: 2 exact, 3 near; kept 939" in out
+    assert "largest clusters: 3a02a691d1ea… 3 (near)" in out
+    assert main(["dedup", str(corpus), "--quiet", "--threshold", "0.5"]) == 0
+    assert "signatures: reused" in capsys.readouterr().out
+    assert main(["dedup", str(corpus), "--threshold", "1.5"]) == 1
+    con = connect(corpus)
+    html = section_cleaning(con) + section_dedup(con)
+    assert "Trajectories dropped whole, by reason" in html and "too_few_turns" in html
+    assert "Duplicates dropped, by kind" in html and "Largest clusters" in html

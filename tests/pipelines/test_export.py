@@ -1,0 +1,534 @@
+"""The export: rendering parity with `pipelines.render`, mask bits through every format, splits,
+mixture, side tables, redaction, determinism, atomicity, the eval set and the reader."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import shutil
+import subprocess
+import sys
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import orjson
+import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from collectors.agentworldbench import AgentWorldBenchImporter
+from collectors.base import ImportContext
+from pipelines import export as ex
+from pipelines import export_formats as fmt
+from pipelines.export import (
+    SPLITS,
+    DocumentBuilder,
+    _trajectory_reader,
+    _views,
+    _Work,
+    export,
+    group_key,
+    split_of,
+)
+from pipelines.pack import best_fit_decreasing, pack, windows
+from pipelines.query import connect, run_query
+from pipelines.redact import Redactor
+from pipelines.render import conversation, messages, render
+from pipelines.side import write_side_table
+from pipelines.store import Corpus
+from schemas.tables import _f, side_table_schema
+from tests.pipelines.export_support import (
+    AWS_KEY,
+    EMAIL,
+    SEQ_LEN,
+    build_corpus,
+    documents,
+    parquet_rows,
+    render_record,
+    small_config,
+    tokenizer,
+)
+
+
+@pytest.fixture(scope="module")
+def tok() -> ex.ExportTokenizer:
+    return tokenizer()
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_corpus(tmp_path_factory.mktemp("export"))
+
+
+@pytest.fixture(scope="module")
+def exported(corpus: Path, tok: ex.ExportTokenizer, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, ex.ExportSummary]:
+    out = tmp_path_factory.mktemp("out") / "export"
+    return out, export(corpus, out, small_config(), tokenizer=tok, progress=False)
+
+
+def _manifest(out: Path) -> dict:
+    return orjson.loads((out / "manifest.json").read_bytes())
+
+
+# --- packing -----------------------------------------------------------------------------------
+
+
+def test_best_fit_decreasing_is_exact() -> None:
+    # sorted: 7(0) 6(4) 5(2) 4(5) 3(1) 2(3) 2(6); capacity 10
+    assert best_fit_decreasing([7, 3, 5, 2, 6, 4, 2], 10) == [[0, 1], [4, 5], [2, 3, 6]]
+    with pytest.raises(ValueError, match="more than the sequence length"):
+        best_fit_decreasing([11], 10)
+
+
+def test_windows_carry_history_and_cover_every_group_once() -> None:
+    # system 10 tokens, groups of 30 tokens, seq_len 100: room 90, history ≤ 45 → one group
+    plan = windows([40, 70, 100, 130, 160], 10, 100, 0.5)
+    assert plan == [(0, 0, 3), (2, 3, 5)]
+    # a group longer than the room gets a window of its own, without history
+    assert windows([40, 300, 330], 10, 100, 0.5) == [(0, 0, 1), (1, 1, 2), (2, 2, 3)]  # 260 > the history budget
+
+
+def test_pack_arrays_restart_positions_and_clear_first_token() -> None:
+    a = ex.Document(np.array([5, 6, 7], np.int32), np.array([1, 0, 1], np.uint8), "a")
+    b = ex.Document(np.array([8, 9], np.int32), np.array([1, 1], np.uint8), "b")
+    (s,) = pack([a, b], 8)
+    arr = s.arrays()
+    assert arr["input_ids"].tolist() == [5, 6, 7, 8, 9]
+    assert arr["loss_mask"].tolist() == [0, 0, 1, 0, 1]
+    assert arr["labels"].tolist() == [-100, -100, 7, -100, 9]
+    assert arr["position_ids"].tolist() == [0, 1, 2, 0, 1]
+    assert arr["cu_seqlens"].tolist() == [0, 3, 5]
+
+
+# --- rendering and masks -------------------------------------------------------------------------
+
+
+def test_batch_rendering_equals_render_py(corpus: Path, tok: ex.ExportTokenizer) -> None:
+    """The export's batch encoder gives the token ids and observation spans of `render.render`
+    (the Hugging Face tokenizer call), for every trajectory that fits in one document."""
+    cfg = small_config(seq_len=1 << 20)
+    con = connect(corpus)
+    builder = DocumentBuilder(tok, cfg)
+    checked = 0
+    for batch in _trajectory_reader(con, _views(con), 64):
+        rows = batch.to_pylist()
+        work = []
+        for row in rows:
+            conv = conversation(row, row["turns"])
+            if conv.groups:
+                work.append(_Work(row, conv, [True] * len(conv.groups), "train", 1, ""))
+        for w, (doc,) in zip(work, builder.build(work), strict=True):
+            r = render(tok.hf, messages(w.conv), [g.turn_index for g in w.conv.groups])
+            assert doc.ids.tolist() == r.ids.tolist(), w.traj["trajectory_id"]
+            expect = np.zeros(len(r.ids), np.uint8)
+            for _, s, e in r.spans:
+                expect[s:e] = 1
+            expect[0] = 0
+            assert doc.mask.tolist() == expect.tolist(), w.traj["trajectory_id"]
+            checked += 1
+    assert checked == 138
+
+
+def test_loss_only_on_observations_and_end_of_message(exported: tuple[Path, ex.ExportSummary], tok: ex.ExportTokenizer) -> None:
+    """Every trained span starts right after an assistant header and ends on `<|im_end|>`."""
+    out, _ = exported
+    im_end = tok.backend.token_to_id("<|im_end|>")
+    header = tok.backend.encode("<|im_start|>assistant\n", add_special_tokens=False).ids
+    for _, ids, mask in documents(out, "train"):
+        on = np.flatnonzero(mask)
+        starts = on[np.r_[True, np.diff(on) > 1]]
+        for s in starts:
+            # right after the header; the header's newline may share a token with a content that
+            # starts with whitespace, and then that token is trained (render.render's span rule)
+            assert ids[s - len(header):s].tolist() == header or ids[s - len(header) + 1:s].tolist() == header[:-1]
+        ends = on[np.r_[np.diff(on) > 1, True]]
+        # a span ends on <|im_end|>, unless the window cut the observation at seq_len
+        assert all(ids[e] == im_end or e == len(ids) - 1 for e in ends)
+
+
+def test_sample_invariants(exported: tuple[Path, ex.ExportSummary]) -> None:
+    out, summary = exported
+    m = _manifest(out)
+    for split in SPLITS:
+        rows = parquet_rows(out, split)
+        assert len(rows) == m["splits"][split]["samples"] == summary.splits[split].samples
+        for r in rows:
+            ids, mask, labels, pos, cu = (np.array(r[k]) for k in ("input_ids", "loss_mask", "labels", "position_ids", "cu_seqlens"))
+            assert len(ids) == r["num_tokens"] <= SEQ_LEN
+            assert labels.tolist() == np.where(mask == 1, ids, -100).tolist()
+            assert cu[0] == 0 and cu[-1] == len(ids) and len(cu) == len(r["trajectory_ids"]) + 1
+            expect_pos = np.concatenate([np.arange(cu[i + 1] - cu[i]) for i in range(len(cu) - 1)])
+            assert pos.tolist() == expect_pos.tolist()
+            assert mask[cu[:-1]].sum() == 0  # no document's first token is a target
+            assert int(mask.sum()) == r["num_loss_tokens"]
+        assert sum(r["num_tokens"] for r in rows) == m["splits"][split]["tokens"]
+        assert sum(r["num_loss_tokens"] for r in rows) == m["splits"][split]["loss_tokens"]
+
+
+def test_every_mask_bit_round_trips_through_each_format(exported: tuple[Path, ex.ExportSummary], tok: ex.ExportTokenizer) -> None:
+    out, _ = exported
+    m = _manifest(out)
+    for split in SPLITS:
+        docs = documents(out, split)
+        chat = [rec for shard in m["splits"][split]["shards"] for rec in fmt.read_chat(out / shard["files"]["chat"][0]["path"])]
+        mega_ids, mega_mask = [], []
+        for shard in m["splits"][split]["shards"]:
+            prefix = out / shard["files"]["megatron"][0]["path"].removesuffix(".bin")
+            seqs, doc_idx = fmt.read_indexed(prefix)
+            assert doc_idx.tolist() == list(range(len(seqs) + 1))
+            mega_ids += seqs
+            masks, _ = fmt.read_indexed(Path(str(prefix).replace("_tokens", "_loss_mask")))
+            mega_mask += masks
+        assert len(docs) == len(chat) == len(mega_ids) == len(mega_mask) == m["splits"][split]["documents"]
+        for (tid, ids, mask), rec, mi, mm in zip(docs, chat, mega_ids, mega_mask, strict=True):
+            assert rec["trajectory_id"] == tid
+            cids, cmask = render_record(tok, rec)
+            assert cids.tolist() == ids.tolist() and cmask.tolist() == mask.tolist()
+            assert mi.astype(np.int64).tolist() == ids.tolist() and mm.astype(np.int64).tolist() == mask.tolist()
+    # the token dtype follows the vocabulary (49,152 ids: uint16)
+    assert (out / m["splits"]["train"]["shards"][0]["files"]["megatron"][1]["path"]).read_bytes()[17] == 8
+
+
+def test_parquet_readers_agree(exported: tuple[Path, ex.ExportSummary]) -> None:
+    """pyarrow, Polars and DuckDB read the same bits from the shards."""
+    out, _ = exported
+    glob = str(out / "parquet" / "train" / "*.parquet")
+    arrow = pa.concat_tables([pq.read_table(p) for p in sorted((out / "parquet" / "train").glob("*.parquet"))])
+    polars = pl.concat([pl.read_parquet(p) for p in sorted((out / "parquet" / "train").glob("*.parquet"))])
+    duck = duckdb.sql(f"SELECT * FROM read_parquet('{glob}', filename=true) ORDER BY filename, file_row_number").arrow().read_all() \
+        if False else duckdb.sql(f"SELECT input_ids, loss_mask, labels, position_ids FROM read_parquet('{glob}', file_row_number=true, filename=true) ORDER BY filename, file_row_number").fetchall()
+    assert polars["loss_mask"].to_list() == arrow["loss_mask"].to_pylist() == [list(r[1]) for r in duck]
+    assert polars["input_ids"].to_list() == arrow["input_ids"].to_pylist() == [list(r[0]) for r in duck]
+    assert [list(r[2]) for r in duck] == arrow["labels"].to_pylist()
+
+
+def _datasets_python() -> list[str] | None:
+    """A Python with Hugging Face `datasets`: this one, or a side venv (build/venv-datasets) made
+    on first use from PyPI, so the check runs even where the project's venv lacks it."""
+    try:
+        import datasets  # noqa: F401
+
+        return [sys.executable]
+    except ImportError:
+        pass
+    venv = Path(__file__).resolve().parents[2] / "build" / "venv-datasets"
+    py = venv / "bin" / "python"
+    if not py.exists():
+        made = subprocess.run(f"python3 -m venv {venv} && {venv}/bin/pip install -q datasets==5.2.0", shell=True,
+                              capture_output=True, text=True, timeout=600)
+        if made.returncode != 0:
+            return None
+    return [str(py)]
+
+
+def test_datasets_load_dataset_reads_the_shards(exported: tuple[Path, ex.ExportSummary]) -> None:
+    out, _ = exported
+    py = _datasets_python()
+    if py is None:
+        pytest.fail("Hugging Face `datasets` is needed for this check: .venv/bin/pip install datasets==5.2.0 "
+                    "(it fits the project's pins), or python3 -m venv build/venv-datasets && "
+                    "build/venv-datasets/bin/pip install datasets==5.2.0")
+    code = (
+        "import sys, json, datasets\n"
+        "d = datasets.load_dataset('parquet', data_files={'train': sys.argv[1] + '/parquet/train/*.parquet'}, "
+        "split='train', cache_dir=sys.argv[2])\n"
+        "print(json.dumps({'rows': len(d), 'mask': sum(sum(x) for x in d['loss_mask']), "
+        "'first': d[0]['input_ids'][:8], 'cols': d.column_names}))\n"
+    )
+    res = subprocess.run([*py, "-c", code, str(out), str(out.parent / "hf-cache")], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    got = orjson.loads(res.stdout.strip().splitlines()[-1])
+    rows = parquet_rows(out, "train")
+    assert got["rows"] == len(rows)
+    assert got["mask"] == sum(r["num_loss_tokens"] for r in rows)
+    assert got["first"] == rows[0]["input_ids"][:8]
+    assert got["cols"][:5] == ["input_ids", "labels", "loss_mask", "position_ids", "cu_seqlens"]
+
+
+# --- splits, mixture, side tables ----------------------------------------------------------------
+
+
+def test_no_group_key_crosses_splits(corpus: Path, exported: tuple[Path, ex.ExportSummary]) -> None:
+    out, summary = exported
+    cfg = small_config()
+    trajs = {r[0]: {"trajectory_id": r[0], "task": r[1], "source": r[2]}
+             for r in run_query(corpus, "SELECT trajectory_id, task, source FROM trajectories")[1]}
+    where: dict[str, set[str]] = defaultdict(set)
+    by_task: dict[str, set[str]] = defaultdict(set)
+    for split in SPLITS:
+        for tid, _, _ in documents(out, split):
+            where[group_key(trajs[tid], cfg.split)].add(split)
+            if trajs[tid]["task"]:
+                by_task[" ".join(trajs[tid]["task"].split()).lower()].add(split)
+    assert all(len(s) == 1 for s in where.values())
+    assert all(len(s) == 1 for s in by_task.values())
+    # the assignment is the documented hash, computed here independently
+    for key, (split,) in where.items():
+        u = int.from_bytes(hashlib.sha256(f"{cfg.split.salt}\x1f{key}".encode()).digest()[:8], "big") / 2**64
+        assert split == ("test" if u < 0.2 else "validation" if u < 0.3 else "train")
+    # every group of the corpus is somewhere (no trajectory without env turns here)
+    assert len(where) == len({group_key(t, cfg.split) for t in trajs.values()}) == 76
+    assert {s: summary.splits[s].trajectories for s in SPLITS} == {"train": 101, "validation": 14, "test": 23}
+
+
+def test_split_of_is_stable() -> None:
+    cfg = ex.SplitConfig(validation=0.1, test=0.2)
+    assert [split_of(f"task:{i}", cfg) for i in range(8)] == [split_of(f"task:{i}", cfg) for i in range(8)]
+    assert group_key({"trajectory_id": "t", "task": "  Count  FILES ", "source": "x"}, cfg) == "task:count files"
+    assert group_key({"trajectory_id": "t", "task": None, "source": "x.cast"}, cfg) == "source:x.cast"
+
+
+def test_mixture_weights(corpus: Path, tok: ex.ExportTokenizer, exported: tuple[Path, ex.ExportSummary], tmp_path: Path) -> None:
+    out0, s0 = exported
+    s = export(corpus, tmp_path / "mix", small_config(domain_weights=(("mcp", 0.0), ("terminal", 2.0)),
+                                                        source_weights=(("agentworldbench", 0.5),)),
+               tokenizer=tok, progress=False)
+    base = s0.mix["train"]["source_format"]
+    mixed = s.mix["train"]["source_format"]
+    assert "tau-bench" not in mixed  # mcp × 0 → dropped
+    assert mixed["intercode"]["documents"] == 2 * base["intercode"]["documents"]
+    assert mixed["intercode"]["tokens"] == 2 * base["intercode"]["tokens"]
+    # agentworldbench train rows: terminal (2) × 0.5 = 1 copy each; mcp rows × 0 → none
+    assert mixed["agentworldbench"]["tokens"] == base["agentworldbench"]["tokens"] - _tokens_of(out0, "mcp", "agentworldbench")
+    # validation and test keep the natural mix
+    assert s.mix["test"] == s0.mix["test"] and s.mix["validation"] == s0.mix["validation"]
+    m = _manifest(tmp_path / "mix")
+    assert "mcp" not in m["mix"]["train"]["domain"]
+    assert sum(v["tokens"] for v in m["mix"]["train"]["domain"].values()) == s.splits["train"].tokens
+    # the android row (weight 0.5) is kept or not by its seeded draw, the same in every run
+    android = m["mix"]["train"]["domain"].get("android", {"documents": 0})["documents"]
+    (tid,) = set(_ids_of(out0, "android"))
+    copies = 1 if ex._hash_unit("0", "mix", tid) < 0.5 else 0
+    assert android == copies * s0.mix["train"]["domain"]["android"]["documents"] == 2
+
+
+def _ids_of(out: Path, domain: str) -> list[str]:
+    m = _manifest(out)
+    return [rec["trajectory_id"] for shard in m["splits"]["train"]["shards"]
+            for rec in fmt.read_chat(out / shard["files"]["chat"][0]["path"]) if rec["domain"] == domain]
+
+
+def _tokens_of(out: Path, domain: str, source_format: str) -> int:
+    m = _manifest(out)
+    n = 0
+    for shard in m["splits"]["train"]["shards"]:
+        for rec in fmt.read_chat(out / shard["files"]["chat"][0]["path"]):
+            if rec["domain"] == domain and rec["source_format"] == source_format:
+                n += rec["num_tokens"]
+    return n
+
+
+def test_side_tables_decide_what_is_trained(corpus: Path, tok: ex.ExportTokenizer, tmp_path: Path) -> None:
+    """cleaning drops a trajectory and a turn, dedup drops a duplicate and gives a shared prefix
+    to another trajectory, scoring masks a turn: each shows up exactly in the export."""
+    c = tmp_path / "corpus"
+    shutil.copytree(corpus, c)
+    cc = Corpus(c)
+    rows = run_query(c, """SELECT trajectory_id, list(turn_index ORDER BY turn_index) FROM turns
+                           WHERE kind = 'env' AND observation IS NOT NULL AND domain = 'terminal'
+                           GROUP BY 1 HAVING count(*) >= 3 ORDER BY 1 LIMIT 5""")[1]
+    (t_drop, _), (t_dup, _), (t_turn, turns_turn), (t_score, turns_score), (t_prefix, turns_prefix) = rows
+    key = [("trajectory_id", pa.string()), ("turn_index", pa.int32())]
+    write_side_table(cc, "cleaning", pa.table({"trajectory_id": [t_drop, t_turn], "turn_index": pa.array([None, turns_turn[1]], pa.int32()),
+                                              "reason": ["too_few_turns", "retry_cycle"]}),
+                     side_table_schema([_f("reason", pa.string(), "r", False)]), "test", "fp-clean", {})
+    write_side_table(cc, "duplicates", pa.table({"trajectory_id": [t_dup], "turn_index": pa.array([None], pa.int32()),
+                                                "cluster_id": [t_drop], "is_representative": [False], "kind": ["exact"]}),
+                     side_table_schema([_f("cluster_id", pa.string(), "c", False), _f("is_representative", pa.bool_(), "r", False),
+                                        _f("kind", pa.string(), "k", False)]), "test", "fp-dup", {})
+    write_side_table(cc, "shared_prefixes", pa.table({"trajectory_id": [t_prefix], "turn_index": pa.array([turns_prefix[0]], pa.int32()),
+                                                     "counts_for_training": [False]}),
+                     side_table_schema([_f("counts_for_training", pa.bool_(), "c", False)]), "test", "fp-prefix", {})
+    all_turns = run_query(c, "SELECT trajectory_id, turn_index FROM turns ORDER BY ALL")[1]
+    masked = (t_score, turns_score[2])
+    scores = pa.table({"trajectory_id": [t for t, _ in all_turns], "turn_index": pa.array([i for _, i in all_turns], pa.int32()),
+                       "loss_mask": [(t, i) != masked for t, i in all_turns]})
+    write_side_table(cc, "turn_scores", scores, pa.schema([pa.field(n, t) for n, t in key] + [pa.field("loss_mask", pa.bool_())]),
+                     "test", "fp-score", {})
+    s = export(c, tmp_path / "out", small_config(seq_len=1 << 16), tokenizer=tok, progress=False)
+    assert (s.dropped_by_cleaning, s.duplicates, s.masked_by_score, s.shared_prefix_turns, s.unscored_turns) == (1, 1, 1, 1, 0)
+    assert s.tables_used == ["cleaning", "duplicates", "shared_prefixes", "turn_scores"]
+    recs = {}
+    for split in SPLITS:
+        for shard in _manifest(tmp_path / "out")["splits"][split]["shards"]:
+            for rec in fmt.read_chat(tmp_path / "out" / shard["files"]["chat"][0]["path"]):
+                recs[rec["trajectory_id"]] = rec
+    assert t_drop not in recs and t_dup not in recs
+    con = connect(c)
+
+    def observations(tid: str) -> list[str]:
+        return [r[0] for r in con.sql(f"SELECT observation FROM turns WHERE trajectory_id = '{tid}' AND kind = 'env' "
+                                      "AND observation IS NOT NULL ORDER BY turn_index").fetchall()]
+
+    def trained(tid: str) -> list[bool]:
+        return [m["train"] for m in recs[tid]["messages"] if m["role"] == "assistant"]
+
+    # the dropped turn is gone from the rendering (one assistant message fewer), the rest trained
+    assert len(trained(t_turn)) == len(observations(t_turn)) - 1 and all(trained(t_turn))
+    assert trained(t_score) == [i != 2 for i in range(len(observations(t_score)))]
+    assert trained(t_prefix) == [i != 0 for i in range(len(observations(t_prefix)))]
+    m = _manifest(tmp_path / "out")
+    assert m["corpus"]["side_tables"]["turn_scores"]["fingerprint"] == "fp-score"
+
+
+def test_redaction_is_applied_to_everything_written(exported: tuple[Path, ex.ExportSummary], tok: ex.ExportTokenizer) -> None:
+    out, summary = exported
+    assert summary.redactions["aws_access_key"] == 1
+    texts = []
+    for split in SPLITS:
+        for _, ids, _ in documents(out, split):
+            texts.append(tok.backend.decode(ids.tolist(), skip_special_tokens=False))
+    blob = "\n".join(texts)
+    for f in sorted(out.rglob("*.jsonl*")):
+        blob += fmt.read_chat(f).__repr__() if f.suffix == ".zst" else f.read_text()
+    assert AWS_KEY not in blob and EMAIL not in blob
+    assert not re.search(r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}\b", blob.replace("<PII:email>", ""))
+    assert "<SECRET:aws_access_key>" in blob and "<PII:email>" in blob
+
+
+# --- determinism and atomicity -----------------------------------------------------------------
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file() and p.name != ".lock"}
+
+
+def test_two_exports_are_byte_identical(corpus: Path, tok: ex.ExportTokenizer, exported: tuple[Path, ex.ExportSummary], tmp_path: Path) -> None:
+    out, _ = exported
+    export(corpus, tmp_path / "again", small_config(), tokenizer=tok, progress=False)
+    a, b = _tree(out), _tree(tmp_path / "again")
+    assert sorted(a) == sorted(b) and len(a) == 63  # 62 data files and the manifest
+    assert [k for k in a if a[k] != b[k]] == []
+    m = _manifest(out)
+    for f in ex.manifest_files(m):
+        assert hashlib.sha256(a[f["path"]]).hexdigest() == f["sha256"]
+
+
+def test_worker_processes_do_not_change_a_byte(corpus: Path, tok: ex.ExportTokenizer, exported: tuple[Path, ex.ExportSummary],
+                                               tmp_path: Path) -> None:
+    s = export(corpus, tmp_path / "par", small_config(workers=2, batch_trajectories=16), tokenizer=tok, progress=False)
+    assert s.workers == 2
+    a, b = _tree(exported[0]), _tree(tmp_path / "par")
+    assert sorted(a) == sorted(b) and [k for k in a if a[k] != b[k]] == []
+
+
+def test_interrupted_export_leaves_no_complete_looking_output(corpus: Path, tok: ex.ExportTokenizer, tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    out = tmp_path / "out"
+    calls = {"n": 0}
+    real = fmt.write_chat
+
+    def flaky(path: Path, docs: list, split: str, level: int = 3) -> None:
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise KeyboardInterrupt
+        real(path, docs, split, level)
+
+    monkeypatch.setattr(fmt, "write_chat", flaky)
+    with pytest.raises(KeyboardInterrupt):
+        export(corpus, out, small_config(), tokenizer=tok, progress=False)
+    assert not (out / "manifest.json").exists()
+    assert not any(p.is_file() for d in ex.DATA_DIRS for p in (out / d).rglob("*"))  # only staging was written
+    monkeypatch.setattr(fmt, "write_chat", real)
+    s = export(corpus, out, small_config(), tokenizer=tok, progress=False)  # the rerun rebuilds
+    assert not s.up_to_date and (out / "manifest.json").exists() and not list(out.glob(".staging-*"))
+    again = export(corpus, out, small_config(), tokenizer=tok, progress=False)
+    assert again.up_to_date
+    # a failing re-export over a complete one keeps the complete one
+    calls["n"] = 0
+    monkeypatch.setattr(fmt, "write_chat", flaky)
+    with pytest.raises(KeyboardInterrupt):
+        export(corpus, out, small_config(), tokenizer=tok, progress=False, force=True)
+    assert ex._complete(out, _manifest(out))
+
+
+# --- eval set ----------------------------------------------------------------------------------
+
+
+def test_eval_set_round_trips_through_the_agentworldbench_importer(corpus: Path, exported: tuple[Path, ex.ExportSummary]) -> None:
+    out, summary = exported
+    m = _manifest(out)
+    assert {f["domain"]: f["rows"] for f in m["eval"]["files"]} == summary.eval_rows == {"mcp": 6, "terminal": 66}
+    imp = AgentWorldBenchImporter()
+    con = connect(corpus)
+    red = Redactor()  # the eval set is redacted like everything else
+    n = 0
+    for f in m["eval"]["files"]:
+        for i, line in enumerate((out / f["path"]).read_bytes().splitlines()):
+            row = orjson.loads(line)
+            assert list(row) == ["task", "id", "prompt", "response", "current_prompt", "system_str", "turn_idx", "total_turns"]
+            assert imp.sniff(row)
+            traj = imp.convert(row, f"line:{i + 1}", ImportContext(source=f["path"], input_sha256="0" * 64))
+            assert traj.domain == f["domain"]
+            src = [red(v) for v in con.sql(f"SELECT domain, task, initial_state, action_space FROM trajectories "
+                                            f"WHERE trajectory_id = '{row['id']}'").fetchall()[0]]
+            turns = [dict(zip(["turn_index", "kind", "action", "tool_name", "tool_args", "thought", "observation"],
+                              [r[0], r[1], *map(red, r[2:])], strict=True))
+                     for r in con.sql(f"SELECT turn_index, kind, action, tool_name, tool_args, thought, observation FROM turns "
+                                      f"WHERE trajectory_id = '{row['id']}' ORDER BY turn_index").fetchall()]
+            conv = conversation({"domain": src[0], "task": src[1], "initial_state": src[2], "action_space": src[3]}, turns)
+            k = row["turn_idx"]
+            assert row["total_turns"] == len(conv.groups)
+            assert [t.action for t in traj.turns] == [g.user.strip() for g in conv.groups[:k]]
+            assert [t.observation for t in traj.turns] == [g.observation.strip() for g in conv.groups[:k]]
+            assert traj.task == (src[1].strip() if src[1] else None)
+            assert traj.initial_state == (src[2].strip() if src[2] else None)
+            n += 1
+    assert n == 72
+    # only test-split trajectories are evaluated
+    test_ids = {tid for tid, _, _ in documents(out, "test")}
+    ids = {orjson.loads(line)["id"] for f in m["eval"]["files"] for line in (out / f["path"]).read_bytes().splitlines()}
+    assert ids <= test_ids
+
+
+# --- manifest and CLI --------------------------------------------------------------------------
+
+
+def test_manifest_describes_the_export(exported: tuple[Path, ex.ExportSummary]) -> None:
+    out, summary = exported
+    m = _manifest(out)
+    assert m["format"] == "worldline-export/1" and m["fingerprint"] == summary.fingerprint
+    assert m["settings"]["seq_len"] == SEQ_LEN and m["settings"]["formats"] == ["parquet", "chat", "megatron"]
+    assert m["tokenizer"]["vocab_size"] == 49152 and m["tokenizer"]["eos_token"] == "<|im_end|>"
+    for split in SPLITS:
+        s = m["splits"][split]
+        assert s["masked_fraction"] == round(1 - s["loss_tokens"] / s["tokens"], 6)
+        assert sum(x["samples"] for x in s["shards"]) == s["samples"]
+        assert sum(v["tokens"] for v in m["mix"][split]["domain"].values()) == s["tokens"]
+    assert [sh["samples"] for sh in m["splits"]["train"]["shards"]] == [sh["samples"] for sh in m["splits"]["train"]["shards"]]
+    assert Counter(f["path"].split("/")[0] for f in ex.manifest_files(m)) == {"parquet": 10, "chat": 10, "megatron": 40, "eval": 2}
+
+
+def test_chat_template_from_config_and_tokenizer_directory(corpus: Path, tok: ex.ExportTokenizer, tmp_path: Path) -> None:
+    """A template given in config (here one without special tokens) renders every document, and
+    the chat JSONL still round-trips through it; the tokenizer can be a directory."""
+    template = "{% for m in messages %}### {{ m['role'] }}:\n{{ m['content'] }}\n\n{% endfor %}"
+    tdir = ex.resolve_tokenizer("smollm2")
+    s = export(corpus, tmp_path / "t", small_config(seq_len=512, tokenizer=str(tdir), chat_template=template), progress=False)
+    assert s.tokens > 0 and tok.hf.chat_template != template
+    custom = ex.ExportTokenizer(tok.hf, "dir", template)
+    m = _manifest(tmp_path / "t")
+    assert m["tokenizer"]["chat_template_sha256"] == hashlib.sha256(template.encode()).hexdigest()
+    docs = documents(tmp_path / "t", "validation")
+    recs = [r for sh in m["splits"]["validation"]["shards"] for r in fmt.read_chat(tmp_path / "t" / sh["files"]["chat"][0]["path"])]
+    assert len(docs) == len(recs) > 0
+    for (_, ids, mask), rec in zip(docs, recs, strict=True):
+        cids, cmask = render_record(custom, rec)
+        assert cids.tolist() == ids.tolist() and cmask.tolist() == mask.tolist()
+        assert custom.hf.decode(ids[:4].tolist()).startswith("### system:")
+
+
+def test_cli_export(corpus: Path, tmp_path: Path) -> None:
+    res = subprocess.run([sys.executable, "-m", "pipelines.cli", "export", str(corpus), "--out", str(tmp_path / "o"),
+                          "--seq-len", "512", "--formats", "parquet", "--quiet", "--domain-weight", "mcp=0.5"],
+                         capture_output=True, text=True, timeout=300, cwd=Path(__file__).resolve().parents[2])
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "export →" in res.stdout and "manifest:" in res.stdout
+    m = _manifest(tmp_path / "o")
+    assert m["settings"]["domain_weights"] == [["mcp", 0.5]] and not (tmp_path / "o" / "chat").exists()
+    bad = subprocess.run([sys.executable, "-m", "pipelines.cli", "export", str(corpus), "--out", str(tmp_path / "p"),
+                          "--domain-weight", "mcp"], capture_output=True, text=True, timeout=300, cwd=Path(__file__).resolve().parents[2])
+    assert bad.returncode == 1 and "use NAME=WEIGHT" in bad.stderr

@@ -1,0 +1,154 @@
+"""Redaction: every kind is replaced by its placeholder and counted; benign look-alikes are not;
+and secrets planted in every text column of trajectories of every domain never survive the
+redaction export applies."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from pathlib import Path
+
+import duckdb
+import orjson
+import pyarrow as pa
+import pytest
+
+from pipelines.clean import CleanConfig, clean
+from pipelines.query import connect
+from pipelines.redact import (
+    KIND_NAMES,
+    TRAJECTORY_TEXT_COLUMNS,
+    TURN_TEXT_COLUMNS,
+    RedactConfig,
+    Redactor,
+    redact_table,
+    redact_text,
+)
+from tests.pipelines.clean_support import load, plant, rows, sample_corpus, trajectory_id  # noqa: F401 - fixture
+
+JWT = ("eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiJ3b3JsZGxpbmUiLCJpYXQiOjE1MTYyMzkwMjJ9"
+       ".SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c")
+KEY_BODY = "MIIEowIBAAKCAQEAu1SU1LfVLPHCozMxH2Mo4lgOEePzNm0tRgeLezV6ffAt0gun"
+# kind -> (text as it appears in a log, config file or command, the secret value inside it)
+PLANTED: dict[str, tuple[str, str]] = {
+    "aws_access_key": ("export AWS_ACCESS_KEY_ID=AKIAQWERTYUIOPASDFGH", "AKIAQWERTYUIOPASDFGH"),
+    "aws_secret_key": ("aws_secret_access_key = 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", "Zx9+Qw8/Er7Ty6Ui5Op4As3Df2Gh1Jk0LzXcVbNm"),
+    "github_token": ("git push https://github.com ghp_R2d4F6h8J0k2L4m6N8p0Q2r4S6t8V0w2X4y6", "ghp_R2d4F6h8J0k2L4m6N8p0Q2r4S6t8V0w2X4y6"),
+    "openai_key": ("OPENAI_KEY sk-proj-Ab3De5Gh7Jk9Mn2Pq4St6Vw8Yz1", "sk-proj-Ab3De5Gh7Jk9Mn2Pq4St6Vw8Yz1"),
+    "slack_token": ("slack: xoxb-2048-4096-AbCdEfGhIjKlMnOp", "xoxb-2048-4096-AbCdEfGhIjKlMnOp"),
+    "stripe_key": ("stripe.api_key_v = sk_live_4eC39HqLyjWDarjtT1zdp7dc", "sk_live_4eC39HqLyjWDarjtT1zdp7dc"),
+    "google_api_key": ("maps?key AIzaSyD3x9Kq2Lm7Np4Rt8Vw1Yz5Bc6Df0Gh2Jk", "AIzaSyD3x9Kq2Lm7Np4Rt8Vw1Yz5Bc6Df0Gh2Jk"),
+    "huggingface_token": ("HF 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", "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"),
+    "jwt": (f"session cookie {JWT}", JWT),
+    "bearer_token": ("Authorization: Bearer tok_9Fh2Lk8Qp3Zx7Vb1", "tok_9Fh2Lk8Qp3Zx7Vb1"),
+    "private_key": (f"-----BEGIN RSA PRIVATE KEY-----\n{KEY_BODY}\n-----END RSA PRIVATE KEY-----", KEY_BODY),
+    "url_password": ("git clone https://deploy:Xq7-Lm3-Rt9@git.example.org/repo.git", "Xq7-Lm3-Rt9"),
+    "config_password": ("DB_PASSWORD=Pw9f3kQz77", "Pw9f3kQz77"),
+    "config_secret": ("client_secret: cs_8Hq2Wz6Lp4Nx0Kv5", "cs_8Hq2Wz6Lp4Nx0Kv5"),
+    "email": ("mail jane.doe@corpmail.io now", "jane.doe@corpmail.io"),
+    "ip_address": ("connect 93.184.216.34 port 22", "93.184.216.34"),
+}
+ALL_KINDS = "\n".join(text for text, _ in PLANTED.values())
+WITH_IPS = RedactConfig(ip_addresses=True)
+
+
+def test_every_kind_is_planted() -> None:
+    assert set(PLANTED) == set(KIND_NAMES)
+
+
+@pytest.mark.parametrize("kind", sorted(PLANTED))
+def test_each_kind_replaced_and_counted(kind: str) -> None:
+    text, secret = PLANTED[kind]
+    out, counts = Redactor(WITH_IPS).redact(text)
+    assert secret not in out
+    assert f":{kind}>" in out
+    assert counts == Counter({kind: 1})
+    # the DuckDB pre-filter finds it too (it must find everything Python would change)
+    assert duckdb.connect().execute("SELECT regexp_matches($1, $2)", [text, Redactor(WITH_IPS).probe]).fetchall()[0][0]
+
+
+def test_exact_outputs() -> None:
+    r = Redactor(WITH_IPS)
+    assert r("postgres://admin:hunter2@db.internal:5432/app") == "postgres://admin:<SECRET:url_password>@db.internal:5432/app"
+    assert r('{"password": "pa\\"ss1"}') == '{"password": "<SECRET:config_password>"}'
+    assert r('{"cmd": "DATABASES = {\\"password\\": \\"pa55word\\"}"}') == '{"cmd": "DATABASES = {\\"password\\": \\"<SECRET:config_password>\\"}"}'
+    assert r("mysql -u root --password S3cretPw db") == "mysql -u root --password <SECRET:config_password> db"
+    assert r("MYSQL_ROOT_PASSWORD: 'r00t!'") == "MYSQL_ROOT_PASSWORD: '<SECRET:config_password>'"
+    assert r("aws_secret_access_key = AKIAQWERTYUIOPASDFGH") == "aws_secret_access_key = <SECRET:aws_access_key>"
+    assert r("a jane@x.io b 10.0.0.1 c 8.8.8.8") == "a <PII:email> b 10.0.0.1 c <PII:ip_address>"
+    assert Redactor()("ip 8.8.8.8 stays by default") == "ip 8.8.8.8 stays by default"
+    assert Redactor(RedactConfig(emails=False))("jane@x.io") == "jane@x.io"
+
+
+@pytest.mark.parametrize("text", [
+    "password = get_password()", "password = os.environ['PW']", "if password == 'x':", "Enter the password: ",
+    "the password is required", "max_tokens = 512", 'eos_token = "</s>"', "pad_token_id: 0", "scikit: sk-learn-is-a-library-name",
+    "git@github.com:org/repo.git", "api_key = settings.API_KEY", "token = tokens[i]", "password: ${DB_PASSWORD}",
+    "bind 0.0.0.0 and 127.0.0.1:8080", "version 3.11.4", "SECRET_KEY = None", "--password-file /run/secrets/db",
+])
+def test_benign_lookalikes_unchanged(text: str) -> None:
+    assert Redactor(WITH_IPS).redact(text) == (text, Counter())
+
+
+def test_redact_table() -> None:
+    t = pa.table({"a": ["x", PLANTED["email"][0], None], "n": [1, 2, 3]})
+    out, counts = redact_table(t)
+    assert out.column("a").to_pylist() == ["x", "mail <PII:email> now", None]
+    assert out.column("n").to_pylist() == [1, 2, 3] and counts == Counter({"email": 1})
+
+
+def _plant_everywhere(text: str, json_column: bool) -> str:
+    return orjson.dumps({"log": text}).decode() if json_column else f"{text}\n(planted)"
+
+
+JSON_COLUMNS = {"tool_args", "state", "metadata", "action_space", "env_fingerprint"}
+DOMAIN_SOURCES = {"terminal": "intercode/ic_bash_multiturn", "swe": "swe-agent/marshmallow-1867__default", "web": "browsergym",
+                  "mcp": "tau-bench", "android": "droidbot", "search": "fireact/trajs"}
+
+
+def test_planted_secrets_never_reach_exported_text(sample_corpus: Path) -> None:  # noqa: F811 - fixture
+    """Every kind, in every text column of a turn and of the trajectory, in a real trajectory of
+    every domain: redacting each text column (what export will do) leaves no secret, and
+    `worldline clean` records each of them in `redactions`."""
+    planted = []
+    for dom, src in DOMAIN_SOURCES.items():
+        base = load(sample_corpus, trajectory_id(sample_corpus, src))
+        assert base.domain == dom
+        turns = [dataclasses.replace(u) for u in base.turns]
+        for c in TURN_TEXT_COLUMNS:
+            setattr(turns[1], c, _plant_everywhere(ALL_KINDS, c in JSON_COLUMNS))
+        changes = {c: _plant_everywhere(ALL_KINDS, c in JSON_COLUMNS) for c in TRAJECTORY_TEXT_COLUMNS}
+        planted.append(dataclasses.replace(base, record_digest=f"planted:secrets:{dom}", turns=turns, **changes))
+    ids = plant(sample_corpus, planted)
+    summary = clean(sample_corpus, CleanConfig(redact=WITH_IPS), progress=False)
+
+    secrets = [s for _, s in PLANTED.values()]
+    redactor = Redactor(WITH_IPS)
+    con = connect(sample_corpus)
+    cols = {"turns": TURN_TEXT_COLUMNS, "trajectories": TRAJECTORY_TEXT_COLUMNS}
+    for table, names in cols.items():
+        for name in names:
+            for (value,) in con.sql(f'SELECT "{name}" FROM {table} WHERE "{name}" IS NOT NULL').fetchall():
+                out = redactor(value)
+                leaked = [s for s in secrets if s in out]
+                assert leaked == [], f"{table}.{name} leaks {leaked}"
+    # the default export redactor (IPs optional, off) leaves only the IP
+    for (value,) in con.sql("SELECT observation FROM turns WHERE observation LIKE '%(planted)%'").fetchall():
+        assert [s for s in secrets if s in redact_text(value)] == ["93.184.216.34"]
+
+    # the side table: for each planted trajectory, each planted column holds every kind once
+    got = rows(sample_corpus, f"""SELECT trajectory_id, turn_index, "column", kind, count FROM redactions
+                                  WHERE trajectory_id IN {tuple(ids)!r} AND coalesce(turn_index, 1) = 1 ORDER BY ALL""")
+    want = [(tid, ti, c, k, 1) for tid in ids for ti, names in ((1, TURN_TEXT_COLUMNS), (None, TRAJECTORY_TEXT_COLUMNS))
+            for c in names for k in KIND_NAMES]
+
+    def order(r: tuple) -> tuple:
+        return r[0], -1 if r[1] is None else r[1], r[2], r[3]
+
+    assert sorted(got, key=order) == sorted(want, key=order)
+    n_texts = len(ids) * (len(TURN_TEXT_COLUMNS) + len(TRAJECTORY_TEXT_COLUMNS))
+    for k in KIND_NAMES:
+        assert summary.redactions[k] >= n_texts
+    # the real sample: e-mail addresses in outputs and metadata, public IPs, one password in a URL
+    real = rows(sample_corpus, f"SELECT kind, sum(count) FROM redactions WHERE trajectory_id NOT IN {tuple(ids)!r} GROUP BY 1 ORDER BY 1")
+    assert real == [("email", 28), ("ip_address", 3), ("url_password", 1)]

@@ -1,0 +1,156 @@
+"""The score stage end to end: the side table and its view, the CLI, the mask policy, the token
+cap, carrying one tier's columns over when the other is re-run, and the data contracts."""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from pipelines.cli import main
+from pipelines.query import run_query
+from pipelines.score import MaskPolicy, ScoreConfig, apply_policy, score, score_contracts
+from pipelines.score_surface import SurfaceConfig
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def corpus(tmp_path: Path) -> Path:
+    from pipelines.ingest import ingest
+
+    out = tmp_path / "corpus"
+    ingest([ROOT / "data" / "sample" / "corpus" / d for d in ("fireact", "intercode")], out, progress=False)
+    return out
+
+
+@pytest.fixture(scope="module")
+def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 2-layer GPT-2 with seeded random weights and SmolLM2's tokenizer, saved as a local HF
+    model directory: exercises the `--model PATH` route in a second."""
+    torch = pytest.importorskip("torch")
+    from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel
+
+    from pipelines.score_model import resolve_model
+
+    tok = AutoTokenizer.from_pretrained(resolve_model("smollm2"), local_files_only=True)
+    torch.manual_seed(0)
+    m = GPT2LMHeadModel(GPT2Config(vocab_size=len(tok), n_positions=1024, n_embd=32, n_layer=2, n_head=2))
+    d = tmp_path_factory.mktemp("tiny") / "gpt2-tiny"
+    m.save_pretrained(d)
+    tok.save_pretrained(d)
+    return d
+
+
+def test_surface_tier_via_cli(corpus: Path, capsys: pytest.CaptureFixture) -> None:
+    assert main(["score", str(corpus), "--tier", "surface", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "tier surface" in out and "retrieval" in out
+    n_turns = run_query(corpus, "SELECT count(*) FROM turns")[1][0][0]
+    rows = run_query(corpus, """SELECT count(*), count(DISTINCT (trajectory_id, turn_index)), count(cond_nll),
+                                       count(*) FILTER (WHERE loss_mask <> keep) FROM turn_scores""")[1][0]
+    assert rows == (n_turns, n_turns, 0, 0)  # one row per turn; no model tier; mask = keep
+    assert all(r.passed for r in score_contracts(corpus)), [r.line() for r in score_contracts(corpus) if not r.passed]
+
+
+def test_model_tier_with_cap_and_carry_over(corpus: Path, tiny_model_dir: Path) -> None:
+    argv = ["score", str(corpus), "--tier", "both", "--model", str(tiny_model_dir), "--max-tokens", "3000", "--quiet"]
+    assert main(argv) == 0
+    scored = run_query(corpus, """SELECT count(DISTINCT trajectory_id), sum(tokens), min(tokens), count(*) FROM turn_scores
+                                  WHERE cond_nll IS NOT NULL""")[1][0]
+    assert 0 < scored[0] < run_query(corpus, "SELECT count(*) FROM trajectories")[1][0][0]
+    assert scored[2] >= 1
+    # the cap sample is deterministic: the same trajectories again
+    first = run_query(corpus, "SELECT trajectory_id, turn_index, cond_nll FROM turn_scores WHERE cond_nll IS NOT NULL ORDER BY 1, 2")[1]
+    assert main(argv) == 0
+    again = run_query(corpus, "SELECT trajectory_id, turn_index, cond_nll FROM turn_scores WHERE cond_nll IS NOT NULL ORDER BY 1, 2")[1]
+    assert [r[:2] for r in again] == [r[:2] for r in first]
+    assert all(math.isclose(a[2], b[2], abs_tol=1e-4) for a, b in zip(first, again, strict=True))
+    # a surface re-run with another seed keeps the model columns
+    assert main(["score", str(corpus), "--tier", "surface", "--seed", "3", "--quiet"]) == 0
+    kept = run_query(corpus, "SELECT trajectory_id, turn_index, cond_nll FROM turn_scores WHERE cond_nll IS NOT NULL ORDER BY 1, 2")[1]
+    assert kept == again
+    results = score_contracts(corpus)
+    assert all(r.passed for r in results), [r.line() for r in results if not r.passed]
+
+
+def test_policy_is_derived_from_stored_scores() -> None:
+    t = pa.table({
+        "category": ["retrieval", "echo", "retrieval", "retrieval", "retrieval", "context"],
+        "keep": [True, True, True, True, False, False],
+        "cond_nll": [2.0, 0.1, 0.05, 1.0, 2.0, None],
+        "uncond_nll": [3.0, 3.0, 3.0, 0.4, 3.0, None],
+        "ifd": [2 / 3, 0.1 / 3, 0.05 / 3, 2.5, 2 / 3, None],
+    })
+    ratios = SurfaceConfig().keep_ratio
+    out = apply_policy(t, MaskPolicy(), ratios)
+    # 0: kept, informative -> on; 1: kept echo but a copy (ifd .03) -> off; 2: copy -> off;
+    # 3: generic (uncond .4 < .5) -> off; 4: not kept by the draw -> off (weight still its ratio); 5: context
+    assert out["loss_mask"].to_pylist() == [True, False, False, False, False, False]
+    assert out["loss_weight"].to_pylist() == [1.0, 0.0, 0.0, 0.0, 1.0, 0.0]
+    strict = apply_policy(t, MaskPolicy(max_ifd=1.0, min_uncond_nll=0.0), ratios)
+    assert strict["loss_mask"].to_pylist() == [True, False, False, False, False, False]
+    lax = apply_policy(t, MaskPolicy(min_ifd=0.0, min_uncond_nll=0.0), ratios)
+    assert lax["loss_mask"].to_pylist() == [True, True, True, True, False, False]
+
+
+def test_contract_catches_a_tampered_table(corpus: Path) -> None:
+    import pyarrow.parquet as pq
+
+    score(corpus, ScoreConfig(tier="surface"), progress=False)
+    p = corpus / "side" / "turn_scores" / "data.parquet"
+    t = pq.read_table(p)
+    keep = t["keep"].to_pylist()
+    keep[0] = not keep[0]
+    t = t.set_column(t.schema.get_field_index("keep"), t.schema.field("keep"), pa.array(keep))
+    pq.write_table(t.slice(1), p)  # one row missing, and a draw that disagrees with its keep
+    bad = {r.name: r for r in score_contracts(corpus)}
+    assert not bad["turn_scores_cover_turns"].passed
+    assert bad["turn_scores_cover_turns"].metadata["missing"] == 1
+    assert bad["turn_scores_valid"].passed  # the flipped row was the one removed
+    keep[1] = not keep[1]
+    t = t.set_column(t.schema.get_field_index("keep"), t.schema.field("keep"), pa.array(keep))
+    pq.write_table(t, p)
+    bad = {r.name: r for r in score_contracts(corpus)}
+    assert not bad["turn_scores_valid"].passed and bad["turn_scores_valid"].metadata["keep_disagrees_with_draw"] == 2
+
+
+def test_bad_arguments_are_usage_errors(corpus: Path, capsys: pytest.CaptureFixture) -> None:
+    assert main(["score", str(corpus), "--tier", "surface", "--max-tokens", "0", "--quiet"]) == 1
+    assert "--max-tokens 0" in capsys.readouterr().err
+    assert main(["score", str(corpus), "--model", "/nonexistent", "--quiet"]) == 1
+    assert "/nonexistent" in capsys.readouterr().err
+
+
+def test_report_section(corpus: Path) -> None:
+    from pipelines.query import connect
+    from pipelines.score_report import section_scores
+
+    assert "not scored yet" in section_scores(connect(corpus))
+    score(corpus, ScoreConfig(tier="surface"), progress=False)
+    html = section_scores(connect(corpus))
+    assert "Loss on (% of turns) per domain" in html and "Novelty (surface)" in html
+    assert "Conditional NLL" not in html  # no model tier yet
+
+
+def test_model_tier_scores_every_observation_once(tmp_path: Path, tiny_model_dir: Path) -> None:
+    """No cap, a window (256) smaller than some trajectories: every turn with an observation gets
+    exactly one model row; context turns get none."""
+    from pipelines.ingest import ingest
+    from pipelines.score_model import ModelScoreConfig
+
+    out = tmp_path / "c"
+    ingest([ROOT / "data" / "sample" / "corpus" / "swe-agent"], out, progress=False)  # long sessions, long prompts
+    s = score(out, ScoreConfig(model=ModelScoreConfig(model=str(tiny_model_dir), max_context=256, dtype="float32")),
+              progress=False)
+    assert s.windowed_trajectories > 0 and s.truncated_turns > 0
+    rows = run_query(out, """SELECT count(*) FILTER (WHERE category <> 'context'), count(cond_nll),
+                                    count(*) FILTER (WHERE category = 'context' AND cond_nll IS NOT NULL),
+                                    max(context_tokens + tokens), max(history_dropped) FROM turn_scores""")[1][0]
+    assert rows[0] == rows[1] and rows[2] == 0 and rows[3] <= 256 and rows[4] > 0
+    assert all(r.passed for r in score_contracts(out))

