@@ -36,7 +36,7 @@ def export_out(corpus: CorpusResource, out: str = "") -> Path:
 
 
 @dg.asset(
-    deps=[dedup_clusters],
+    deps=[dedup_clusters, "turn_scores"],
     group_name="export",
     kinds={"python", "parquet"},
     description="Tokenized, packed training shards with per-token loss masks (Parquet, chat JSONL.zst, Megatron "

@@ -145,6 +145,7 @@ def write_report(corpus_dir: Path | str, out: Path | str) -> Path:
 # Later stages' sections import this module's helpers, so they are registered at the end.
 from pipelines.dedup_report import section_cleaning, section_dedup  # noqa: E402
 from pipelines.export_report import section_export  # noqa: E402
+from pipelines.score_report import section_scores  # noqa: E402
 from pipelines.traces_report import section_traces  # noqa: E402
 
-SECTIONS += [section_cleaning, section_dedup, section_export, section_traces]
+SECTIONS += [section_cleaning, section_dedup, section_scores, section_export, section_traces]

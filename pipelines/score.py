@@ -73,7 +73,7 @@ class ScoreConfig:
     model: Any = None  # ModelScoreConfig; None: the default (imported lazily: torch only when needed)
     policy: MaskPolicy = MaskPolicy()
     max_tokens: int | None = None  # cap on model-tier tokens (conditional + unconditional rows)
-    skip_dropped: bool = True  # model tier skips trajectories the `cleaning` side table drops
+    skip_dropped: bool = True  # model tier scores only `kept_trajectories` (cleaning, dedup) when that view exists
     chunk_batches: int = 64  # plan this many batches' worth of tokens at a time (length sorting within)
     lock_wait_s: float = 600.0
 
@@ -182,7 +182,7 @@ class ScoreSummary:
                 f"{self.model_seconds:.1f} s ({rate:,.0f} tokens/s, {self.model_turns / max(self.model_seconds, 1e-9):.1f} turns/s)"
                 f"{cap}; window {self.window_tokens} ({self.windowed_trajectories} trajectories windowed, "
                 f"{self.truncated_turns} turns truncated)"
-                + (f"; {self.skipped_dropped} dropped by cleaning skipped" if self.skipped_dropped else ""))
+                + (f"; {self.skipped_dropped} dropped by cleaning/dedup skipped" if self.skipped_dropped else ""))
         for name, h in self.histograms.items():
             total = max(sum(n for _, n in h), 1)
             lines.append(f"  {name}:")
@@ -241,10 +241,13 @@ def _model_scores(con: Any, cfg: ScoreConfig, summary: ScoreSummary, scorer: Any
     """Model-tier rows for every scored turn (up to the token cap), in priority order."""
     seed = cfg.surface.seed
     skip = ""
-    if cfg.skip_dropped and _has_view(con, "cleaning"):
-        skip = "WHERE tr.trajectory_id NOT IN (SELECT trajectory_id FROM cleaning WHERE turn_index IS NULL)"
+    if cfg.skip_dropped and _has_view(con, "kept_trajectories"):
+        # model compute only where training can use it: not on trajectories cleaning or dedup drop
+        # (their turns keep surface scores and get no loss anyway)
+        skip = "WHERE tr.trajectory_id IN (SELECT trajectory_id FROM kept_trajectories)"
         summary.skipped_dropped = con.sql(
-            "SELECT count(DISTINCT trajectory_id) FROM cleaning WHERE turn_index IS NULL").fetchall()[0][0]
+            "SELECT count(*) FROM trajectories WHERE trajectory_id NOT IN (SELECT trajectory_id FROM kept_trajectories)"
+        ).fetchall()[0][0]
     total = con.sql(f"SELECT count(*) FROM trajectories tr {skip}").fetchall()[0][0]
     summary.model_trajectories_total = total
     # priority = md5(seed:trajectory_id): under a token cap, a deterministic sample of the corpus

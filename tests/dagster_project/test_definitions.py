@@ -51,7 +51,7 @@ def test_definitions_load() -> None:
     graph = defs.resolve_asset_graph()
     assert {k.to_user_string() for k in graph.get_all_asset_keys()} == {
         "ingested_traces", "corpus_report", "mcp_trajectories", "sandbox_trajectories",
-        "cleaning_verdicts", "dedup_clusters", "training_export", "thinking_traces"}
+        "cleaning_verdicts", "dedup_clusters", "turn_scores", "training_export", "thinking_traces"}
     assert defs.resolve_job_def("ingest_job") is not None
     assert {c.name for c in corpus_contracts.check_specs} == {
         "schema_valid", "counts_reconcile", "quarantine_rate", "unique_trajectory_id", "manifest_checksums"}

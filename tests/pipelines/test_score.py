@@ -154,3 +154,21 @@ def test_model_tier_scores_every_observation_once(tmp_path: Path, tiny_model_dir
                                     max(context_tokens + tokens), max(history_dropped) FROM turn_scores""")[1][0]
     assert rows[0] == rows[1] and rows[2] == 0 and rows[3] <= 256 and rows[4] > 0
     assert all(r.passed for r in score_contracts(out))
+
+
+def test_model_tier_skips_trajectories_cleaning_drops(corpus: Path, tiny_model_dir: Path) -> None:
+    """With a `cleaning` side table, the model tier scores only `kept_trajectories`; every turn
+    still gets its surface row."""
+    from pipelines.clean import clean
+    from pipelines.score_model import ModelScoreConfig
+
+    clean(corpus, progress=False)
+    dropped = run_query(corpus, "SELECT count(*) FROM trajectories ANTI JOIN kept_trajectories USING (trajectory_id)")[1][0][0]
+    assert dropped > 0  # fireact has one-turn sessions (too_few_turns)
+    s = score(corpus, ScoreConfig(model=ModelScoreConfig(model=str(tiny_model_dir), dtype="float32"), max_tokens=2000),
+              progress=False)
+    assert s.skipped_dropped == dropped
+    rows = run_query(corpus, """SELECT count(*) FILTER (WHERE s.cond_nll IS NOT NULL AND k.trajectory_id IS NULL),
+                                       count(*) = (SELECT count(*) FROM turns)
+                                FROM turn_scores s LEFT JOIN kept_trajectories k USING (trajectory_id)""")[1][0]
+    assert rows == (0, True)
