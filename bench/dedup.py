@@ -53,6 +53,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+from bench.benchdoc import write_section  # noqa: E402
 
 WORK = ROOT / "build" / "bench" / "dedup"
 DOC = ROOT / "docs" / "benchmarks.md"
@@ -144,6 +145,7 @@ import pyarrow as pa, pyarrow.parquet as pq
 from datatrove.executor import LocalPipelineExecutor
 from datatrove.pipeline.dedup.minhash import MinhashConfig, MinhashDedupBuckets, MinhashDedupCluster, MinhashDedupSignature
 from datatrove.pipeline.readers import ParquetReader
+
 
 d = Path(sys.argv[1])
 w = d / "datatrove-work"
@@ -254,19 +256,7 @@ def machine() -> str:
 
 
 def write_doc(body: str) -> None:
-    text = DOC.read_text() if DOC.exists() else DOC_INTRO
-    section = f"{SECTION}\n\n{body.strip()}\n"
-    start = text.find(SECTION)
-    if start < 0:
-        text = text.rstrip("\n") + "\n\n" + section
-    else:
-        nxt = re.search(r"^## ", text[start + len(SECTION):], flags=re.M)
-        end = start + len(SECTION) + nxt.start() if nxt else len(text)
-        text = text[:start] + section + ("\n" + text[end:] if nxt else "")
-    DOC.parent.mkdir(parents=True, exist_ok=True)
-    tmp = DOC.with_name(f".{DOC.name}.tmp-{os.getpid()}")
-    tmp.write_text(text)
-    os.replace(tmp, DOC)
+    write_section(DOC, SECTION, body, DOC_INTRO)
 
 
 def main() -> int:

@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import re
 import sys
 import tempfile
 import time
@@ -40,6 +39,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+from bench.benchdoc import write_section  # noqa: E402
 
 DOC = ROOT / "docs" / "benchmarks.md"
 SECTION = "## Export (bench/export.py)"
@@ -177,18 +177,7 @@ def _as_list(batch: list) -> list:
 
 
 def write_doc(path: Path, body: str) -> None:
-    text = path.read_text() if path.exists() else DOC_INTRO
-    section = f"{SECTION}\n\n{body.strip()}\n"
-    start = text.find(SECTION)
-    if start < 0:
-        text = text.rstrip("\n") + "\n\n" + section
-    else:
-        nxt = re.search(r"^## ", text[start + len(SECTION):], flags=re.M)
-        end = start + len(SECTION) + nxt.start() if nxt else len(text)
-        text = text[:start] + section + ("\n" + text[end:] if nxt else "")
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    write_section(path, SECTION, body, DOC_INTRO)
 
 
 def main(argv: list[str]) -> int:

@@ -67,6 +67,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+from bench.benchdoc import write_section  # noqa: E402
 
 SAMPLE = ROOT / "data" / "sample" / "corpus"
 DEFAULT_WORKDIR = ROOT / "build" / "bench" / "ingest"
@@ -578,19 +579,7 @@ def table(results: list[dict]) -> str:
 
 
 def write_doc(path: Path, body: str) -> None:
-    text = path.read_text() if path.exists() else DOC_INTRO
-    section = f"{SECTION}\n\n{body.strip()}\n"
-    start = text.find(SECTION)
-    if start < 0:
-        text = text.rstrip("\n") + "\n\n" + section
-    else:
-        nxt = re.search(r"^## ", text[start + len(SECTION) :], flags=re.M)
-        end = start + len(SECTION) + nxt.start() if nxt else len(text)
-        text = text[:start] + section + ("\n" + text[end:] if nxt else "")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    write_section(path, SECTION, body, DOC_INTRO)
 
 
 def generate_main(argv: list[str]) -> None:

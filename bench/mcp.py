@@ -27,7 +27,6 @@ import argparse
 import dataclasses
 import os
 import platform
-import re
 import shutil
 import statistics
 import sys
@@ -44,6 +43,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # shadow the SDK. Drop the folder; put the repository root first instead.
 sys.path[:] = [str(ROOT)] + [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
+from bench.benchdoc import write_section  # noqa: E402
 from collectors.mcp.faults import FaultConfig  # noqa: E402
 from collectors.mcp.raw import RawWriter  # noqa: E402
 from collectors.mcp.recorder import COLLECTOR, SessionRecorder, make_policy  # noqa: E402
@@ -300,19 +300,7 @@ def render(rows: list[dict], layer_us: dict[str, float], argv: list[str]) -> str
 
 
 def write_doc(path: Path, body: str) -> None:
-    text = path.read_text() if path.exists() else DOC_INTRO
-    section = f"{SECTION}\n\n{body.strip()}\n"
-    start = text.find(SECTION)
-    if start < 0:
-        text = text.rstrip("\n") + "\n\n" + section
-    else:
-        nxt = re.search(r"^## ", text[start + len(SECTION):], flags=re.M)
-        end = start + len(SECTION) + nxt.start() if nxt else len(text)
-        text = text[:start] + section + ("\n" + text[end:] if nxt else "")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    write_section(path, SECTION, body, DOC_INTRO)
 
 
 def main(argv: list[str]) -> int:

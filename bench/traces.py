@@ -27,7 +27,6 @@ import datetime as dt
 import json
 import os
 import platform
-import re
 import shutil
 import signal
 import subprocess
@@ -38,6 +37,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from bench.benchdoc import write_section  # noqa: E402
 
 DOC = ROOT / "docs" / "benchmarks.md"
 SECTION = "## Thinking traces (bench/traces.py)"
@@ -82,18 +82,7 @@ def stats(url: str) -> dict:
 
 
 def write_doc(path: Path, body: str) -> None:
-    text = path.read_text() if path.exists() else "# Benchmarks\n\nMeasured results of the scripts in `bench/`.\n"
-    section = f"{SECTION}\n\n{body.strip()}\n"
-    start = text.find(SECTION)
-    if start < 0:
-        text = text.rstrip("\n") + "\n\n" + section
-    else:
-        nxt = re.search(r"^## ", text[start + len(SECTION):], flags=re.M)
-        end = start + len(SECTION) + nxt.start() if nxt else len(text)
-        text = text[:start] + section + ("\n" + text[end:] if nxt else "")
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    write_section(path, SECTION, body)
 
 
 def main() -> None:

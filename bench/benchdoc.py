@@ -1,0 +1,29 @@
+"""Writing one benchmark's section of docs/benchmarks.md, leaving the other sections alone."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+INTRO = (
+    "# Benchmarks\n\nBenchmarks are not tests; each compares against a baseline in the same run, because "
+    "these machines are noisy.\n"
+)
+
+
+def write_section(path: Path, heading: str, body: str, intro: str = INTRO) -> None:
+    """Replace the section that starts with `heading` (or append it), atomically."""
+    text = path.read_text() if path.exists() else intro
+    section = f"{heading}\n\n{body.strip()}\n"
+    start = text.find(heading)
+    if start < 0:
+        text = text.rstrip("\n") + "\n\n" + section
+    else:
+        nxt = re.search(r"^## ", text[start + len(heading):], flags=re.M)
+        end = start + len(heading) + nxt.start() if nxt else len(text)
+        text = text[:start] + section + ("\n" + text[end:] if nxt else "")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(text)
+    os.replace(tmp, path)
