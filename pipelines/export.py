@@ -60,6 +60,7 @@ import pyarrow as pa
 from pipelines import export_formats as fmt
 from pipelines.evalset import dumps_row, eval_rows
 from pipelines.pack import Document, Sample, group_lengths, next_window, pack
+from pipelines.progress import StatusLine
 from pipelines.redact import RedactConfig, Redactor
 from pipelines.render import Conversation, Group, RenderConfig, conversation, messages, template_pieces
 from pipelines.store import Corpus, CorpusLocked, write_json_atomic
@@ -463,32 +464,22 @@ class ExportSummary:
 
 
 class _Progress:
-    """One status line on stderr: redrawn on a terminal, every 10 s otherwise."""
+    """Trajectories exported of the total, tokens and token rate."""
 
     def __init__(self, total: int, enabled: bool):
-        self.total, self.enabled = total, enabled
-        self.done = self.tokens = 0
-        self.t0 = time.monotonic()
-        self.last = self.t0  # the first line after 0.5 s (terminal) or 10 s
-        self.tty = sys.stderr.isatty()
-        self.shown = False
+        self.total, self.done, self.tokens = total, 0, 0
+        self.line = StatusLine(enabled, first_at_once=False)
 
     def __call__(self, n: int, tokens: int) -> None:
         self.done += n
         self.tokens += tokens
-        now = time.monotonic()
-        if not self.enabled or now - self.last < (0.5 if self.tty else 10.0):
-            return
-        self.last = now
-        self.shown = True
-        el = max(now - self.t0, 1e-9)
-        line = (f"export {self.done:,}/{self.total:,} trajectories · {self.tokens:,} tokens · "
-                f"{self.tokens / el:,.0f} tokens/s · {el:,.0f} s")
-        print(("\r" + line.ljust(100)) if self.tty else line, end="" if self.tty else "\n", file=sys.stderr, flush=True)
+        if self.line.due():
+            el = self.line.elapsed
+            self.line.show(f"export {self.done:,}/{self.total:,} trajectories · {self.tokens:,} tokens · "
+                           f"{self.tokens / el:,.0f} tokens/s · {el:,.0f} s")
 
     def finish(self) -> None:
-        if self.enabled and self.tty and self.shown:
-            print(file=sys.stderr)
+        self.line.finish()
 
 
 # ---------------------------------------------------------------------------------------------

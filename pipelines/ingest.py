@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
@@ -18,6 +17,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from pipelines.progress import StatusLine
 from pipelines.reader import InputUnit, discover, read_unit
 from pipelines.sources import ReadLimits
 from pipelines.store import Corpus, DomainBuffers, PartWriter
@@ -156,28 +156,22 @@ def _groups(
 
 
 class Progress:
-    """One status line on stderr: redrawn on a terminal, every 10 s otherwise."""
+    """Bytes read of the total, with the rate."""
 
     def __init__(self, total_bytes: int, enabled: bool = True):
-        self.total, self.done, self.t0 = total_bytes, 0, time.monotonic()
-        self.tty = sys.stderr.isatty()
-        self.enabled = enabled
-        self.last = 0.0
+        self.total, self.done = total_bytes, 0
+        self.line = StatusLine(enabled, width=110)
 
     def advance(self, nbytes: int, label: str = "") -> None:
         self.done += nbytes
-        now = time.monotonic()
-        if not self.enabled or now - self.last < (0.5 if self.tty else 10.0):
+        if not self.line.due():
             return
-        self.last = now
-        rate = self.done / max(now - self.t0, 1e-9) / 1e6
+        rate = self.done / self.line.elapsed / 1e6
         pct = 100.0 * self.done / max(self.total, 1)
-        line = f"ingest {pct:5.1f}% {self.done / 1e6:,.1f}/{self.total / 1e6:,.1f} MB {rate:,.1f} MB/s {label[-60:]}"
-        print(("\r" + line.ljust(110)) if self.tty else line, end="" if self.tty else "\n", file=sys.stderr, flush=True)
+        self.line.show(f"ingest {pct:5.1f}% {self.done / 1e6:,.1f}/{self.total / 1e6:,.1f} MB {rate:,.1f} MB/s {label[-60:]}")
 
     def finish(self) -> None:
-        if self.enabled and self.tty and self.last:
-            print(file=sys.stderr)
+        self.line.finish()
 
 
 def ingest(

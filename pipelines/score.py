@@ -39,6 +39,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from pipelines.progress import StatusLine
 from pipelines.query import connect
 from pipelines.score_model import MODEL_FIELDS, MODEL_SCHEMA, Plan  # no torch at import time
 from pipelines.score_surface import CATEGORIES, SURFACE_FIELDS, SURFACE_SCHEMA, SurfaceConfig, score_surface
@@ -192,28 +193,23 @@ class ScoreSummary:
 
 
 class _Progress:
-    """One status line on stderr: redrawn on a terminal, every 10 s otherwise."""
+    """Items scored of the total, with the token rate."""
 
     def __init__(self, label: str, total: int, unit: str, enabled: bool):
-        self.label, self.total, self.unit, self.enabled = label, total, unit, enabled
-        self.done, self.tokens, self.t0, self.last = 0, 0, time.monotonic(), 0.0
-        self.tty = sys.stderr.isatty()
+        self.label, self.total, self.unit = label, total, unit
+        self.done, self.tokens = 0, 0
+        self.line = StatusLine(enabled)
 
     def __call__(self, n: int, tokens: int = 0) -> None:
         self.done += n
         self.tokens += tokens
-        now = time.monotonic()
-        if not self.enabled or now - self.last < (0.5 if self.tty else 10.0):
-            return
-        self.last = now
-        el = max(now - self.t0, 1e-9)
-        line = (f"{self.label} {self.done:,}/{self.total:,} {self.unit} · {self.tokens / el:,.0f} tokens/s · "
-                f"{el:,.0f} s")
-        print(("\r" + line.ljust(100)) if self.tty else line, end="" if self.tty else "\n", file=sys.stderr, flush=True)
+        if self.line.due():
+            el = self.line.elapsed
+            self.line.show(f"{self.label} {self.done:,}/{self.total:,} {self.unit} · {self.tokens / el:,.0f} tokens/s · "
+                           f"{el:,.0f} s")
 
     def finish(self) -> None:
-        if self.enabled and self.tty and self.last:
-            print(file=sys.stderr)
+        self.line.finish()
 
 
 # ---------------------------------------------------------------------------------------------

@@ -18,7 +18,6 @@ import json
 import os
 import random
 import sqlite3
-import sys
 import threading
 import time
 import urllib.error
@@ -30,6 +29,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from collectors.policies import EndpointError
+from pipelines.progress import StatusLine
 from pipelines.traces.engine import ChatRequest, ChatResult, EngineConfig, LocalEngine
 
 TRANSIENT_STATUS = frozenset({408, 409, 425, 429})
@@ -302,23 +302,18 @@ class Progress:
     """Requests done / total with rate and ETA on stderr: redrawn on a terminal, every 10 s otherwise."""
 
     def __init__(self, label: str, total: int, enabled: bool = True):
-        self.label, self.total, self.done, self.t0, self.last = label, total, 0, time.monotonic(), 0.0
-        self.enabled, self.tty = enabled and total > 0, sys.stderr.isatty()
+        self.label, self.total, self.done = label, total, 0
+        self.line = StatusLine(enabled and total > 0, width=80)
 
     def advance(self, n: int = 1) -> None:
         self.done += n
-        now = time.monotonic()
-        if not self.enabled or (now - self.last < (0.5 if self.tty else 10.0) and self.done < self.total):
-            return
-        self.last = now
-        rate = self.done / max(now - self.t0, 1e-9)
-        eta = (self.total - self.done) / rate if rate > 0 else 0.0
-        line = f"{self.label} {self.done}/{self.total} ({rate:.2f}/s, eta {eta:,.0f} s)"
-        print(("\r" + line.ljust(80)) if self.tty else line, end="" if self.tty else "\n", file=sys.stderr, flush=True)
+        if self.line.due(force=self.done >= self.total):
+            rate = self.done / self.line.elapsed
+            eta = (self.total - self.done) / rate if rate > 0 else 0.0
+            self.line.show(f"{self.label} {self.done}/{self.total} ({rate:.2f}/s, eta {eta:,.0f} s)")
 
     def finish(self) -> None:
-        if self.enabled and self.tty and self.last:
-            print(file=sys.stderr)
+        self.line.finish()
 
 
 @dataclass

@@ -1,0 +1,44 @@
+"""The one-line progress display every long stage uses: redrawn in place on a terminal, a plain
+line every 10 s otherwise (logs stay readable), and nothing when disabled."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+
+class StatusLine:
+    def __init__(self, enabled: bool = True, first_at_once: bool = True, width: int = 100):
+        self.enabled, self.width = enabled, width
+        self.tty = sys.stderr.isatty()
+        self.t0 = time.monotonic()
+        # the first line at once, or after one interval
+        self.last = self.t0 - self.interval if first_at_once else self.t0
+        self.shown = False
+
+    @property
+    def interval(self) -> float:
+        return 0.5 if self.tty else 10.0
+
+    @property
+    def elapsed(self) -> float:
+        return max(time.monotonic() - self.t0, 1e-9)
+
+    def due(self, force: bool = False) -> bool:
+        """True (and the clock restarts) when a new line may be shown now."""
+        if not self.enabled:
+            return False
+        now = time.monotonic()
+        if not force and now - self.last < self.interval:
+            return False
+        self.last = now
+        return True
+
+    def show(self, line: str) -> None:
+        self.shown = True
+        print(("\r" + line.ljust(self.width)) if self.tty else line, end="" if self.tty else "\n",
+              file=sys.stderr, flush=True)
+
+    def finish(self) -> None:
+        if self.enabled and self.tty and self.shown:
+            print(file=sys.stderr)
