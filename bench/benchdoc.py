@@ -27,3 +27,16 @@ def write_section(path: Path, heading: str, body: str, intro: str = INTRO) -> No
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     tmp.write_text(text)
     os.replace(tmp, path)
+
+
+def load_note(own_cores: float = 1.0) -> str:
+    """Load averages with a word on whether other jobs shared the machine (`own_cores`: what
+    the benchmark itself keeps busy)."""
+    one, five, fifteen = os.getloadavg()
+    busy = one > own_cores + 0.5
+    return (
+        f"load average (1/5/15 min) {one:.1f}/{five:.1f}/{fifteen:.1f} at the end ("
+        + ("other jobs shared the machine: wall-clock figures vary between rounds, compare the CPU figures"
+           if busy else "no other jobs of note")
+        + ")"
+    )

@@ -43,7 +43,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # shadow the SDK. Drop the folder; put the repository root first instead.
 sys.path[:] = [str(ROOT)] + [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
-from bench.benchdoc import write_section  # noqa: E402
+from bench.benchdoc import load_note, write_section  # noqa: E402
 from collectors.mcp.faults import FaultConfig  # noqa: E402
 from collectors.mcp.raw import RawWriter  # noqa: E402
 from collectors.mcp.recorder import COLLECTOR, SessionRecorder, make_policy  # noqa: E402
@@ -268,7 +268,6 @@ def render(rows: list[dict], layer_us: dict[str, float], argv: list[str]) -> str
     lay = ["| client stack | client CPU µs/call | added |", "|---|---|---|"]
     for name, us in layer_us.items():
         lay.append(f"| {name} | {us:.0f} | {us - base:+.0f} |")
-    load = os.getloadavg()
     cmd = " ".join([".venv/bin/python bench/mcp.py", *argv])
     return "\n".join([
         "One session's call loop (server start and `initialize` excluded from both): direct = the official SDK client "
@@ -291,9 +290,8 @@ def render(rows: list[dict], layer_us: dict[str, float], argv: list[str]) -> str
         "",
         *lay,
         "",
-        f"Machine: {os.cpu_count()} CPUs, {platform.platform()}, Python {platform.python_version()}; load average "
-        f"(1/5/15 min) {load[0]:.1f}/{load[1]:.1f}/{load[2]:.1f} at the end (other jobs shared the machine: wall-clock "
-        f"figures vary between rounds, compare the CPU table); measured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.",
+        f"Machine: {os.cpu_count()} CPUs, {platform.platform()}, Python {platform.python_version()}; "
+        f"{load_note(own_cores=1.5)}; measured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.",
         "",
         f"Rerun: `{cmd}`",
     ])

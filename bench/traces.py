@@ -37,7 +37,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from bench.benchdoc import write_section  # noqa: E402
+from bench.benchdoc import load_note, write_section  # noqa: E402
 
 DOC = ROOT / "docs" / "benchmarks.md"
 SECTION = "## Thinking traces (bench/traces.py)"
@@ -156,7 +156,6 @@ def main() -> None:
         lines.append(f"| {r['concurrency']} | {r['queries']} | {r['candidates']} | {r['seconds']:.1f} | "
                      f"{r['queries_per_s']:.3f} | {r['candidates_per_s']:.3f} | {r['tokens_per_s']:.2f} | "
                      f"{r['batches']} ({r['mean_batch']:.1f}) | {r['queries_per_s'] / base:.2f}× |")
-    load = os.getloadavg()
     lines += [
         "",
         f"Prompt tokens per run: {rows[0]['prompt_tokens']:,}, completion tokens {rows[0]['completion_tokens']:,} "
@@ -168,9 +167,8 @@ def main() -> None:
         + f" (SmolLM2-135M with a {a.max_tokens}-token budget rarely closes both blocks; throughput, not quality, "
         "is what this measures).",
         "",
-        f"Machine: {os.cpu_count()} CPUs, {platform.platform()}, Python {platform.python_version()}; load average "
-        f"(1/5/15 min) {load[0]:.1f}/{load[1]:.1f}/{load[2]:.1f} at the end (other jobs shared the machine); "
-        f"measured {dt.datetime.now(dt.UTC).strftime('%Y-%m-%d %H:%M UTC')}.",
+        f"Machine: {os.cpu_count()} CPUs, {platform.platform()}, Python {platform.python_version()}; "
+        f"{load_note(own_cores=1.0)}; measured {dt.datetime.now(dt.UTC).strftime('%Y-%m-%d %H:%M UTC')}.",
         "",
         f"Rerun: `.venv/bin/python bench/traces.py --queries {a.queries} -k {a.k} --max-tokens {a.max_tokens} "
         f"--threads {a.threads}`",
