@@ -97,12 +97,14 @@ def blocks_from_messages(messages: list, field: str, where: str) -> tuple[str | 
         if not isinstance(m, dict):
             raise RecordError("malformed_record", f"{where} {loc}: expected a message object, got {type(m).__name__}")
         role = m.get("role")
-        text = as_text(m.get("content")) or ""
+        content = m.get("content")
+        text = content if type(content) is str else (as_text(content) or "")
         if role == "assistant":
             blocks.append(Block("agent", text, loc))
         elif role == "user":
-            if _OBS_PREFIX.match(text):
-                blocks.append(Block("obs", _OBS_PREFIX.sub("", text, count=1).strip(), loc))
+            obs = _OBS_PREFIX.match(text)
+            if obs is not None:
+                blocks.append(Block("obs", text[obs.end():].strip(), loc))
             elif question is None and not blocks:
                 question = text
             else:
@@ -150,14 +152,18 @@ def question_from_preamble(preamble: str) -> str:
     return (m.group(1) if m else preamble).strip()
 
 
+def _strip_thought_label(text: str) -> str:
+    m = _THOUGHT_PREFIX.match(text)
+    return (text[m.end():] if m is not None else text).strip()
+
+
 def _parse_agent(text: str) -> tuple[str | None, str | None, str | None]:
     """(thought, action, trailing text) of one agent message; the first `Action:` is the one executed."""
     m = _ACTION_LINE.search(text)
     if m is None:
-        thought = _THOUGHT_PREFIX.sub("", text, count=1).strip() if _THOUGHT_LINE.search(text) else text.strip()
+        thought = _strip_thought_label(text) if _THOUGHT_LINE.search(text) else text.strip()
         return thought or None, None, None
-    head = text[: m.start()]
-    thought = _THOUGHT_PREFIX.sub("", head, count=1).strip() or None
+    thought = _strip_thought_label(text[: m.start()]) or None
     nl = text.find("\n", m.end())
     end = len(text) if nl < 0 else nl
     action = text[m.end() : end]
@@ -237,7 +243,7 @@ def _agent_turn(b: Block, obs: Block | None) -> Turn:
     kind = "none"
     if obs is not None:
         low = (tool or "").lower()
-        if "generated an exception" in obs.text[:500]:
+        if obs.text.find("generated an exception", 0, 500) >= 0:
             kind, is_error = "error", True
         elif low in _SEARCH_TOOLS:
             kind = "search_results"

@@ -17,6 +17,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from pipelines.gcpause import fewer_gc_passes
 from pipelines.progress import StatusLine
 from pipelines.reader import InputUnit, discover, read_unit
 from pipelines.sources import ReadLimits
@@ -103,6 +104,13 @@ def _process_group(
     config: IngestConfig,
 ) -> tuple[list[dict], dict[str, InputStats], list[str]]:
     """Read a group of inputs into Parquet parts under `staging` (runs in a worker process)."""
+    with fewer_gc_passes():
+        return _convert_group(units, staging, tag, config)
+
+
+def _convert_group(
+    units: list[tuple[InputUnit, str]], staging: str, tag: str, config: IngestConfig
+) -> tuple[list[dict], dict[str, InputStats], list[str]]:
     out = DomainBuffers(PartWriter(Path(staging), tag))
     stats: dict[str, InputStats] = {}
     messages: list[str] = []

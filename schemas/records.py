@@ -10,6 +10,7 @@ import hashlib
 import operator
 from dataclasses import dataclass, field, fields
 from datetime import datetime
+from itertools import chain
 from typing import Any
 
 import orjson
@@ -112,7 +113,6 @@ class RecordError(ValueError):
 
 
 _TURN_FIELDS = [f.name for f in fields(Turn)]
-_TRAJ_FIELDS = [f.name for f in fields(Trajectory) if f.name not in ("turns", "record_digest", "source")]
 _Q_FIELDS = [f.name for f in fields(QuarantineRecord)]
 
 
@@ -158,33 +158,32 @@ _TURN_COLS = TURNS.names
 if _TURN_COLS[:3] != ["trajectory_id", "turn_index", "domain"] or sorted(_TURN_COLS[3:]) != sorted(_TURN_FIELDS):
     raise RuntimeError("schemas.tables.TURNS no longer matches the Turn record; update TrajectoryBuffer")
 _TURN_GET = operator.attrgetter(*_TURN_COLS[3:])
-_ACTION, _THOUGHT, _OBS = (_TURN_COLS.index(n) for n in ("action", "thought", "observation"))
-_TRAJ_IN_SCHEMA = [n for n in _TRAJ_FIELDS if n in TRAJECTORIES.names]
+_TEXT_GET = operator.attrgetter("action", "thought", "observation")
+# TrajectoryBuffer.add builds trajectory rows in this column order
+_TRAJ_ROW = ["trajectory_id", "schema_version", "domain", "source_format", "source", "locator", "native_id", "task",
+             "action_space", "initial_state", "agent", "model", "outcome", "reward", "env_fingerprint", "collected_at",
+             "license", "num_turns", "importer", "importer_version", "metadata"]
+if TRAJECTORIES.names != _TRAJ_ROW:
+    raise RuntimeError("schemas.tables.TRAJECTORIES changed its columns; update TrajectoryBuffer.add")
+_TRAJ_MID = operator.attrgetter(*_TRAJ_ROW[5:17])
 
 
 class TrajectoryBuffer:
-    """Buffers for the trajectories and turns of one domain."""
+    """Buffers for the trajectories and turns of one domain, as rows (see `RowBuffer`)."""
 
     def __init__(self) -> None:
-        self.traj = ColumnBuffer(TRAJECTORIES)
+        self.traj = RowBuffer(TRAJECTORIES)
         self.turns = RowBuffer(TURNS)
 
     def add(self, t: Trajectory, source: str, importer: str, importer_version: str) -> None:
         tid = t.trajectory_id
-        tc = self.traj.cols
-        tc["trajectory_id"].append(tid)
-        tc["schema_version"].append(SCHEMA_VERSION)
-        for name in _TRAJ_IN_SCHEMA:
-            tc[name].append(getattr(t, name))
-        tc["source"].append(source)
-        tc["num_turns"].append(len(t.turns))
-        tc["importer"].append(importer)
-        tc["importer_version"].append(importer_version)
         dom = t.domain
-        rows = [(tid, i, dom, *_TURN_GET(turn)) for i, turn in enumerate(t.turns)]
-        self.turns.rows += rows
+        turns = t.turns
+        self.traj.rows.append((tid, SCHEMA_VERSION, dom, t.source_format, source, *_TRAJ_MID(t), len(turns), importer,
+                               importer_version, t.metadata))
+        self.turns.rows += [(tid, i, dom, *_TURN_GET(turn)) for i, turn in enumerate(turns)]
         # the flush trigger counts the large text columns only
-        self.turns.nbytes += sum(len(r[_ACTION] or "") + len(r[_THOUGHT] or "") + len(r[_OBS] or "") for r in rows)
+        self.turns.nbytes += sum(map(len, filter(None, chain.from_iterable(map(_TEXT_GET, turns)))))
 
 
 def quarantine_batch(records: list[QuarantineRecord]) -> pa.RecordBatch:
