@@ -46,6 +46,7 @@ from sandboxes.sandbox import (
     drain_removals,
 )
 from sandboxes.tasks import TaskSpec
+from sandboxes.warm import SandboxWarmer
 from schemas.records import QuarantineRecord, Trajectory, Turn, digest, dumps
 
 SOURCE_FORMAT = "sandbox"
@@ -120,7 +121,7 @@ class SandboxCache:
         self.idle: Sandbox | None = None
         self.max_uses = max_uses
 
-    def acquire(self, cfg: SandboxConfig, session: Session, hint: str) -> Sandbox:
+    def acquire(self, cfg: SandboxConfig, session: Session, hint: str, warmer: SandboxWarmer | None = None) -> Sandbox:
         sb, self.idle = self.idle, None
         if sb is not None and sb.cfg == cfg and sb.session is session and sb.uses < self.max_uses:
             try:
@@ -130,7 +131,8 @@ class SandboxCache:
                 pass
         if sb is not None:
             sb.close(wait=False)
-        return Sandbox(cfg, session, hint).start()
+        warm = warmer.take(cfg) if warmer is not None else None
+        return warm if warm is not None else Sandbox(cfg, session, hint).start()
 
     def release(self, sb: Sandbox) -> None:
         if self.idle is not None:
@@ -146,9 +148,10 @@ class SandboxCache:
 class _Resources:
     """Networks, volumes and sandboxes of one trajectory, removed (or handed back) with it."""
 
-    def __init__(self, session: Session, cache: SandboxCache | None = None):
+    def __init__(self, session: Session, cache: SandboxCache | None = None, warmer: SandboxWarmer | None = None):
         self.session = session
         self.cache = cache
+        self.warmer = warmer
         self.networks: list[str] = []
         self.volumes: list[str] = []
         self.sandboxes: list[Sandbox] = []
@@ -158,7 +161,7 @@ class _Resources:
     def cached_sandbox(self, cfg: SandboxConfig, hint: str) -> Sandbox:
         if self.cache is None:
             return self.sandbox(cfg, hint)
-        sb = self.cache.acquire(cfg, self.session, hint)
+        sb = self.cache.acquire(cfg, self.session, hint, self.warmer)
         self.reusable = sb
         return sb
 
@@ -176,6 +179,10 @@ class _Resources:
         return name
 
     def sandbox(self, cfg: SandboxConfig, hint: str) -> Sandbox:
+        warm = self.warmer.take(cfg) if self.warmer is not None else None
+        if warm is not None:
+            self.sandboxes.append(warm)
+            return warm
         sb = Sandbox(cfg, self.session, hint)
         self.sandboxes.append(sb)
         sb.start()
@@ -310,18 +317,63 @@ def _image_id(tag: str) -> str:
     return _image_ids[tag]
 
 
+def _plan(job: Job, seed: int) -> tuple[SandboxConfig, perturb.Plan]:
+    """(base configuration, perturbation plan) of a job."""
+    task = job.task
+    base = SandboxConfig(image=images.image_tag(task.image), limits=_limits(task), action_timeout_s=task.timeout_s,
+                         workdir=task.workdir)
+    return base, perturb.plan(base, job.perturbation, seed, task.id, task.commands, task.perturbations)
+
+
+def _run_config(pl: perturb.Plan) -> SandboxConfig:
+    """The plan's run configuration, on the derived image (built once, cached) when it removes binaries."""
+    if not pl.derive_without:
+        return pl.run_cfg
+    return replace(pl.run_cfg, image=images.derive(pl.run_cfg.image, pl.derive_without))
+
+
+def start_config(job: Job, seed: int = 0) -> tuple[SandboxConfig | None, bool]:
+    """(configuration of the sandbox `run_task` will start first, whether a worker's reused
+    container may serve it); None when that is only known during the run (two-phase set-ups,
+    service networks)."""
+    base, pl = _plan(job, seed)
+    if pl.two_phase or (job.task.service_files is not None and pl.start_service):
+        return None, False
+    try:
+        run_cfg = _run_config(pl)
+    except images.ImageError:
+        return None, False  # run_task reports it
+    plain = not pl.setup_as_root and run_cfg.network_mode == "none" and run_cfg.image == base.image
+    return run_cfg, plain
+
+
+def warm_configs(jobs: list[Job], seed: int, workers: int, fresh: bool) -> list[SandboxConfig | None]:
+    """What a SandboxWarmer should start for each job: None where it cannot know, and where the
+    same worker's reused container probably serves the job (the job `workers` places earlier had
+    the same plain configuration)."""
+    planned: list[tuple[SandboxConfig | None, bool]] = []
+    for j in jobs:
+        try:
+            planned.append(start_config(j, seed))
+        except Exception:  # noqa: BLE001 - run_task reports a bad plan for its own job
+            planned.append((None, False))
+    out: list[SandboxConfig | None] = []
+    for i, (cfg, plain) in enumerate(planned):
+        reused = not fresh and plain and i >= workers and planned[i - workers][0] == cfg
+        out.append(None if reused else cfg)
+    return out
+
+
 def run_task(job: Job, session: Session, seed: int = 0, stop: threading.Event | None = None,
-             cache: SandboxCache | None = None) -> Outcome:
+             cache: SandboxCache | None = None, warmer: SandboxWarmer | None = None) -> Outcome:
     """One trajectory (or, when set-up fails, a quarantine record naming the spec and field).
 
     With a `cache`, a plain sandbox may be a reset one from this worker's previous trajectory."""
     t_start = time.monotonic()
     task = job.task
-    base = SandboxConfig(image=images.image_tag(task.image), limits=_limits(task), action_timeout_s=task.timeout_s,
-                         workdir=task.workdir)
-    pl = perturb.plan(base, job.perturbation, seed, task.id, task.commands, task.perturbations)
+    base, pl = _plan(job, seed)
     policy = job.policy_factory(task) if job.policy_factory else scripted(task)
-    res = _Resources(session, cache)
+    res = _Resources(session, cache, warmer)
     hint = _hint()
     collected_at = datetime.now(UTC)
     turns: list[Turn] = []
@@ -333,10 +385,8 @@ def run_task(job: Job, session: Session, seed: int = 0, stop: threading.Event | 
     outcome, reward, died = None, None, None
     fingerprint: dict[str, Any] = {}
     try:
-        run_image = pl.run_cfg.image
-        if pl.derive_without:
-            run_image = images.derive(pl.run_cfg.image, pl.derive_without)
-        run_cfg = replace(pl.run_cfg, image=run_image)
+        run_cfg = _run_config(pl)
+        run_image = run_cfg.image
         setup_cfg = pl.setup_cfg
         if task.service_files is not None:
             if pl.start_service:
@@ -356,6 +406,7 @@ def run_task(job: Job, session: Session, seed: int = 0, stop: threading.Event | 
             sb = res.cached_sandbox(run_cfg, hint)
             _setup(sb, task, pl.setup_as_root)
         meta["sandbox_reuse"] = sb.uses
+        meta["started_ahead"] = sb.started_ahead
         for step in pl.after_setup:
             step(sb)
         if pl.setup_as_root or pl.two_phase:
@@ -452,6 +503,7 @@ class CollectSummary:
     errors: list[str] = field(default_factory=list)
     reaped: int = 0
     workers: int = 1
+    warm: dict[str, int] = field(default_factory=dict)  # SandboxWarmer.stats()
 
     def render(self) -> str:
         rate = self.turns / self.seconds if self.seconds else 0.0
@@ -464,6 +516,9 @@ class CollectSummary:
             "  perturbations: " + ", ".join(f"{k}={v}" for k, v in sorted(self.by_perturbation.items())),
             f"  quarantined:   {self.quarantined} (set-up failures, with the spec and field in the reason)",
         ]
+        if self.warm.get("started"):
+            w = self.warm
+            lines.append(f"  started ahead: {w['started']} sandboxes, {w['taken']} used, {w['wasted']} unused")
         if self.reaped:
             lines.append(f"  reaped {self.reaped} orphaned containers of dead collectors at start")
         lines += [f"  ! {e}" for e in self.errors[:10]]
@@ -472,10 +527,11 @@ class CollectSummary:
 
 def collect(jobs: Iterable[Job], out: Path | str, workers: int = 2, seed: int = 0,
             echo: Callable[[str], None] | None = None, run_key: str | None = None,
-            commit_every: int = 20, fresh: bool = False) -> CollectSummary:
+            commit_every: int = 20, fresh: bool = False, warm: bool = True) -> CollectSummary:
     """Run jobs on `workers` sandboxes at a time and write the trajectories to the corpus `out`.
 
-    `fresh=True`: a new container for every trajectory (no reset-and-reuse, see SandboxCache)."""
+    `fresh=True`: a new container for every trajectory (no reset-and-reuse, see SandboxCache).
+    `warm=True`: start upcoming trajectories' sandboxes ahead of time (see SandboxWarmer)."""
     from pipelines.sink import CollectionSink
 
     jobs = list(jobs)
@@ -494,14 +550,17 @@ def collect(jobs: Iterable[Job], out: Path | str, workers: int = 2, seed: int = 
     local = threading.local()
     lock = threading.Lock()
 
-    def work(j: Job) -> Outcome:
+    warmer = SandboxWarmer(warm_configs(jobs, seed, workers, fresh) if warm else [], session, ahead=max(1, workers))
+
+    def work(index: int, j: Job) -> Outcome:
         cache = getattr(local, "cache", None)
         if cache is None and not fresh:
             cache = local.cache = SandboxCache()
             with lock:
                 caches.append(cache)
+        warmer.began(index)
         try:
-            return run_task(j, session, seed, stop, cache)
+            return run_task(j, session, seed, stop, cache, warmer)
         except Exception as e:  # noqa: BLE001 - a harness bug must not stop the other workers
             return Outcome(None, QuarantineRecord(source=str(j.task.path), locator=f"task:{j.key}", reason="collector_error",
                                                   detail=f"{j.key}: {type(e).__name__}: {e}", importer=IMPORTER), 0.0, j)
@@ -510,10 +569,10 @@ def collect(jobs: Iterable[Job], out: Path | str, workers: int = 2, seed: int = 
                         info={"collector": "sandbox", "session": session.id, "seed": seed}) as sink, interruptible():
         pool = ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="sandbox")
         pending: set[Future] = set()
-        it = iter(jobs)
+        it = iter(enumerate(jobs))
         try:
-            for j in it:
-                pending.add(pool.submit(work, j))
+            for i, j in it:
+                pending.add(pool.submit(work, i, j))
                 if len(pending) >= workers * 2:
                     break
             while pending:
@@ -538,7 +597,7 @@ def collect(jobs: Iterable[Job], out: Path | str, workers: int = 2, seed: int = 
                         say(f"[{done}/{len(jobs)}] {o.job.key}: QUARANTINED: {o.quarantine.detail}")
                     nxt = next(it, None)
                     if nxt is not None:
-                        pending.add(pool.submit(work, nxt))
+                        pending.add(pool.submit(work, *nxt))
         except KeyboardInterrupt:
             summary.interrupted = True
             stop.set()
@@ -558,6 +617,8 @@ def collect(jobs: Iterable[Job], out: Path | str, workers: int = 2, seed: int = 
                     summary.by_outcome[k] = summary.by_outcome.get(k, 0) + 1
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
+            warmer.close()
+            summary.warm = warmer.stats()
             for c in caches:
                 c.close()
             drain_removals()

@@ -216,6 +216,7 @@ class Sandbox:
         self.start_s: float | None = None
         self.closed = False
         self.uses = 0  # trajectories this container served before the current one (see reset)
+        self.started_ahead = False  # started by a SandboxWarmer before a worker asked for it
 
     # lifecycle -----------------------------------------------------------------------------
     def __enter__(self) -> Sandbox:

@@ -1,0 +1,62 @@
+"""Sandboxes started ahead of their jobs: used by the job they were started for, or removed."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from pipelines.query import run_query
+from sandboxes import images as image_recipes
+from sandboxes.collect import Job, collect, warm_configs
+from sandboxes.perturb import PerturbationSpec
+from sandboxes.reaper import Session, containers_of
+from sandboxes.sandbox import SandboxConfig
+from sandboxes.tasks import TASKS_DIR, load_tasks
+from sandboxes.warm import SandboxWarmer
+
+from .test_collect import _left_by_this_process
+
+TASKS = {t.id: t for t in load_tasks(TASKS_DIR)}
+
+
+def test_each_job_with_its_own_configuration_gets_a_sandbox_started_ahead(images, tmp_path: Path) -> None:
+    t = TASKS["text-csv-sum"]
+    P = PerturbationSpec.parse
+    jobs = [Job(t), Job(t), Job(t, P("clock_skew:offset_s=3600")), Job(t, P("truncated_output:bytes=5"))]
+    # the second job is the first one's reused container; the first starts before any look-ahead
+    assert [c is not None for c in warm_configs(jobs, 0, 1, fresh=False)] == [True, False, True, True]
+    s = collect(jobs, tmp_path / "c", workers=1, echo=lambda m: None)
+    assert (s.trajectories, s.by_outcome) == (4, {"success": 4})
+    assert s.warm["taken"] >= 2 and s.warm["failed"] == 0 and s.warm["started"] == s.warm["taken"] + s.warm["wasted"]
+    rows = run_query(tmp_path / "c", "SELECT native_id, metadata FROM trajectories ORDER BY native_id")[1]
+    ahead = {n: json.loads(m)["started_ahead"] for n, m in rows}
+    assert ahead["text-csv-sum@clock_skew:offset_s=3600"] and ahead["text-csv-sum@truncated_output:bytes=5"]
+    assert sum(ahead.values()) == s.warm["taken"]
+    assert _left_by_this_process() == {"containers": 0, "networks": 0, "volumes": 0}
+    assert "started ahead: " in s.render()
+
+
+def test_a_sandbox_no_job_takes_is_removed_on_close(images) -> None:
+    session = Session()
+    cfg = SandboxConfig(image=image_recipes.image_tag("terminal"))
+    w = SandboxWarmer([None, cfg], session, ahead=1)
+    w.began(0)
+    deadline = time.monotonic() + 60
+    while w.stats()["started"] < 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert w.stats()["started"] == 1 and len(containers_of(session.id)) == 1
+    w.close()
+    assert w.stats() == {"started": 1, "taken": 0, "wasted": 1, "failed": 0}
+    assert w.take(cfg) is None
+    from sandboxes.sandbox import drain_removals
+
+    drain_removals()
+    assert containers_of(session.id) == []
+
+
+def test_nothing_is_started_without_configurations(images) -> None:
+    w = SandboxWarmer([None, None], Session(), ahead=2)
+    w.began(0)
+    w.close()
+    assert w.stats() == {"started": 0, "taken": 0, "wasted": 0, "failed": 0}
