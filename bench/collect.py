@@ -200,9 +200,11 @@ def render(res: dict, argv: list[str]) -> str:
         f"naive `docker run` {1000 * lat['naive_s']:.0f} ms. One action once started (`true` through the shell "
         f"server, median of 50): {1000 * lat['action_s']:.1f} ms.", "",
         f"Machine: {os.cpu_count()} CPUs, {platform.platform()}, Docker {res['engine']}; load average (1/5/15 min) "
-        f"{res['load_before']} before, {res['load_after']} after: the machine was shared with other jobs, so the "
-        f"absolute numbers (and the gain from a second worker) move with the load; the ratios move less. "
-        f"Measured {res['when']}.", "",
+        f"{res['load_before']} before, {res['load_after']} after ("
+        + ("other jobs shared the machine, so the absolute numbers (and the gain from a second worker) move with "
+           "the load; the ratios move less" if float(str(res['load_before']).split('/')[0]) > 1.0
+           else "no other jobs of note before the run; the load after is the benchmark's own")
+        + f"). Measured {res['when']}.", "",
         f"Rerun: `.venv/bin/python bench/collect.py{(' ' + ' '.join(argv)) if argv else ''}`", "",
     ])
 
