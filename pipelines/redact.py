@@ -174,6 +174,8 @@ class Redactor:
         kinds = [k for k in KINDS if (k.name != "email" or config.emails) and (k.name != "ip_address" or config.ip_addresses)]
         self.kinds = kinds
         self._compiled = [(k, re.compile(k.pattern, k.flags)) for k in kinds]
+        self._needles = tuple(dict.fromkeys(n for k in kinds for n in (k.needs or ())))
+        self._unfiltered = any(k.needs is None for k in kinds)  # a kind without needles runs on every text
 
     @property
     def probe(self) -> str:
@@ -215,8 +217,10 @@ class Redactor:
         if not text:
             return text, counts
         low = text.lower()
+        if not any(map(low.__contains__, self._needles)) and not self._unfiltered:
+            return text, counts  # most texts: no kind's needle, nothing to do
         for kind, rx in self._compiled:
-            if kind.needs is None or any(n in low for n in kind.needs):
+            if kind.needs is None or any(map(low.__contains__, kind.needs)):
                 text = rx.sub(self._replace(kind, counts), text)
         return text, counts
 
