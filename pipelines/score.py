@@ -154,6 +154,7 @@ class ScoreSummary:
     dtype: str = ""
     window_tokens: int = 0
     windowed_trajectories: int = 0
+    uncond_shared: int = 0  # turns whose observation-alone score came from an identical observation
     truncated_turns: int = 0
     skipped_dropped: int = 0
     max_tokens: int | None = None
@@ -182,7 +183,7 @@ class ScoreSummary:
                 f"{self.model_trajectories_total} trajectories, {self.model_turns} turns, {self.model_tokens:,} tokens in "
                 f"{self.model_seconds:.1f} s ({rate:,.0f} tokens/s, {self.model_turns / max(self.model_seconds, 1e-9):.1f} turns/s)"
                 f"{cap}; window {self.window_tokens} ({self.windowed_trajectories} trajectories windowed, "
-                f"{self.truncated_turns} turns truncated)"
+                f"{self.truncated_turns} turns truncated, {self.uncond_shared} repeated observations scored alone once)"
                 + (f"; {self.skipped_dropped} dropped by cleaning/dedup skipped" if self.skipped_dropped else ""))
         for name, h in self.histograms.items():
             total = max(sum(n for _, n in h), 1)
@@ -271,7 +272,7 @@ def _model_scores(con: Any, cfg: ScoreConfig, summary: ScoreSummary, scorer: Any
             bar(len(chunk))
         chunk, chunk_tokens = [], 0
 
-    windows0 = scorer.stats["windows"]
+    windows0, shared0 = scorer.stats["windows"], scorer.stats["uncond_shared"]
     for batch in reader:
         for row in batch.to_pylist():
             slot0 = sum(len(p.turns) for p in chunk)
@@ -292,6 +293,7 @@ def _model_scores(con: Any, cfg: ScoreConfig, summary: ScoreSummary, scorer: Any
     summary.model_seconds = time.monotonic() - t0
     summary.model_tokens = used
     summary.windowed_trajectories = scorer.stats["windows"] - windows0
+    summary.uncond_shared = scorer.stats["uncond_shared"] - shared0
     t = pa.concat_tables(out) if out else MODEL_SCHEMA.empty_table()
     summary.model_turns = t.num_rows
     summary.truncated_turns = int(pc.sum(t["truncated"]).as_py() or 0) if t.num_rows else 0

@@ -204,6 +204,28 @@ class Job:
     cond: bool = True
 
 
+def shared_unconditional(jobs: list[Job]) -> tuple[list[Job], list[tuple[int, int]]]:
+    """Jobs with each distinct unconditional row once, and (slot, slot it copies) for the rest.
+
+    An observation scored alone gives the same NLL wherever it occurs; agents' sessions repeat
+    many (empty output, "File updated.", the harness's final reply), about half of the sample's."""
+    out: list[Job] = []
+    first: dict[bytes, int] = {}
+    aliases: list[tuple[int, int]] = []
+    for j in jobs:
+        if j.cond or len(j.targets) != 1:
+            out.append(j)
+            continue
+        slot, s, e = j.targets[0]
+        key = j.ids.tobytes() + b"|%d|%d" % (s, e)
+        if key in first:
+            aliases.append((slot, first[key]))
+        else:
+            first[key] = slot
+            out.append(j)
+    return out, aliases
+
+
 @dataclass
 class Window:
     """One conditional row: `rendered.spans[history:]` are scored; the `history` groups before
@@ -278,7 +300,7 @@ class TurnScorer:
         self.batch_tokens: int = config.max_batch_tokens
         self._uncond_prefix: np.ndarray | None = None
         self.stats = {"oom_backoffs": 0, "forward_rows": 0, "padded_tokens": 0, "real_tokens": 0, "windows": 0,
-                      "truncated_system": 0}
+                      "truncated_system": 0, "uncond_shared": 0}
 
     def __getstate__(self) -> dict:
         d = self.__dict__.copy()
@@ -589,9 +611,13 @@ class TurnScorer:
         return self.score_plans(plans, on_batch)
 
     def score_plans(self, plans: list[Plan], on_batch: Callable[[int, int], None] | None = None) -> pa.Table:
-        jobs = [j for p in plans for j in p.jobs]
+        jobs, aliases = shared_unconditional([j for p in plans for j in p.jobs])
         turns = [tp for p in plans for tp in p.turns]
         cs, cn, us, un = self.run(jobs, len(turns), on_batch)
+        if aliases:
+            dup, rep = np.array(aliases, dtype=np.int64).T
+            us[dup], un[dup] = us[rep], un[rep]
+            self.stats["uncond_shared"] += len(aliases)
         with np.errstate(divide="ignore", invalid="ignore"):
             cm = np.where(cn > 0, cs / np.maximum(cn, 1), np.nan)
             um = np.where(un > 0, us / np.maximum(un, 1), np.nan)

@@ -21,7 +21,14 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # see pipelines.score_model
 torch = pytest.importorskip("torch", reason="the model tier needs torch (a core dependency)")
 
 from pipelines.render import conversation, render_groups  # noqa: E402
-from pipelines.score_model import Job, ModelScoreConfig, TurnScorer, pack_batches, smollm2_gguf  # noqa: E402
+from pipelines.score_model import (  # noqa: E402
+    Job,
+    ModelScoreConfig,
+    TurnScorer,
+    pack_batches,
+    shared_unconditional,
+    smollm2_gguf,
+)
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -227,3 +234,25 @@ def test_scorer_pickles_without_the_model() -> None:
 def test_jobs_are_plain_data() -> None:
     j = Job(np.arange(5), [(0, 2, 5)])
     assert j.cond and j.targets == [(0, 2, 5)]
+
+
+def test_shared_unconditional_rows_run_once() -> None:
+    a, b = np.array([1, 2, 3]), np.array([1, 2, 4])
+    jobs = [Job(a, [(0, 1, 3)], cond=False), Job(b, [(1, 1, 3)], cond=False), Job(a.copy(), [(2, 1, 3)], cond=False),
+            Job(a.copy(), [(3, 2, 3)], cond=False), Job(a, [(4, 1, 3)], cond=True), Job(a.copy(), [(5, 1, 3)], cond=False)]
+    kept, aliases = shared_unconditional(jobs)
+    assert [j.targets[0][0] for j in kept] == [0, 1, 3, 4]  # slot 3 scores other tokens; conditional rows always run
+    assert aliases == [(2, 0), (5, 0)]
+
+
+def test_a_repeated_observation_is_scored_alone_once(gpt2: tuple, corpus: Path) -> None:
+    model, tok = gpt2
+    trajs, by = _trajectories(corpus, [SEARCH])
+    copy = dict(trajs[0], trajectory_id="copy", task=(trajs[0]["task"] or "") + " (again)")
+    by["copy"] = [dict(u, trajectory_id="copy") for u in by[trajs[0]["trajectory_id"]]]
+    s = TurnScorer(ModelScoreConfig(dtype="float32", min_fill=0.0, max_batch_tokens=4096), model, tok)
+    s.setup()
+    n = _check_against_separate(s, [trajs[0], copy], by)
+    assert s.stats["uncond_shared"] == n // 2 == len(by["copy"])
+    rows = s.score([trajs[0], copy], by).to_pylist()
+    assert [r["uncond_nll"] for r in rows[: n // 2]] == [r["uncond_nll"] for r in rows[n // 2:]]
