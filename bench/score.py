@@ -192,7 +192,11 @@ def run_project(scorer: Any, items: list[tuple[dict, list[dict]]], torch: Any) -
         slot += len(p.turns)
         plans.append(p)
     plan_s = time.perf_counter() - t0
-    rows = [(len(j.ids), sum(max(e - max(s, 1), 0) for _, s, e in j.targets)) for p in plans for j in p.jobs]
+    from pipelines.score_model import shared_unconditional
+
+    # the rows the project really runs: a repeated observation is scored alone once
+    jobs, _ = shared_unconditional([j for p in plans for j in p.jobs])
+    rows = [(len(j.ids), sum(max(e - max(s, 1), 0) for _, s, e in j.targets)) for j in jobs]
     _sync(torch, scorer.device)
     t0 = time.perf_counter()
     table = scorer.score_plans(plans)
@@ -428,7 +432,7 @@ Sets: `sample` = {len(sets['sample'])} trajectories ({sum(len(t) for _, t in set
 from the sample's InterCode bash turns. Naive = one batch-1 forward per turn over history + action + observation and one
 over the observation alone{f" (on every {stride}th turn of the stitched sets)" if stride > 1 else ""}: plain = `model(ids).logits` at every
 position as a plain forward gives them, lean = the project's head at the observation's positions only; project = `TurnScorer` (one pass per trajectory, length-sorted batches of
-{budget:,} tokens, right padding, LM head only at scored positions, fp32 log-softmax). Times cover
+{budget:,} tokens, right padding, LM head only at scored positions, fp32 log-softmax, an observation that recurs in the set scored alone once; its tokens and FLOPs count the rows it runs). Times cover
 execution only (rendering and tokenization are the same for both). MFU counts the FLOPs each method needs
 (no padding) against the best measured square-matmul rate of the dtype; max Δ = largest per-turn difference of mean
 conditional NLL between the method and the project's way (nats). {dtype_note}

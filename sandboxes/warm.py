@@ -1,7 +1,6 @@
 """Starting the sandboxes of upcoming trajectories while the workers run the current ones.
 
-A container start costs 0.2–0.5 s, mostly waiting on the engine (namespaces, mounts, cgroups),
-and a perturbed trajectory nearly always needs its own configuration, so without this most of a
+A container start costs 0.2–0.5 s of engine work (namespaces, mounts, cgroups), and a perturbed trajectory nearly always needs its own configuration, so without this most of a
 short trajectory's time is its container start. `SandboxWarmer` looks a few jobs ahead of the
 workers, starts the sandbox each will ask for, and hands it over when asked for an equal
 configuration; anything not taken is removed on `close()` (and by the interrupt handler, like
@@ -12,10 +11,10 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from sandboxes.reaper import Session
-from sandboxes.sandbox import Sandbox, SandboxConfig, SandboxError
+from sandboxes.sandbox import Sandbox, SandboxConfig
 
 STALE_S = 1.0  # a worker asks for its sandbox within milliseconds of beginning its job
 
@@ -26,12 +25,10 @@ class SandboxWarmer:
     prepare (two-phase set-ups, service networks) and ones a worker's reused container will
     likely serve."""
 
-    def __init__(self, configs: Sequence[SandboxConfig | None], session: Session, ahead: int = 2,
-                 starter: Callable[[SandboxConfig, str], Sandbox] | None = None):
+    def __init__(self, configs: Sequence[SandboxConfig | None], session: Session, ahead: int = 2):
         self.configs = list(configs)
         self.session = session
         self.ahead = max(0, ahead)
-        self._start = starter or (lambda cfg, hint: Sandbox(cfg, session, hint).start())
         self._ready: list[tuple[int, Sandbox]] = []  # (job index it was started for, sandbox)
         self._inflight: SandboxConfig | None = None  # being started now
         self._cursor = 0  # next job index to consider
@@ -107,23 +104,25 @@ class SandboxWarmer:
             assert cfg is not None
             with self._cond:
                 self._inflight = cfg
+            sb = None
             try:
-                sb = self._start(cfg, f"warm{i}")
-            except (SandboxError, OSError):
+                sb = Sandbox(cfg, self.session, f"warm{i}").start()
+                sb.started_ahead = True
+            except Exception:  # noqa: BLE001 - the worker starts (and reports) its own
+                pass
+            finally:
                 with self._cond:
-                    self.failed += 1  # the worker will start (and report) its own
-                    self._inflight = None
+                    self._inflight = None  # a waiting take() must not wait on a start that is over
                     self._cond.notify_all()
-                continue
-            sb.started_ahead = True
-            with self._cond:
-                self._inflight = None
-                self._cond.notify_all()
-                self.started += 1
-                if self._stopped:
-                    sb.close(wait=False)
-                    return
-                self._ready.append((i, sb))
+                    if sb is None:
+                        self.failed += 1
+                    else:
+                        self.started += 1
+                        if self._stopped:
+                            self.wasted += 1
+                            sb.close(wait=False)
+                        else:
+                            self._ready.append((i, sb))
 
     def close(self) -> None:
         """Stop looking ahead and remove every sandbox not taken."""
