@@ -62,8 +62,13 @@ PATH = "/run/wl/shim:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bi
 # even by SIGKILL) ends the loop, the container stops and the engine removes it.
 # One line, with `eval` on it, so that the shell's own messages read like those of `bash -c CMD`
 # ("bash: line 1: foo: command not found"), which is what an agent running commands sees.
-_INNER = (r"""cd -- "$(< /run/wl/cwd)" 2>/dev/null || cd -- "$3"; trap 'exit 143' TERM; """
-          r"""trap 'printf %s "$PWD" > /run/wl/cwd' EXIT; if [ "$2" -gt 0 ]; then exec > >(exec /usr/bin/head -c "$2"); fi; """
+# With truncation, stdout goes through `head -c N` in a process substitution, which bash does not
+# wait for: the EXIT trap closes stdout and waits (at most 1 s, in case a background job still
+# holds the pipe) for `head` to finish, so its bytes always come before the end markers.
+_INNER = (r"""cd -- "$(< /run/wl/cwd)" 2>/dev/null || cd -- "$3"; trap 'exit 143' TERM; __wl_head=; """
+          r"""trap 'printf %s "$PWD" > /run/wl/cwd; if [ -n "$__wl_head" ]; then exec >&-; for _ in {1..100}; do """
+          r"""kill -0 "$__wl_head" 2>/dev/null || break; /usr/bin/sleep 0.01; done; fi' EXIT; """
+          r"""if [ "$2" -gt 0 ]; then exec > >(exec /usr/bin/head -c "$2"); __wl_head=$!; fi; """
           'eval "$1"')
 
 _SERVER = r"""

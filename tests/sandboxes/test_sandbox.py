@@ -100,3 +100,14 @@ def test_runaway_output_is_capped_and_the_session_goes_on(sb: Sandbox) -> None:
     assert (r.exit_code, r.output_capped) == (137, True) and MAX_OUTPUT <= len(r.stdout) < 100_000_000
     assert set(r.stdout[:1000]) == {"y", "\n"}
     assert sb.run("echo ok").stdout == "ok\n"
+
+
+def test_truncated_output_always_belongs_to_its_own_action(images) -> None:
+    """`head -c` in the sandbox runs after the command's shell: its bytes must still come before
+    the action's end markers, or they show up as the next action's output."""
+    cfg = SandboxConfig(image=images["terminal"], truncate_bytes=5)
+    with Sandbox(cfg, Session()) as sb:
+        outs = [(r.stdout, r.stderr) for r in (sb.run(f"printf 'hello world {i}'; echo err >&2") for i in range(40))]
+        assert outs == [("hello", "err\n")] * 40
+        r = sb.run("sleep 30 & printf 'abcdefgh'", timeout_s=10)  # a background job keeps the pipe open
+        assert (r.stdout, r.exit_code, r.timed_out) == ("abcde", 0, False) and r.duration_s < 3
