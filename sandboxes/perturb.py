@@ -35,10 +35,12 @@ from sandboxes.sandbox import Limits, Sandbox, SandboxConfig
 
 # Commands the harness itself runs (by absolute path): removing or wrapping them would break the
 # recording, not the agent's environment.
-HARNESS_BINARIES = frozenset({"bash", "sh", "timeout", "find", "xargs", "md5sum", "head", "base64", "tar", "sleep", "date"})
+# the server runs these by absolute path (sandboxes/sandbox.py: action marks, listings, reset)
+HARNESS_BINARIES = frozenset({"bash", "sh", "timeout", "find", "xargs", "md5sum", "head", "base64", "tar", "sleep", "date",
+                              "touch", "rm"})
 REMOVABLE = ("python3", "git", "make", "grep", "sed", "awk", "sort", "uniq", "wc", "cut", "tr", "diff", "patch",
-             "jq", "bc", "gzip", "curl", "file", "tail", "ls", "cat", "cp", "mv", "mkdir", "rm", "touch", "ps", "du", "df")
-WRAPPABLE = tuple(c for c in REMOVABLE if c not in ("ls", "cat", "cp", "mv", "mkdir", "rm", "touch"))
+             "jq", "bc", "gzip", "curl", "file", "tail", "ls", "cat", "cp", "mv", "mkdir", "ps", "du", "df")
+WRAPPABLE = tuple(c for c in REMOVABLE if c not in ("ls", "cat", "cp", "mv", "mkdir"))
 MIRROR_PLACEHOLDER_IP = "172.31.255.2"  # what `mirror` resolves to when the network is gone
 
 

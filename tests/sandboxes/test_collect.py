@@ -171,3 +171,35 @@ def test_swe_tests_fail_before_and_pass_after_the_fix(images, task_id: str) -> N
     assert t.turns[0].observation.splitlines()[-1].startswith("1 failed, 3 passed in ")
     assert t.turns[3].observation.startswith("6 passed in ")
     assert (t.outcome, t.reward) == ("success", 1.0)
+
+
+def test_whole_suite_with_and_without_every_perturbation(images, tmp_path: Path) -> None:
+    """Every task once plain and once per perturbation (seed 0, as `make demo` runs it); the
+    outcomes per perturbation are what the perturbations do to the suite's checks."""
+    from sandboxes.perturb import PERTURBATIONS
+
+    out = tmp_path / "corpus"
+    jobs = [Job(t, p) for t in TASKS.values() for p in [None, *(PerturbationSpec(n) for n in sorted(PERTURBATIONS))]]
+    s = collect(jobs, out, workers=2, echo=lambda m: None)
+    assert (s.trajectories, s.quarantined, s.turns) == (319, 0, 1023), s.errors
+    assert s.by_perturbation == {n: 29 for n in ["none", *PERTURBATIONS]}
+    assert _left_by_this_process() == {"containers": 0, "networks": 0, "volumes": 0}
+    rows = run_query(out, """SELECT coalesce(json_extract_string(metadata, '$.perturbation.name'), 'none'), outcome,
+        count(*), sum(num_turns) FROM trajectories GROUP BY ALL ORDER BY 1, 2""")[1]
+    assert rows == [
+        ("clock_skew", "success", 29, 93),
+        ("disk_full", "failure", 25, 80), ("disk_full", "success", 4, 13),
+        ("missing_binary", "failure", 23, 73), ("missing_binary", "success", 6, 20),
+        ("network_unreachable", "failure", 1, 2), ("network_unreachable", "success", 28, 91),
+        ("none", "success", 29, 93),
+        ("oom_kill", "failure", 2, 6), ("oom_kill", "success", 27, 87),
+        ("permission_denied", "failure", 26, 84), ("permission_denied", "success", 3, 9),
+        ("read_only_fs", "failure", 26, 84), ("read_only_fs", "success", 3, 9),
+        ("slow_command", "success", 29, 93),
+        ("timeout", "failure", 11, 30), ("timeout", "success", 18, 63),
+        ("truncated_output", "success", 29, 93),
+    ]
+    # every turn of a perturbed trajectory carries its perturbation; unperturbed ones none
+    assert run_query(out, """SELECT count(*) FROM turns u JOIN trajectories t USING (trajectory_id)
+        WHERE u.perturbation IS DISTINCT FROM json_extract_string(t.metadata, '$.perturbation.name')""")[1] == [(0,)]
+    assert all(r.passed for r in run_contracts(out)), [r.line() for r in run_contracts(out) if not r.passed]
