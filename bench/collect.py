@@ -172,7 +172,7 @@ WORKLOAD_TEXT = {
 
 def render(res: dict, argv: list[str]) -> str:
     rows = [
-        "| workload | mode | workers | trajectories | turns | seconds | commands' own run time s | turns/s "
+        "| workload | mode | workers | trajectories | turns | seconds | recorded action time s | turns/s "
         "| vs naive (same workers) |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
@@ -199,12 +199,13 @@ def render(res: dict, argv: list[str]) -> str:
         "corpus through CollectionSink; by default a worker resets and reuses its container for the next trajectory "
         "with the same configuration (`fresh`: a new container every time).", "",
         f"Workloads: {wls}.", "",
-        "Commands' own run time = the recorded `duration_s` of every action, summed over workers: time in the "
-        "commands themselves that no collector can save (the naive baseline spends it too, besides its container "
-        "starts). On the suite it is about half of the project's time (pytest runs, a background job's sleep), which "
-        "caps the ratio there; the InterCode replay (short commands, as agents mostly issue) shows the per-action "
-        "overhead. The project also runs each task's checks (the outcome and reward), which the naive baseline does "
-        "not; sandboxes of upcoming trajectories that need a new container are started ahead (`SandboxWarmer`).", "",
+        "Recorded action time = the sum of the turns' `duration_s`, summed over workers: each action's whole round "
+        "trip (at least the ~6 ms of `true`, below), mostly the commands themselves (pytest runs and a background job's "
+        "sleep on the suite), which cost the naive baseline the same besides its container starts. On the suite that is "
+        "about 60% of the project's time, which caps the ratio there; the InterCode replay (short commands, as agents "
+        "mostly issue) shows the per-action overhead. The project also runs each task's checks (the outcome and "
+        "reward), which the naive baseline does not; sandboxes of upcoming trajectories that need a new container are "
+        "started ahead (`SandboxWarmer`).", "",
         *rows, "",
         f"Start-to-first-output latency of a sandbox (start request to the first byte of `echo ready`, median of "
         f"{lat['runs']}): project {1000 * lat['project_s']:.0f} ms (create + attach + start + first action), "
