@@ -12,7 +12,7 @@ import hashlib
 import os
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -97,13 +97,14 @@ class IngestSummary:
         return "\n".join(lines)
 
 
-def _process_group(
+def process_group(
     units: list[tuple[InputUnit, str]],
     staging: str,
     tag: str,
     config: IngestConfig,
 ) -> tuple[list[dict], dict[str, InputStats], list[str]]:
-    """Read a group of inputs into Parquet parts under `staging` (runs in a worker process)."""
+    """Read a group of inputs into Parquet parts under `staging` (runs in a worker: a process of the
+    pool, or a Beam worker)."""
     with fewer_gc_passes():
         return _convert_group(units, staging, tag, config)
 
@@ -182,14 +183,25 @@ class Progress:
         self.line.finish()
 
 
+Group = list[tuple[InputUnit, str]]
+GroupResult = tuple[list[dict], dict[str, InputStats], list[str]]
+# Runs `process_group(group, staging, group_tag(batch_id, i), config)` for every group, anywhere,
+# and yields the results (in any order): a process pool here, a Beam pipeline in beam_ingest.
+GroupRunner = Callable[[list[Group], str, str, "IngestConfig"], Iterable[GroupResult]]
+
+
 def ingest(
     paths: Iterable[Path | str],
     corpus_dir: Path | str,
     config: IngestConfig = IngestConfig(),
     progress: bool = True,
     echo: Callable[[str], None] | None = None,
+    runner: GroupRunner | None = None,
 ) -> IngestSummary:
-    """Import `paths` into the corpus at `corpus_dir`; returns the counts (also in the manifest)."""
+    """Import `paths` into the corpus at `corpus_dir`; returns the counts (also in the manifest).
+
+    `runner`: where the conversion groups run (default: this process, or a process pool of
+    `config.workers`); `pipelines.beam_ingest.beam_runner` runs them as a Beam pipeline."""
     if config.domain_override is not None and config.domain_override not in DOMAINS:
         raise ValueError(f"--domain {config.domain_override!r} is not one of {list(DOMAINS)}")
     t0 = time.monotonic()
@@ -203,9 +215,9 @@ def ingest(
     )
     # One pool for hashing and converting: hashing every input in the parent first was a serial
     # pre-pass of about 1/10 of the run at 2 workers.
-    pool = ProcessPoolExecutor(max_workers=workers) if workers > 1 else None
+    pool = ProcessPoolExecutor(max_workers=workers) if workers > 1 and runner is None else None
     try:
-        return _ingest(units, sizes, workers, pool, corpus, summary, config, progress, echo, t0)
+        return _ingest(units, sizes, workers, pool, corpus, summary, config, progress, echo, t0, runner)
     finally:
         if pool is not None:
             pool.shutdown()
@@ -213,6 +225,24 @@ def ingest(
 
 def _unit_sha(unit: InputUnit) -> str:
     return unit.sha256()
+
+
+def group_tag(batch_id: str, index: int) -> str:
+    """The name part of the Parquet files one group writes (unique within the batch)."""
+    return f"{batch_id}-{index:05d}"
+
+
+def _pool_runner(pool: ProcessPoolExecutor | None) -> GroupRunner:
+    def run(groups: list[Group], staging: str, batch_id: str, config: IngestConfig) -> Iterator[GroupResult]:
+        if pool is None or len(groups) <= 1:
+            for i, g in enumerate(groups):
+                yield process_group(g, staging, group_tag(batch_id, i), config)
+            return
+        futs = [pool.submit(process_group, g, staging, group_tag(batch_id, i), config) for i, g in enumerate(groups)]
+        for fut in as_completed(futs):
+            yield fut.result()
+
+    return run
 
 
 def _ingest(
@@ -226,6 +256,7 @@ def _ingest(
     progress: bool,
     echo: Callable[[str], None] | None,
     t0: float,
+    runner: GroupRunner | None = None,
 ) -> IngestSummary:
     shas = list(pool.map(_unit_sha, units, chunksize=16)) if pool is not None else [u.sha256() for u in units]
     with corpus.writer(config.lock_wait_s) as w:
@@ -264,16 +295,8 @@ def _ingest(
                 inputs[sha] = {**asdict(st), "schema_version": SCHEMA_VERSION}
                 bar.advance(st.bytes, st.source)
 
-        if pool is None or len(groups) <= 1:
-            for i, g in enumerate(groups):
-                take(_process_group(g, str(staging), f"{batch_id}-{i:05d}", config))
-        else:
-            futs = [
-                pool.submit(_process_group, g, str(staging), f"{batch_id}-{i:05d}", config)
-                for i, g in enumerate(groups)
-            ]
-            for fut in as_completed(futs):
-                take(fut.result())
+        for result in (runner or _pool_runner(pool))(groups, str(staging), batch_id, config):
+            take(result)
         bar.finish()
         info = {
             "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

@@ -1,0 +1,69 @@
+"""Ingest's conversion groups as an Apache Beam pipeline, for inputs larger than one machine.
+
+The same `process_group` as the process pool: each group of input files becomes Parquet parts
+in the batch's staging directory (which must be on storage every worker can reach), and its
+counts come back to the driver as one small JSON file, written then renamed. The driver then
+commits the batch exactly as a local ingest does, so the manifest, input skipping, quarantine
+and counts are the same whichever runner converted the files.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Iterator
+from dataclasses import asdict
+from pathlib import Path
+
+from pipelines.ingest import (
+    Group,
+    GroupResult,
+    GroupRunner,
+    IngestConfig,
+    InputStats,
+    group_tag,
+    process_group,
+)
+
+RESULTS_DIR = "_beam_results"
+
+
+def _convert(item: tuple[int, Group], staging: str, batch_id: str, config: IngestConfig) -> str:
+    index, group = item
+    files, stats, messages = process_group(group, staging, group_tag(batch_id, index), config)
+    out = Path(staging) / RESULTS_DIR / f"{index:05d}.json"
+    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+    tmp.write_text(json.dumps({"files": files, "stats": {k: asdict(v) for k, v in stats.items()}, "messages": messages}))
+    os.replace(tmp, out)  # a retried bundle overwrites the same result, and the same part files
+    return out.name
+
+
+def beam_runner(runner: str = "DirectRunner", options: list[str] | None = None) -> GroupRunner:
+    """A GroupRunner that converts the groups with Beam (`runner`: DirectRunner, PrismRunner,
+    DataflowRunner, ...; `options`: pipeline options as on a Beam command line)."""
+
+    def run(groups: list[Group], staging: str, batch_id: str, config: IngestConfig) -> Iterator[GroupResult]:
+        import apache_beam as beam
+        from apache_beam.options.pipeline_options import PipelineOptions
+
+        results = Path(staging) / RESULTS_DIR
+        results.mkdir(parents=True, exist_ok=True)
+        with beam.Pipeline(runner=runner, options=PipelineOptions(options or [])) as p:
+            _ = (
+                p
+                | "groups" >> beam.Create(list(enumerate(groups)))
+                | "spread" >> beam.Reshuffle()
+                | "convert" >> beam.Map(_convert, staging=staging, batch_id=batch_id, config=config)
+            )
+        try:
+            for i in range(len(groups)):
+                path = results / f"{i:05d}.json"
+                if not path.exists():
+                    raise RuntimeError(f"beam ingest: group {i} of batch {batch_id} left no result ({path})")
+                r = json.loads(path.read_text())
+                yield r["files"], {k: InputStats(**v) for k, v in r["stats"].items()}, r["messages"]
+        finally:
+            shutil.rmtree(results, ignore_errors=True)
+
+    return run

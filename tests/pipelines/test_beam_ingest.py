@@ -1,0 +1,50 @@
+"""Ingest's conversion as a real Apache Beam pipeline gives the corpus a local ingest gives."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pipelines.beam_ingest import RESULTS_DIR, beam_runner
+from pipelines.ingest import IngestConfig, ingest
+from pipelines.query import run_query
+from tests.conftest import SAMPLE
+
+ROWS = {
+    "trajectories": "SELECT trajectory_id, domain, num_turns, source, locator FROM trajectories ORDER BY 1",
+    "turns": "SELECT trajectory_id, turn_index, kind, md5(coalesce(observation, '')) FROM turns ORDER BY 1, 2",
+    "quarantine": "SELECT source, locator, reason FROM quarantine ORDER BY 1, 2",
+}
+
+
+@pytest.fixture(scope="module")
+def local(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("local") / "corpus"
+    ingest([SAMPLE], out, IngestConfig(workers=1), progress=False)
+    return out
+
+
+@pytest.mark.parametrize("options", [[], ["--direct_num_workers=2", "--direct_running_mode=multi_processing"]],
+                         ids=["in-process", "two-worker-processes"])
+def test_beam_ingest_equals_local_ingest(sample: Path, local: Path, tmp_path: Path, options: list[str]) -> None:
+    out = tmp_path / "corpus"
+    cfg = IngestConfig(task_bytes=1 << 20)  # the 4.7 MB sample becomes several groups
+    s = ingest([sample], out, cfg, progress=False, runner=beam_runner("DirectRunner", options))
+    assert (s.records, s.trajectories, s.turns, s.quarantined, s.reconciles) == (1123, 1114, 3703, 9, True)
+    for sql in ROWS.values():
+        assert run_query(out, sql)[1] == run_query(local, sql)[1]
+    parts = run_query(out, "SELECT count(DISTINCT filename) FROM read_parquet('" + str(out) + "/turns/**/*.parquet', filename=true)")
+    assert parts[1][0][0] > len(s.by_domain)  # several groups really wrote their own parts
+    assert not list(out.rglob(RESULTS_DIR))
+    again = ingest([sample], out, cfg, progress=False, runner=beam_runner())
+    assert (again.new_inputs, again.trajectories) == (0, 0)
+
+
+def test_cli_ingest_with_beam(sample: Path, tmp_path: Path) -> None:
+    r = subprocess.run([sys.executable, "-m", "pipelines.cli", "ingest", str(sample / "intercode"), "--out",
+                        str(tmp_path / "c"), "--beam", "--task-mb", "0.1", "--quiet"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "records in 124 = accepted 124 + quarantined 0\n  turns 726" in r.stdout
