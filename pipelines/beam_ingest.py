@@ -3,14 +3,16 @@
 The same `process_group` as the process pool: each group of input files becomes Parquet parts
 in the batch's staging directory (which must be on storage every worker can reach), and its
 counts come back to the driver as one small JSON file, written then renamed. The driver then
-commits the batch exactly as a local ingest does, so the manifest, input skipping, quarantine
-and counts are the same whichever runner converted the files.
+commits the batch exactly as a local ingest does (the files a retried attempt wrote and no
+result names stay in staging, which the commit removes), so the manifest, input skipping,
+quarantine and counts are the same whichever runner converted the files.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import secrets
 import shutil
 from collections.abc import Iterator
 from dataclasses import asdict
@@ -31,11 +33,14 @@ RESULTS_DIR = "_beam_results"
 
 def _convert(item: tuple[int, Group], staging: str, batch_id: str, config: IngestConfig) -> str:
     index, group = item
-    files, stats, messages = process_group(group, staging, group_tag(batch_id, index), config)
+    # each attempt its own part files: a runner may run a group twice at once (a retried or
+    # speculative bundle); only the files the surviving result names are committed
+    tag = f"{group_tag(batch_id, index)}-{secrets.token_hex(4)}"
+    files, stats, messages = process_group(group, staging, tag, config)
     out = Path(staging) / RESULTS_DIR / f"{index:05d}.json"
     tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
     tmp.write_text(json.dumps({"files": files, "stats": {k: asdict(v) for k, v in stats.items()}, "messages": messages}))
-    os.replace(tmp, out)  # a retried bundle overwrites the same result, and the same part files
+    os.replace(tmp, out)
     return out.name
 
 

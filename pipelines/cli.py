@@ -28,7 +28,7 @@ def _cmd_ingest(a: argparse.Namespace) -> int:
     if a.beam:
         from pipelines.beam_ingest import beam_runner
 
-        runner = beam_runner(a.beam, a.beam_option)
+        runner = beam_runner(a.beam_runner, a.beam_option)
     summary = ingest(a.paths, a.out, cfg, progress=not a.quiet, echo=lambda m: print(m, file=sys.stderr), runner=runner)
     print(summary.render())
     return EXIT_QUARANTINED if summary.quarantined else 0
@@ -147,9 +147,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--max-record-mb", type=float, default=64.0, help="largest single record (JSON document or line)")
     s.add_argument("--quiet", action="store_true", help="no progress line")
     s.add_argument("--task-mb", type=float, default=0.0, help="input bytes per conversion task (default 64)")
-    s.add_argument("--beam", metavar="RUNNER", nargs="?", const="DirectRunner",
-                   help="convert with an Apache Beam pipeline on RUNNER (default DirectRunner); the corpus directory "
-                        "must be reachable by every worker")
+    s.add_argument("--beam", action="store_true",
+                   help="convert with an Apache Beam pipeline (the corpus directory must be reachable by every worker)")
+    s.add_argument("--beam-runner", default="DirectRunner", metavar="RUNNER",
+                   help="Beam runner for --beam (default DirectRunner; PrismRunner, FlinkRunner, DataflowRunner, ...)")
     s.add_argument("--beam-option", action="append", default=[], metavar="OPTION",
                    help="a Beam pipeline option, e.g. --beam-option=--direct_num_workers=2 (repeatable)")
     s.set_defaults(func=_cmd_ingest)

@@ -9,15 +9,31 @@ the first threshold keeps cycle collection (memory stays bounded) at a fraction 
 from __future__ import annotations
 
 import gc
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+
+_lock = threading.Lock()
+_depth = 0
+_saved: tuple[int, int, int] = (0, 0, 0)
 
 
 @contextmanager
 def fewer_gc_passes(gen0: int = 100_000) -> Iterator[None]:
-    old = gc.get_threshold()
-    gc.set_threshold(max(gen0, old[0]), *old[1:])
+    """Raise the first threshold to at least `gen0` until the last concurrent user leaves (the
+    setting is per interpreter, and threads of one process may overlap). A threshold of 0
+    (automatic collection off) stays 0."""
+    global _depth, _saved
+    with _lock:
+        if _depth == 0:
+            _saved = gc.get_threshold()
+            if _saved[0]:
+                gc.set_threshold(max(gen0, _saved[0]), *_saved[1:])
+        _depth += 1
     try:
         yield
     finally:
-        gc.set_threshold(*old)
+        with _lock:
+            _depth -= 1
+            if _depth == 0:
+                gc.set_threshold(*_saved)

@@ -406,7 +406,7 @@ def run_task(job: Job, session: Session, seed: int = 0, stop: threading.Event | 
             sb = res.cached_sandbox(run_cfg, hint)
             _setup(sb, task, pl.setup_as_root)
         meta["sandbox_reuse"] = sb.uses
-        meta["started_ahead"] = sb.started_ahead
+        meta["started_ahead"] = sb.started_ahead and sb.uses == 0  # not once reset for a later trajectory
         for step in pl.after_setup:
             step(sb)
         if pl.setup_as_root or pl.two_phase:
@@ -550,7 +550,8 @@ def collect(jobs: Iterable[Job], out: Path | str, workers: int = 2, seed: int = 
     local = threading.local()
     lock = threading.Lock()
 
-    warmer = SandboxWarmer(warm_configs(jobs, seed, workers, fresh) if warm else [], session, ahead=max(1, workers))
+    warm_for = warm_configs(jobs, seed, workers, fresh) if warm else []
+    warmer: SandboxWarmer | None = None  # started inside the try below, so that its finally removes what it started
 
     def work(index: int, j: Job) -> Outcome:
         cache = getattr(local, "cache", None)
@@ -558,7 +559,8 @@ def collect(jobs: Iterable[Job], out: Path | str, workers: int = 2, seed: int = 
             cache = local.cache = SandboxCache()
             with lock:
                 caches.append(cache)
-        warmer.began(index)
+        if warmer is not None:
+            warmer.began(index)
         try:
             return run_task(j, session, seed, stop, cache, warmer)
         except Exception as e:  # noqa: BLE001 - a harness bug must not stop the other workers
@@ -571,6 +573,7 @@ def collect(jobs: Iterable[Job], out: Path | str, workers: int = 2, seed: int = 
         pending: set[Future] = set()
         it = iter(enumerate(jobs))
         try:
+            warmer = SandboxWarmer(warm_for, session, ahead=max(1, workers))
             for i, j in it:
                 pending.add(pool.submit(work, i, j))
                 if len(pending) >= workers * 2:
@@ -601,6 +604,8 @@ def collect(jobs: Iterable[Job], out: Path | str, workers: int = 2, seed: int = 
         except KeyboardInterrupt:
             summary.interrupted = True
             stop.set()
+            if warmer is not None:
+                warmer.close()  # no new starts while the workers wind down
             from sandboxes.reaper import remove_all_live
 
             remove_all_live()  # workers blocked in an action see their sandbox vanish and return
@@ -617,8 +622,9 @@ def collect(jobs: Iterable[Job], out: Path | str, workers: int = 2, seed: int = 
                     summary.by_outcome[k] = summary.by_outcome.get(k, 0) + 1
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
-            warmer.close()
-            summary.warm = warmer.stats()
+            if warmer is not None:
+                warmer.close()
+                summary.warm = warmer.stats()
             for c in caches:
                 c.close()
             drain_removals()

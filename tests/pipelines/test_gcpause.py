@@ -19,3 +19,34 @@ def test_restores_after_an_error_and_never_lowers() -> None:
         assert gc.get_threshold() == before  # a lower value than the current one is not applied
         raise RuntimeError("x")
     assert gc.get_threshold() == before
+
+
+def test_overlapping_threads_restore_once_the_last_leaves() -> None:
+    import threading
+
+    before = gc.get_threshold()
+    inside, leave_a = threading.Event(), threading.Event()
+
+    def a() -> None:
+        with fewer_gc_passes(200_000):
+            inside.set()
+            leave_a.wait(10)
+
+    t = threading.Thread(target=a)
+    t.start()
+    inside.wait(10)
+    with fewer_gc_passes(200_000):
+        leave_a.set()
+        t.join(10)
+        assert gc.get_threshold()[0] == 200_000  # the other thread left first: still raised
+    assert gc.get_threshold() == before
+
+
+def test_automatic_collection_off_stays_off() -> None:
+    before = gc.get_threshold()
+    gc.set_threshold(0)
+    try:
+        with fewer_gc_passes():
+            assert gc.get_threshold()[0] == 0
+    finally:
+        gc.set_threshold(*before)

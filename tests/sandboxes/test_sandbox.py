@@ -111,3 +111,6 @@ def test_truncated_output_always_belongs_to_its_own_action(images) -> None:
         assert outs == [("hello", "err\n")] * 40
         r = sb.run("sleep 30 & printf 'abcdefgh'", timeout_s=10)  # a background job keeps the pipe open
         assert (r.stdout, r.exit_code, r.timed_out) == ("abcde", 0, False) and r.duration_s < 3
+        r = sb.run("sleep 30 & echo hi", timeout_s=10)  # shorter than the cut, pipe still open
+        assert (r.stdout, r.exit_code) == ("hi\n", 0) and r.duration_s < 1.5
+        assert sb.run("echo next").stdout == "next\n"
