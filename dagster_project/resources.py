@@ -25,6 +25,8 @@ def settings() -> dict:
         "inbox": os.environ.get("WORLDLINE_INBOX", str(REPO / "build" / "dagster" / "inbox")),
         "settle_seconds": float(os.environ.get("WORLDLINE_SETTLE_SECONDS", "5")),
         "max_quarantine_rate": float(os.environ.get("WORLDLINE_MAX_QUARANTINE_RATE", "0.25")),
+        "beam_runner": os.environ.get("WORLDLINE_BEAM_RUNNER") or None,  # e.g. DirectRunner, FlinkRunner
+        "beam_options": os.environ.get("WORLDLINE_BEAM_OPTIONS", "").split(),
     }
     path = os.environ.get("WORLDLINE_CONFIG")
     if path:
@@ -45,6 +47,8 @@ class CorpusResource(dg.ConfigurableResource):
     settle_seconds: float = 5.0
     max_quarantine_rate: float = 0.25
     lock_wait_seconds: float = 600.0  # partition runs of one corpus take turns
+    beam_runner: str | None = None  # set: ingest converts with this Apache Beam runner (pipelines/beam_ingest.py)
+    beam_options: list[str] = []
 
     @property
     def root_path(self) -> Path:
@@ -56,7 +60,12 @@ class CorpusResource(dg.ConfigurableResource):
 
     def ingest(self, paths: list[Path], domain: str | None = None) -> IngestSummary:
         cfg = IngestConfig(domain_override=domain, lock_wait_s=self.lock_wait_seconds)
-        return ingest(paths, self.root, cfg, progress=False)
+        runner = None
+        if self.beam_runner:
+            from pipelines.beam_ingest import beam_runner
+
+            runner = beam_runner(self.beam_runner, list(self.beam_options))
+        return ingest(paths, self.root, cfg, progress=False, runner=runner)
 
 
 class DuckDBResource(dg.ConfigurableResource):
@@ -76,7 +85,7 @@ def build_resources() -> dict[str, dg.ConfigurableResource]:
     return {
         "corpus": CorpusResource(
             root=s["corpus"], inbox=s["inbox"], settle_seconds=s["settle_seconds"],
-            max_quarantine_rate=s["max_quarantine_rate"],
+            max_quarantine_rate=s["max_quarantine_rate"], beam_runner=s["beam_runner"], beam_options=s["beam_options"],
         ),
         "duckdb": DuckDBResource(motherduck_token=token),
     }

@@ -147,3 +147,12 @@ def test_sensor_waits_for_settled_files_and_adds_sources(setup, tmp_path: Path, 
     assert [json.loads(rq.tags["worldline/files"]) for rq in r4.run_requests] == [7]
     r5 = inbox_requests(corpus, r4.cursor, known_sources=["swe", "newsrc"])
     assert r5.run_requests == []  # same files: same run key, never requested twice
+
+
+def test_a_partition_converts_with_beam_when_configured(setup) -> None:
+    corpus, instance = setup
+    beam = CorpusResource(root=corpus.root, inbox=corpus.inbox, settle_seconds=0, beam_runner="DirectRunner")
+    res = dg.materialize([ingested_traces], partition_key=key("swe", DAY), resources={"corpus": beam}, instance=instance)
+    assert res.success
+    md = {k: v.value for k, v in res.asset_materializations_for_node("ingested_traces")[0].metadata.items()}
+    assert (md["files"], md["records_in"], md["accepted"], md["quarantined"], md["turns"]) == (6, 6, 5, 1, 55)
