@@ -6,6 +6,7 @@ import os
 import re
 from pathlib import Path
 
+DOC = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
 INTRO = (
     "# Benchmarks\n\nBenchmarks are not tests; each compares against a baseline in the same run, because "
     "these machines are noisy.\n"
@@ -27,6 +28,30 @@ def write_section(path: Path, heading: str, body: str, intro: str = INTRO) -> No
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     tmp.write_text(text)
     os.replace(tmp, path)
+
+
+def section_body(path: Path, heading: str) -> str:
+    """The text of the section under `heading` (without it), or "" when there is none."""
+    text = path.read_text() if path.exists() else ""
+    start = text.find(heading)
+    if start < 0:
+        return ""
+    rest = text[start + len(heading):]
+    nxt = re.search(r"^## ", rest, flags=re.M)
+    return (rest[: nxt.start()] if nxt else rest).strip()
+
+
+def cpu_model() -> str:
+    """The CPU's model name (from /proc/cpuinfo where there is one)."""
+    import platform
+
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "?"
 
 
 def load_note(own_cores: float = 1.0) -> str:

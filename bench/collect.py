@@ -45,6 +45,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.benchdoc import DOC, write_section  # noqa: E402
 from sandboxes.collect import Job, collect  # noqa: E402
 from sandboxes.engine import ensure_engine  # noqa: E402
 from sandboxes.images import build, image_tag  # noqa: E402
@@ -221,20 +222,6 @@ def render(res: dict, argv: list[str]) -> str:
     ])
 
 
-def write_section(text: str, path: Path) -> None:
-    old = path.read_text() if path.exists() else "# Benchmarks\n\nMeasured results of the scripts in `bench/`; each section says how to rerun it.\n"
-    lines = old.splitlines(keepends=True)
-    start = next((i for i, line in enumerate(lines) if line.rstrip() == SECTION), None)
-    if start is None:
-        new = old.rstrip("\n") + "\n\n" + text
-    else:
-        end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
-        new = "".join(lines[:start]) + text + ("\n" if end < len(lines) else "") + "".join(lines[end:])
-    tmp = path.with_suffix(".md.tmp")
-    tmp.write_text(new)
-    os.replace(tmp, path)
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--only", help="comma-separated task ids (default: the whole suite)")
@@ -268,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
     text = render(res, args_shown)
     print(text)
     if not a.no_write:
-        write_section(text, ROOT / "docs" / "benchmarks.md")
+        write_section(DOC, SECTION, text.split("\n", 1)[1])
         print(f"(written to {ROOT / 'docs' / 'benchmarks.md'})", file=sys.stderr)
     return 0
 

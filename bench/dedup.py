@@ -53,16 +53,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
-from bench.benchdoc import write_section  # noqa: E402
+from bench.benchdoc import DOC, write_section  # noqa: E402
 
 WORK = ROOT / "build" / "bench" / "dedup"
-DOC = ROOT / "docs" / "benchmarks.md"
 SECTION = "## Dedup (bench/dedup.py)"
-DOC_INTRO = (
-    "# Benchmarks\n\n"
-    "Benchmarks are not tests; each compares against a baseline in the same run, because these "
-    "machines are noisy.\n"
-)
 DATATROVE_PINS = ["datatrove==0.10.1", "spacy", "xxhash<4", "regex", "tokenizers", "pyarrow"]
 GENERATOR_VERSION = 3
 
@@ -256,7 +250,7 @@ def machine() -> str:
 
 
 def write_doc(body: str) -> None:
-    write_section(DOC, SECTION, body, DOC_INTRO)
+    write_section(DOC, SECTION, body)
 
 
 def main() -> int:

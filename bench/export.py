@@ -39,9 +39,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
-from bench.benchdoc import write_section  # noqa: E402
+from bench.benchdoc import DOC, write_section  # noqa: E402
 
-DOC = ROOT / "docs" / "benchmarks.md"
 SECTION = "## Export (bench/export.py)"
 EXTRA = (" The 5x target is not reached on this machine. Profiled on a quiet machine (cProfile, one process): the"
          " baseline's 2.5 s are 1.45 s of Rust BPE (every window re-encodes the history it carries) and about 1 s of"
@@ -51,7 +50,6 @@ EXTRA = (" The 5x target is not reached on this machine. Profiled on a quiet mac
          " and writing. The encoding floor and the redaction alone (0.51 s) would allow at most ~4.9x in one"
          " process, with every other cost at zero; two worker processes on the 2 cores give the figure above. The DataLoader figure is dominated by starting two worker"
          " processes for a few hundred samples.")
-DOC_INTRO = "# Benchmarks\n\nBenchmarks are not tests; each compares against a baseline in the same run, because these machines are noisy.\n"
 
 
 def baseline(corpus: Path, out: Path, cfg: Any, tok: Any) -> tuple[int, int, int]:
@@ -184,7 +182,7 @@ def _as_list(batch: list) -> list:
 
 
 def write_doc(path: Path, body: str) -> None:
-    write_section(path, SECTION, body, DOC_INTRO)
+    write_section(path, SECTION, body)
 
 
 def main(argv: list[str]) -> int:

@@ -67,17 +67,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
-from bench.benchdoc import write_section  # noqa: E402
+from bench.benchdoc import DOC, cpu_model, write_section  # noqa: E402
 
 SAMPLE = ROOT / "data" / "sample" / "corpus"
 DEFAULT_WORKDIR = ROOT / "build" / "bench" / "ingest"
-DOC = ROOT / "docs" / "benchmarks.md"
 SECTION = "## Ingest (bench/ingest.py)"
-DOC_INTRO = (
-    "# Benchmarks\n\n"
-    "Benchmarks are not tests; each compares against a baseline in the same run, because these "
-    "machines are noisy.\n"
-)
 GIB = 1 << 30
 MIB = 1 << 20
 GENERATOR_VERSION = "1"
@@ -522,14 +516,7 @@ def helper(*args: str) -> dict:
 
 
 def machine() -> str:
-    cpu = platform.processor() or "?"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    cpu = cpu_model()
     try:
         import psutil
 
@@ -579,7 +566,7 @@ def table(results: list[dict]) -> str:
 
 
 def write_doc(path: Path, body: str) -> None:
-    write_section(path, SECTION, body, DOC_INTRO)
+    write_section(path, SECTION, body)
 
 
 def generate_main(argv: list[str]) -> None:

@@ -43,7 +43,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # shadow the SDK. Drop the folder; put the repository root first instead.
 sys.path[:] = [str(ROOT)] + [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
-from bench.benchdoc import load_note, write_section  # noqa: E402
+from bench.benchdoc import DOC, load_note, write_section  # noqa: E402
 from collectors.mcp.faults import FaultConfig  # noqa: E402
 from collectors.mcp.raw import RawWriter  # noqa: E402
 from collectors.mcp.recorder import COLLECTOR, SessionRecorder, make_policy  # noqa: E402
@@ -51,9 +51,7 @@ from collectors.mcp.spec import ServerSpec, SessionSpec, StepSpec, expand, load_
 from collectors.mcp.wire import free_port, wait_for_port  # noqa: E402
 from pipelines.sink import CollectionSink  # noqa: E402
 
-DOC = ROOT / "docs" / "benchmarks.md"
 SECTION = "## MCP recording (bench/mcp.py)"
-DOC_INTRO = "# Benchmarks\n\nMeasured results of the scripts in `bench/`; each section says how to rerun it.\n"
 
 CASES = {  # spec file -> (tool, arguments)
     "time.yaml": ("convert_time", {"source_timezone": "Europe/Paris", "time": "12:00", "target_timezone": "Asia/Tokyo"}),
@@ -298,7 +296,7 @@ def render(rows: list[dict], layer_us: dict[str, float], argv: list[str]) -> str
 
 
 def write_doc(path: Path, body: str) -> None:
-    write_section(path, SECTION, body, DOC_INTRO)
+    write_section(path, SECTION, body)
 
 
 def main(argv: list[str]) -> int:

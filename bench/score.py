@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import re
 import statistics
 import sys
@@ -54,13 +53,9 @@ if str(ROOT) not in sys.path:
 
 import numpy as np  # noqa: E402
 
-DOC = ROOT / "docs" / "benchmarks.md"
+from bench.benchdoc import DOC, cpu_model, section_body, write_section  # noqa: E402
+
 SECTION = "## Scoring (bench/score.py)"
-DOC_INTRO = (
-    "# Benchmarks\n\n"
-    "Benchmarks are not tests; each compares against a baseline in the same run, because these "
-    "machines are noisy.\n"
-)
 PREFACE = (
     "One pass per trajectory (`pipelines.score_model.TurnScorer`) against one forward pass per turn, in one run.\n"
     "CPU: `.venv/bin/python bench/score.py` (about 25 minutes on 2 cores; `--quick`: about 8). "
@@ -256,26 +251,12 @@ def machine(device: str, torch: Any) -> str:
     if device.startswith("cuda"):
         p = torch.cuda.get_device_properties(0)
         return f"{torch.cuda.device_count()}× {p.name} ({p.total_memory / 2**30:.0f} GiB), torch {torch.__version__}"
-    cpu = platform.processor() or "?"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{len(os.sched_getaffinity(0))} cores ({cpu}), torch {torch.__version__} ({torch.get_num_threads()} threads)"
+    return f"{len(os.sched_getaffinity(0))} cores ({cpu_model()}), torch {torch.__version__} ({torch.get_num_threads()} threads)"
 
 
 def write_doc(path: Path, sub: str, body: str) -> None:
     """Replace (or add) subsection `### sub` of the scoring section; other sections are kept."""
-    text = path.read_text() if path.exists() else DOC_INTRO
-    if SECTION not in text:
-        text = text.rstrip("\n") + f"\n\n{SECTION}\n\n{PREFACE}\n"
-    start = text.index(SECTION) + len(SECTION)
-    nxt = re.search(r"^## ", text[start:], flags=re.M)
-    end = start + nxt.start() if nxt else len(text)
-    sec = text[start:end]
+    sec = section_body(path, SECTION) or PREFACE
     head = f"### {sub}"
     block = f"{head}\n\n{body.strip()}\n\n"
     if head in sec:
@@ -284,11 +265,7 @@ def write_doc(path: Path, sub: str, body: str) -> None:
         sec = sec[:i] + block + (sec[i + len(head) + j.start():] if j else "")
     else:
         sec = sec.rstrip("\n") + "\n\n" + block
-    text = text[:start] + sec.rstrip("\n") + "\n" + ("\n" + text[end:] if nxt else "")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    write_section(path, SECTION, sec)
 
 
 def main(argv: list[str]) -> int:

@@ -37,9 +37,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from bench.benchdoc import load_note, write_section  # noqa: E402
+from bench.benchdoc import DOC, load_note, write_section  # noqa: E402
 
-DOC = ROOT / "docs" / "benchmarks.md"
 SECTION = "## Thinking traces (bench/traces.py)"
 WORK = ROOT / "build" / "bench" / "traces"
 
