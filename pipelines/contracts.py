@@ -13,7 +13,8 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from pipelines.query import connect
-from pipelines.store import TABLE_SCHEMAS, Corpus, file_sha256
+from pipelines.sources import sha256_file
+from pipelines.store import TABLE_SCHEMAS, Corpus
 from schemas.tables import DOMAINS, OBSERVATION_KINDS, TURN_KINDS
 
 
@@ -136,7 +137,7 @@ def manifest_checksums(corpus: Corpus) -> ContractResult:
             listed.add(Path(f["path"]))
             if not p.exists():
                 missing.append(f["path"])
-            elif file_sha256(p) != f["sha256"]:
+            elif sha256_file(p) != f["sha256"]:
                 bad.append(f["path"])
     unlisted = sorted(
         str(p.relative_to(corpus.root))

@@ -63,7 +63,8 @@ from pipelines.pack import Document, Sample, group_lengths, next_window, pack
 from pipelines.progress import StatusLine
 from pipelines.redact import RedactConfig, Redactor
 from pipelines.render import Conversation, Group, RenderConfig, conversation, messages, template_pieces
-from pipelines.store import Corpus, CorpusLocked, write_json_atomic
+from pipelines.sources import sha256_file
+from pipelines.store import Corpus, CorpusLocked, publish_dir, write_json_atomic
 
 EXPORT_FORMAT = "worldline-export/1"
 EXPORT_CODE_VERSION = "1"  # bump when a change to this module changes what is written
@@ -203,7 +204,7 @@ def resolve_tokenizer(spec: str) -> Path:
     gguf = smollm2_gguf() if spec == "smollm2" else p
     if gguf.suffix != ".gguf" or not gguf.is_file():
         raise FileNotFoundError(f"--tokenizer {spec!r}: not `smollm2`, a .gguf file or a directory with tokenizer.json")
-    digest = fmt.sha256_file(gguf)[:12]
+    digest = sha256_file(gguf)[:12]
     for cand in (model_cache_root() / f"{gguf.stem}-{digest}", model_cache_root() / f"{gguf.stem}-{digest}-tokenizer"):
         if (cand / "tokenizer.json").exists() and (cand / "tokenizer_config.json").exists():
             return cand
@@ -214,12 +215,7 @@ def resolve_tokenizer(spec: str) -> Path:
     tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     PreTrainedTokenizerFast.from_pretrained(str(gguf.parent), gguf_file=gguf.name, local_files_only=True).save_pretrained(tmp)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        os.replace(tmp, out)
-    except OSError:  # another process finished first
-        shutil.rmtree(tmp, ignore_errors=True)
-    return out
+    return publish_dir(tmp, out)
 
 
 class ExportTokenizer:
@@ -804,7 +800,7 @@ class _SplitWriter:
             prefix.parent.mkdir(parents=True, exist_ok=True)
             paths["megatron"] = fmt.write_megatron(prefix, docs, self.vocab)
         for kind, ps in paths.items():
-            entry["files"][kind] = [{"path": str(p.relative_to(self.root)), "sha256": fmt.sha256_file(p),
+            entry["files"][kind] = [{"path": str(p.relative_to(self.root)), "sha256": sha256_file(p),
                                      "bytes": p.stat().st_size} for p in ps]
         self.shards.append(entry)
         self.stats.samples += len(samples)
@@ -1006,7 +1002,7 @@ def _run(con: Any, cfg: ExportConfig, tok: ExportTokenizer, root: Path, summary:
         os.replace(tmp, p)
         summary.eval_rows[domain] = len(eval_out[domain])
         eval_files.append({"path": str(p.relative_to(root)), "domain": domain, "rows": len(eval_out[domain]),
-                           "sha256": fmt.sha256_file(p), "bytes": p.stat().st_size})
+                           "sha256": sha256_file(p), "bytes": p.stat().st_size})
     summary.redactions = dict(sorted(redactions.items()))
     for split_mix in summary.mix.values():
         for axis in split_mix.values():

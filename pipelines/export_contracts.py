@@ -15,7 +15,7 @@ import orjson
 import pyarrow.parquet as pq
 
 from pipelines.contracts import ContractResult
-from pipelines.export_formats import sha256_file
+from pipelines.sources import sha256_file
 
 MAX_LISTED = 20
 

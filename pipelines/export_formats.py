@@ -41,7 +41,6 @@ attention inside each, and the loss mask dataset replaces `--eod-mask-loss`.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import struct
 from pathlib import Path
@@ -72,14 +71,6 @@ MMAP_MAGIC = b"MMIDIDX\x00\x00"
 DTYPE_CODES: dict[int, type] = {1: np.uint8, 2: np.int8, 3: np.int16, 4: np.int32, 5: np.int64, 6: np.float64,
                                 7: np.float32, 8: np.uint16}
 _CODE_OF = {np.dtype(v): k for k, v in DTYPE_CODES.items()}
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 22):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _tmp(path: Path) -> Path:

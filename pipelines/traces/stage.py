@@ -44,7 +44,8 @@ from pipelines.query import connect
 from pipelines.redact import redact_text
 from pipelines.render import Conversation, messages
 from pipelines.side import corpus_state, write_side_table
-from pipelines.store import Corpus, file_sha256, write_json_atomic
+from pipelines.sources import sha256_file
+from pipelines.store import Corpus, write_json_atomic
 from pipelines.traces.engine import ChatRequest
 from pipelines.traces.form import REJECT_REASONS, assistant_content, parse_candidate
 from pipelines.traces.generate import GenerationCache, Generator, Sampling, cache_key, generate_cached
@@ -431,7 +432,7 @@ def _write_outputs(out: Path, sft: list[dict[str, Any]], cands: list[dict[str, A
     files = []
     for tmp, dst, rows in staged:
         os.replace(tmp, dst)
-        files.append({"path": dst.name, "rows": rows, "sha256": file_sha256(dst)})
+        files.append({"path": dst.name, "rows": rows, "sha256": sha256_file(dst)})
     manifest = {
         "format": SFT_FORMAT, "fingerprint": fp, "corpus": summary.corpus, "corpus_state": state, "views": views,
         "generator": summary.generator, "judge": summary.judge,

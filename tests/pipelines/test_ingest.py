@@ -17,7 +17,8 @@ import zstandard
 from pipelines.cli import main
 from pipelines.ingest import IngestConfig, ingest
 from pipelines.query import run_query
-from pipelines.store import Corpus, CorpusLocked, file_sha256
+from pipelines.sources import sha256_file
+from pipelines.store import Corpus, CorpusLocked
 from schemas import validate
 
 SWE = "swe-agent/function_calling_simple.traj"  # 5 steps: 5 assistant actions with tool results
@@ -63,7 +64,7 @@ def test_ingest_writes_valid_tables_and_manifest(inbox: Path, tmp_path: Path) ->
     m = Corpus(out).manifest()
     assert len(m["inputs"]) == 2 and len(m["batches"]) == 1
     for f in m["batches"][0]["files"]:
-        assert file_sha256(out / f["path"]) == f["sha256"]
+        assert sha256_file(out / f["path"]) == f["sha256"]
     assert sorted(p.name for p in (out / "trajectories").iterdir()) == ["domain=swe", "domain=terminal"]
     assert _q(out, "SELECT count(*) FROM turns")[0][0] == 12
     assert _q(out, "SELECT min(turn_index), max(turn_index) FROM turns WHERE domain='terminal'")[0] == (0, 6)

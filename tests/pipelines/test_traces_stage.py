@@ -26,7 +26,7 @@ from pipelines.cli import main
 from pipelines.ingest import ingest
 from pipelines.query import connect
 from pipelines.redact import redact_text
-from pipelines.store import file_sha256
+from pipelines.sources import sha256_file
 from pipelines.traces.checks import check_traces, read_sft_jsonl
 from pipelines.traces.engine import ChatRequest, EngineConfig, LocalEngine
 from pipelines.traces.form import parse_candidate
@@ -174,17 +174,17 @@ def test_whole_stage_against_loopback_server(server, corpus: Path, tmp_path: Pat
                 assert c["reasoning"] not in prompts
 
     # a second run asks nothing and writes the same set
-    sha = {f: file_sha256(out / f) for f in ("sft.parquet", "sft.jsonl.zst", "candidates.parquet", "queries.parquet")}
+    sha = {f: sha256_file(out / f) for f in ("sft.parquet", "sft.jsonl.zst", "candidates.parquet", "queries.parquet")}
     s2 = traces(corpus, out, EndpointGenerator(url, "smollm2"), CFG, judge=EndpointGenerator(url, "smollm2"), progress=False)
     assert _stats(url)["chat_completions"] == after["chat_completions"]
     assert (s2.generations["generated"], s2.generations["cached"]) == (0, 6)
     assert (s2.judge_calls["generated"], s2.judge_calls["cached"]) == (0, len(judged))
-    assert {f: file_sha256(out / f) for f in sha} == sha
+    assert {f: sha256_file(out / f) for f in sha} == sha
 
     # and so does the command line with the same settings
     assert main(["traces", str(corpus), "--out", str(out), "--endpoint", url, "--model", "smollm2", *CLI_ARGS]) == 0
     assert _stats(url)["chat_completions"] == after["chat_completions"]
-    assert {f: file_sha256(out / f) for f in sha} == sha
+    assert {f: sha256_file(out / f) for f in sha} == sha
     side = connect(corpus).sql("SELECT count(*), count(*) FILTER (WHERE kept) FROM traces").fetchall()[0]
     assert side == (3, len(sft))
 
