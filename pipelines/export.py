@@ -61,7 +61,13 @@ from pipelines import export_formats as fmt
 from pipelines.evalset import dumps_row, eval_rows
 from pipelines.pack import Document, Sample, group_lengths, next_window, pack
 from pipelines.progress import StatusLine
-from pipelines.redact import RedactConfig, Redactor
+from pipelines.redact import (
+    RENDERED_TRAJECTORY_TEXTS,
+    RENDERED_TURN_TEXTS,
+    RedactConfig,
+    Redactor,
+    redact_fields,
+)
 from pipelines.render import Conversation, Group, RenderConfig, conversation, messages, template_pieces
 from pipelines.sources import sha256_file
 from pipelines.store import Corpus, CorpusLocked, publish_dir, write_json_atomic
@@ -649,24 +655,12 @@ def process_rows(rows: list[dict[str, Any]], cfg: ExportConfig, tok: ExportToken
     Pure: the same rows give the same result in any process, so batches can run in a pool."""
     res = _BatchResult()
     redactor = Redactor(cfg.redact)
-
-    def red(v: str | None) -> str | None:
-        r, c = redactor.redact(v)
-        if c:
-            res.redactions.update(c)
-        return r
-
     work: list[_Work] = []
     for row in rows:
-        traj = {k: row[k] for k in ("trajectory_id", "domain", "source_format", "source")}
-        for k in ("task", "action_space", "initial_state"):
-            traj[k] = red(row[k])
-        turns = []
-        for u in row["turns"]:
-            u = dict(u)
-            for k in ("action", "tool_name", "tool_args", "thought", "observation"):
-                u[k] = red(u[k])
-            turns.append(u)
+        traj = redact_fields({k: row[k] for k in ("trajectory_id", "domain", "source_format", "source",
+                                                  *RENDERED_TRAJECTORY_TEXTS)},
+                             RENDERED_TRAJECTORY_TEXTS, redactor, res.redactions)
+        turns = [redact_fields(u, RENDERED_TURN_TEXTS, redactor, res.redactions) for u in row["turns"]]
         conv = conversation(traj, turns, cfg.render)
         if not conv.groups:
             res.no_env_turns += 1

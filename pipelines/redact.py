@@ -26,6 +26,9 @@ import pyarrow as pa
 # The text columns export can emit; every one of them is redacted (and scanned by `clean`).
 TURN_TEXT_COLUMNS = ("action", "tool_name", "tool_args", "thought", "observation", "stdout", "stderr", "state", "metadata")
 TRAJECTORY_TEXT_COLUMNS = ("task", "action_space", "initial_state", "agent", "model", "env_fingerprint", "metadata", "native_id")
+# the texts the world-model rendering (pipelines.render) reads: what export and traces must redact
+RENDERED_TURN_TEXTS = ("action", "tool_name", "tool_args", "thought", "observation")
+RENDERED_TRAJECTORY_TEXTS = ("task", "action_space", "initial_state")
 
 _STOP_VALUES = frozenset(
     {"", "none", "null", "nil", "true", "false", "undefined", "required", "optional", "str", "string", "int",
@@ -228,15 +231,33 @@ class Redactor:
         return self.redact(text)[0]
 
 
+def redact_fields(row: dict, columns: tuple[str, ...], redactor: Redactor | None = None,
+                  counts: Counter[str] | None = None) -> dict:
+    """A copy of `row` with the string values of `columns` redacted (counts added to `counts`)."""
+    red = redactor or _default()
+    out = dict(row)
+    for k in columns:
+        v = out.get(k)
+        if isinstance(v, str):
+            out[k], c = red.redact(v)
+            if counts is not None and c:
+                counts.update(c)
+    return out
+
+
 _DEFAULT: Redactor | None = None
+
+
+def _default() -> Redactor:
+    global _DEFAULT
+    if _DEFAULT is None:
+        _DEFAULT = Redactor()
+    return _DEFAULT
 
 
 def redact_text(text: str | None) -> str | None:
     """Redact one text with the default settings: the call export makes on every text it emits."""
-    global _DEFAULT
-    if _DEFAULT is None:
-        _DEFAULT = Redactor()
-    return _DEFAULT(text)
+    return _default()(text)
 
 
 def redact_table(table: pa.Table, columns: Iterable[str] | None = None,

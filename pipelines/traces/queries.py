@@ -37,7 +37,7 @@ import pyarrow as pa
 
 from pipelines.export import SplitConfig, group_key, split_of
 from pipelines.query import connect
-from pipelines.redact import redact_text
+from pipelines.redact import RENDERED_TRAJECTORY_TEXTS, RENDERED_TURN_TEXTS, redact_fields
 from pipelines.render import Group, RenderConfig, conversation
 from pipelines.side import side_info
 from pipelines.store import Corpus
@@ -211,10 +211,6 @@ def select_queries(corpus_dir: Path | str, cfg: QueryConfig = QueryConfig(),
                      {s: len(v) for s, v in sorted(eligible.items())}, weighting, views)
 
 
-def _redact_row(row: dict[str, Any], cols: tuple[str, ...]) -> dict[str, Any]:
-    return {k: (redact_text(v) if k in cols and isinstance(v, str) else v) for k, v in row.items()}
-
-
 def load_queries(corpus_dir: Path | str, queries: list[Query], cfg: QueryConfig = QueryConfig(),
                  con: duckdb.DuckDBPyConnection | None = None) -> list[Query]:
     """Fill in the texts of the queries: the world-model conversation of each trajectory
@@ -226,14 +222,14 @@ def load_queries(corpus_dir: Path | str, queries: list[Query], cfg: QueryConfig 
     base = "kept_turns" if "kept_turns" in have else "turns"
     tids = sorted({q.trajectory_id for q in queries})
     con.register("_wl_q", pa.table({"trajectory_id": pa.array(tids, pa.string())}))
-    trajs = {r["trajectory_id"]: _redact_row(r, ("task", "action_space", "initial_state")) for r in _arrow(con.sql(
+    trajs = {r["trajectory_id"]: redact_fields(r, RENDERED_TRAJECTORY_TEXTS) for r in _arrow(con.sql(
         "SELECT trajectory_id, domain, task, action_space, initial_state FROM trajectories "
         "SEMI JOIN _wl_q USING (trajectory_id)")).to_pylist()}
     turns: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for r in _arrow(con.sql(
             f"SELECT trajectory_id, turn_index, kind, action, tool_name, tool_args, thought, observation, observation_kind, "
             f"exit_code, is_error FROM {base} SEMI JOIN _wl_q USING (trajectory_id) ORDER BY trajectory_id, turn_index")).to_pylist():
-        turns[r["trajectory_id"]].append(_redact_row(r, ("action", "tool_args", "thought", "observation")))
+        turns[r["trajectory_id"]].append(redact_fields(r, RENDERED_TURN_TEXTS))
     for q in queries:
         ts = turns[q.trajectory_id]
         conv = conversation(trajs[q.trajectory_id], ts, cfg.render)

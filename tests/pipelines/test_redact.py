@@ -17,10 +17,13 @@ from pipelines.clean import CleanConfig, clean
 from pipelines.query import connect
 from pipelines.redact import (
     KIND_NAMES,
+    RENDERED_TRAJECTORY_TEXTS,
+    RENDERED_TURN_TEXTS,
     TRAJECTORY_TEXT_COLUMNS,
     TURN_TEXT_COLUMNS,
     RedactConfig,
     Redactor,
+    redact_fields,
     redact_table,
     redact_text,
 )
@@ -152,3 +155,27 @@ def test_planted_secrets_never_reach_exported_text(sample_corpus: Path) -> None:
     # the real sample: e-mail addresses in outputs and metadata, public IPs, one password in a URL
     real = rows(sample_corpus, f"SELECT kind, sum(count) FROM redactions WHERE trajectory_id NOT IN {tuple(ids)!r} GROUP BY 1 ORDER BY 1")
     assert real == [("email", 28), ("ip_address", 3), ("url_password", 1)]
+
+
+def test_the_rendered_columns_cover_every_text_the_renderer_reads() -> None:
+    """Export and traces redact RENDERED_* before rendering; a secret in any other column of a
+    turn or trajectory (here: all of them) must not reach the world-model conversation."""
+    from pipelines.render import conversation
+
+    mail = "alice.smith@example.com"
+    traj = {c: f"{c} {mail}" for c in TRAJECTORY_TEXT_COLUMNS} | {"trajectory_id": "t", "domain": "terminal"}
+    turns = []
+    for i, action in enumerate([None, "run it"]):  # no action: the renderer falls back on tool_name/tool_args
+        u = {c: f"{c} {mail}" for c in TURN_TEXT_COLUMNS} | {"turn_index": i, "kind": "env", "action": action,
+                                                             "observation_kind": "stdout", "exit_code": 0}
+        turns.append(u)
+    counts: Counter[str] = Counter()
+    safe_traj = redact_fields(traj, RENDERED_TRAJECTORY_TEXTS, Redactor(), counts)
+    safe_turns = [redact_fields(u, RENDERED_TURN_TEXTS, Redactor(), counts) for u in turns]
+    conv = conversation(safe_traj, safe_turns)
+    texts = [conv.system, *(t for g in conv.groups for t in (g.user, g.observation))]
+    assert len(conv.groups) == 2 and "tool_name" in texts[1] and all(mail not in t for t in texts)
+    assert counts["email"] == len(RENDERED_TRAJECTORY_TEXTS) + 2 * len(RENDERED_TURN_TEXTS) - 2  # the actions hold none
+    # without redaction the same rendering would carry the address
+    raw = conversation(traj, turns)
+    assert mail in raw.system and mail in raw.groups[0].user
