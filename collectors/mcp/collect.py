@@ -23,14 +23,17 @@ import orjson
 
 from collectors.mcp.faults import FaultConfig
 from collectors.mcp.raw import RawRow, RawWriter
-from collectors.mcp.recorder import COLLECTOR, COLLECTOR_VERSION, SessionRecorder, SessionResult, make_policy
+from collectors.mcp.recorder import (
+    COLLECTOR,
+    COLLECTOR_VERSION,
+    FAILED_OUTCOMES,
+    SessionRecorder,
+    SessionResult,
+    make_policy,
+)
 from collectors.mcp.spec import ServerSpec, SessionSpec, load_spec
 from collectors.policies import Action, ScriptedPolicy
 from pipelines.sink import CollectionSink
-
-# Outcomes that mean the session did not run as intended (an injected `server_crash` is intended).
-FAILED_OUTCOMES = ("setup_failed", "start_failed", "initialize_timeout", "initialize_failed", "listing_timeout", "invalid_jsonrpc",
-                   "server_died", "connection_closed", "policy_error", "error")
 
 
 @dataclass

@@ -10,12 +10,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from collectors.mcp.raw import TABLE
-from collectors.mcp.recorder import SOURCE_FORMAT
+from collectors.mcp.recorder import SOURCE_FORMAT, STARTUP_FAILURES
 from pipelines.contracts import ContractResult
 from pipelines.query import connect
-
-_STARTUP_FAILURES = "('setup_failed', 'start_failed', 'initialize_timeout', 'initialize_failed', 'invalid_jsonrpc', " \
-                    "'server_died', 'connection_closed', 'error')"
 
 
 def _mcp_turns(con) -> str:
@@ -53,7 +50,7 @@ def fingerprinted(con) -> ContractResult:
     rows = con.sql(f"""SELECT count(*), count(*) FILTER (WHERE action_space IS NULL
             OR json_extract_string(env_fingerprint, '$.tool_schema_sha256') IS NULL
             OR json_extract_string(env_fingerprint, '$.server_name') IS NULL)
-        FROM trajectories WHERE source_format = '{SOURCE_FORMAT}' AND outcome NOT IN {_STARTUP_FAILURES}""").fetchall()[0]
+        FROM trajectories WHERE source_format = '{SOURCE_FORMAT}' AND outcome NOT IN {STARTUP_FAILURES!r}""").fetchall()[0]
     return ContractResult("mcp_fingerprinted", rows[1] == 0,
                           "sessions past the health check have action_space, server name and tool-schema hash",
                           {"sessions": rows[0], "missing": rows[1]})

@@ -59,6 +59,11 @@ from collectors.policies import Action, Policy, ReplayPolicy, ScriptedPolicy, St
 from schemas.records import Trajectory, Turn, digest, dumps
 
 SOURCE_FORMAT = "mcp-live"
+# Outcomes of a session that ended before its tool listing was recorded (no action space to expect)
+STARTUP_FAILURES = ("setup_failed", "start_failed", "initialize_timeout", "initialize_failed", "listing_timeout",
+                    "invalid_jsonrpc", "server_died", "connection_closed", "error")
+# Outcomes that mean the session did not run as intended (an injected `server_crash` is intended)
+FAILED_OUTCOMES = (*STARTUP_FAILURES, "policy_error")
 COLLECTOR = "McpLiveCollector"
 COLLECTOR_VERSION = "1"
 CLIENT_INFO = Implementation(name="worldline-mcp-recorder", version="1")

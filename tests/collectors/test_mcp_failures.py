@@ -207,3 +207,22 @@ def test_http_server_dying_mid_session(tmp_path: Path) -> None:
     assert (ok.observation, ok.is_error) == ('{"content":[{"text":"Echo: x","type":"text"}]}', False)
     assert (died.action, died.is_error, died.observation_kind) == ('echo({"message":"x"})', True, "error")
     assert not alive(r.pid)
+
+
+@pytest.mark.parametrize(("outcome", "passed"), [("listing_timeout", True), ("initialize_timeout", True), ("done", False)])
+def test_fingerprint_contract_expects_an_action_space_only_past_the_listing(tmp_path, outcome: str, passed: bool) -> None:
+    """A session that timed out listing its tools has no action space; that is its outcome, not a
+    recording error (the collector's failed outcomes and the contract's share one list)."""
+    from collectors.mcp.contracts import fingerprinted
+    from collectors.mcp.recorder import FAILED_OUTCOMES, SOURCE_FORMAT, STARTUP_FAILURES
+    from pipelines.query import connect
+    from pipelines.sink import CollectionSink
+    from schemas.records import Trajectory, Turn
+
+    assert set(STARTUP_FAILURES) < set(FAILED_OUTCOMES)
+    t = Trajectory(domain="mcp", source_format=SOURCE_FORMAT, native_id="s", record_digest="d", outcome=outcome,
+                   turns=[Turn(kind="message", thought="x", observation_kind="none")], locator="session:s", source="spec")
+    with CollectionSink(tmp_path / "c", run_key="mcp:test", source="mcp") as sink:
+        sink.add(t, "McpLiveCollector")
+    r = fingerprinted(connect(tmp_path / "c"))
+    assert (r.passed, r.metadata) == (passed, {"sessions": 0 if passed else 1, "missing": 0 if passed else 1})
