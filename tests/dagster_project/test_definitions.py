@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -156,3 +157,6 @@ def test_a_partition_converts_with_beam_when_configured(setup) -> None:
     assert res.success
     md = {k: v.value for k, v in res.asset_materializations_for_node("ingested_traces")[0].metadata.items()}
     assert (md["files"], md["records_in"], md["accepted"], md["quarantined"], md["turns"]) == (6, 6, 5, 1, 55)
+    # Beam attempts name their parts with an attempt suffix; a local ingest does not
+    assert [p.name for p in Path(corpus.root).glob("turns/**/*.parquet")]
+    assert all(re.search(r"-\d{5}-[0-9a-f]{8}-\d{4}\.parquet$", p.name) for p in Path(corpus.root).glob("turns/**/*.parquet"))

@@ -50,3 +50,21 @@ def test_automatic_collection_off_stays_off() -> None:
             assert gc.get_threshold()[0] == 0
     finally:
         gc.set_threshold(*before)
+
+
+def test_ingest_converts_with_fewer_gc_passes(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    import pipelines.ingest as ingest_mod
+    from tests.conftest import SAMPLE
+
+    seen = []
+    real = ingest_mod._convert_group
+
+    def spy(*a, **k):
+        seen.append(gc.get_threshold()[0])
+        return real(*a, **k)
+
+    monkeypatch.setattr(ingest_mod, "_convert_group", spy)
+    before = gc.get_threshold()
+    s = ingest_mod.ingest([SAMPLE / "intercode"], tmp_path / "c", ingest_mod.IngestConfig(workers=1), progress=False)
+    assert s.trajectories == 124 and seen and all(t >= 100_000 for t in seen)
+    assert gc.get_threshold() == before

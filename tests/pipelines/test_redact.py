@@ -59,6 +59,17 @@ def test_every_kind_is_planted() -> None:
     assert set(PLANTED) == set(KIND_NAMES)
 
 
+@pytest.mark.parametrize("kind", sorted(set(PLANTED) - {"ip_address"}))
+def test_default_redactor_needle_filter_lets_every_kind_through(kind: str) -> None:
+    """With the default settings every kind has needles, so a text reaches the patterns only past
+    the one-pass needle filter: each planted secret must still get through it."""
+    r = Redactor()
+    assert not r._unfiltered
+    text, secret = PLANTED[kind]
+    out, counts = r.redact(f"log line\n{text}\nmore")
+    assert secret not in out and counts == Counter({kind: 1})
+
+
 @pytest.mark.parametrize("kind", sorted(PLANTED))
 def test_each_kind_replaced_and_counted(kind: str) -> None:
     text, secret = PLANTED[kind]

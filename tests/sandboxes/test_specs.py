@@ -82,3 +82,15 @@ def test_perturbation_arguments() -> None:
 def test_command_names_find_commands_in_pipelines() -> None:
     assert command_names(["grep -c ERROR app.log > count.txt", "cat a | sort -u && FOO=1 python3 x.py; (cd d && make)"]) == [
         "grep", "cat", "sort", "python3", "cd", "make"]
+
+
+@pytest.mark.parametrize("name", ["missing_binary", "slow_command", "timeout"])
+def test_perturbations_refuse_the_harness_binaries(name: str) -> None:
+    """The sandbox server runs these by absolute path (action mark, listing, reset, truncation)."""
+    from sandboxes.perturb import HARNESS_BINARIES, plan
+    from sandboxes.sandbox import SandboxConfig
+
+    assert {"touch", "rm", "dd", "find", "timeout"} <= HARNESS_BINARIES
+    for b in sorted(HARNESS_BINARIES):
+        with pytest.raises(PerturbationError, match="harness"):
+            plan(SandboxConfig(image="x"), PerturbationSpec(name, (("binary", b),)), 0, "t", [f"{b} x"])

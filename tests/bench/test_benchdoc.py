@@ -1,0 +1,27 @@
+"""The docs/benchmarks.md writer every bench script uses: one section replaced, the rest kept."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bench import benchdoc
+from bench.benchdoc import section_body, write_section
+
+
+def test_write_section_replaces_one_section_and_keeps_the_others(tmp_path: Path) -> None:
+    doc = tmp_path / "b.md"
+    write_section(doc, "## A", "first")
+    write_section(doc, "## B", "### x\n\nbee")
+    write_section(doc, "## A", "second\n")
+    assert doc.read_text() == benchdoc.INTRO + "\n## A\n\nsecond\n\n## B\n\n### x\n\nbee\n"
+    assert (section_body(doc, "## A"), section_body(doc, "## B"), section_body(doc, "## C")) == ("second", "### x\n\nbee", "")
+    assert [p.name for p in tmp_path.iterdir()] == ["b.md"]  # written then renamed: no temporary left
+
+
+@pytest.mark.parametrize(("load", "word"), [(0.9, "no other jobs of note"), (3.0, "other jobs shared the machine")])
+def test_load_note_says_whether_the_machine_was_shared(monkeypatch: pytest.MonkeyPatch, load: float, word: str) -> None:
+    monkeypatch.setattr(benchdoc.os, "getloadavg", lambda: (load, 1.0, 1.0))
+    assert benchdoc.load_note(own_cores=1.0) == f"load average (1/5/15 min) {load:.1f}/1.0/1.0 at the end ({word}" + (
+        ": wall-clock figures vary between rounds, compare the CPU figures)" if load > 1.5 else ")")
