@@ -149,6 +149,11 @@ def test_model_tier_scores_every_observation_once(tmp_path: Path, tiny_model_dir
     s = score(out, ScoreConfig(model=ModelScoreConfig(model=str(tiny_model_dir), max_context=256, dtype="float32")),
               progress=False)
     assert s.windowed_trajectories > 0 and s.truncated_turns > 0
+    # repeated observations are scored alone once; the summary says how many
+    repeats = run_query(out, """SELECT count(*) - count(DISTINCT observation) FROM turn_scores s JOIN turns u
+        USING (trajectory_id, turn_index) WHERE s.cond_nll IS NOT NULL AND NOT s.truncated""")[1][0][0]
+    assert 0 < s.uncond_shared <= repeats + s.truncated_turns
+    assert f"{s.uncond_shared} repeated observations scored alone once" in s.render()
     rows = run_query(out, """SELECT count(*) FILTER (WHERE category <> 'context'), count(cond_nll),
                                     count(*) FILTER (WHERE category = 'context' AND cond_nll IS NOT NULL),
                                     max(context_tokens + tokens), max(history_dropped) FROM turn_scores""")[1][0]

@@ -64,3 +64,28 @@ def test_nothing_is_started_without_configurations(images) -> None:
     w.began(0)
     w.close()
     assert w.stats() == {"started": 0, "taken": 0, "wasted": 0, "failed": 0}
+
+
+def test_a_start_that_fails_is_counted_and_never_blocks_a_worker(images) -> None:
+    session = Session()
+    bad = SandboxConfig(image="worldline/no-such-image:missing")
+    w = SandboxWarmer([bad], session, ahead=1)
+    deadline = time.monotonic() + 60
+    while w.stats()["failed"] < 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    t0 = time.monotonic()
+    assert w.take(bad) is None and time.monotonic() - t0 < 1.0
+    w.close()
+    assert w.stats() == {"started": 0, "taken": 0, "wasted": 0, "failed": 1}
+    assert containers_of(session.id) == []
+
+
+def test_cli_without_start_ahead(images, tmp_path: Path) -> None:
+    from pipelines.cli import main
+
+    out = tmp_path / "c"
+    rc = main(["collect", "sandbox", str(TASKS_DIR), "--only", "text-csv-sum", "--perturb", "clock_skew", "--out", str(out),
+               "--workers", "1", "--quiet", "--no-start-ahead"])
+    assert rc == 0
+    rows = run_query(out, "SELECT json_extract(metadata, '$.started_ahead') FROM trajectories")[1]
+    assert sorted(r[0] for r in rows) == ["false", "false"]
