@@ -15,7 +15,8 @@ In one run, on the same task specs (their set-up and actions), against the same 
 - project: `sandboxes.collect.collect` over the same jobs, writing a real corpus through
   CollectionSink: one container per trajectory, actions through the in-container shell server,
   stdout/stderr/combined, exit code, cwd and file changes recorded for each; with 1 and 2
-  workers, and with 2 workers `fresh` (no reset-and-reuse of containers between trajectories).
+  workers, and with 2 workers `fresh` (no reset-and-reuse of containers between trajectories);
+  each also without starting upcoming trajectories' sandboxes ahead (`warm=False`).
 - latency: from the start request to the first byte of `echo ready` output: `Sandbox.start()` +
   `run()` for the project (first byte as seen by the reader), `docker run ... echo ready` for the
   naive way (first byte on the subprocess's stdout). Median of `--latency-runs`.
@@ -94,10 +95,10 @@ def run_naive(work: list[tuple[TaskSpec, str]], workers: int) -> dict:
     return {"turns": len(work), "seconds": secs, "turns_per_s": len(work) / secs, "nonzero_exits": sum(c != 0 for c in codes)}
 
 
-def run_project(jobs: list[Job], workers: int, fresh: bool) -> dict:
+def run_project(jobs: list[Job], workers: int, fresh: bool, warm: bool = True) -> dict:
     out = Path(tempfile.mkdtemp(prefix="bench-collect-", dir=ROOT / "build"))
     try:
-        s = collect(jobs, out, workers=workers, fresh=fresh, echo=lambda m: None)
+        s = collect(jobs, out, workers=workers, fresh=fresh, warm=warm, echo=lambda m: None)
         from pipelines.query import run_query
 
         command_s = run_query(out, "SELECT coalesce(sum(duration_s), 0) FROM turns")[1][0][0]
@@ -182,7 +183,11 @@ def render(res: dict, argv: list[str]) -> str:
         for w in (1, 2):
             rows.append(f"| {wl} | naive: `docker run` per action | {w} | - | {n[w]['turns']} | {n[w]['seconds']:.1f} | - | "
                         f"{n[w]['turns_per_s']:.2f} | 1.0x |")
-        for key, label in (("1", "project"), ("2", "project"), ("2-fresh", "project, fresh container per trajectory")):
+        for key, label in (("1", "project"), ("1-cold", "project, no start-ahead"), ("2", "project"),
+                           ("2-cold", "project, no start-ahead"), ("2-fresh", "project, fresh container per trajectory"),
+                           ("2-fresh-cold", "project, fresh container per trajectory, no start-ahead")):
+            if key not in p:
+                continue
             w = int(key[0])
             x = p[key]
             cmd = f"{x['command_s']:.1f}" if "command_s" in x else "-"
@@ -206,7 +211,8 @@ def render(res: dict, argv: list[str]) -> str:
         "about 60% of the project's time, which caps the ratio there; the InterCode replay (short commands, as agents "
         "mostly issue) shows the per-action overhead. The project also runs each task's checks (the outcome and "
         "reward), which the naive baseline does not; sandboxes of upcoming trajectories that need a new container are "
-        "started ahead (`SandboxWarmer`).", "",
+        "started ahead (`SandboxWarmer`; the `no start-ahead` rows turn it off). On 2 cores a container start is mostly engine CPU, "
+        "which competes with the running trajectories, so starting ahead gains little here.", "",
         *rows, "",
         f"Start-to-first-output latency of a sandbox (start request to the first byte of `echo ready`, median of "
         f"{lat['runs']}): project {1000 * lat['project_s']:.0f} ms (create + attach + start + first action), "
@@ -240,9 +246,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name}: naive, {w} worker(s) ...", file=sys.stderr)
             r["naive"][w] = run_naive(naive, w)
             print(f"  {r['naive'][w]}", file=sys.stderr)
-        for key, w, fresh in (("1", 1, False), ("2", 2, False), ("2-fresh", 2, True)):
-            print(f"{name}: project, {w} worker(s){' fresh' if fresh else ''} ...", file=sys.stderr)
-            r["project"][key] = run_project(jobs, w, fresh)
+        for key, w, fresh, warm in (("1", 1, False, True), ("1-cold", 1, False, False), ("2", 2, False, True),
+                                    ("2-cold", 2, False, False), ("2-fresh", 2, True, True), ("2-fresh-cold", 2, True, False)):
+            print(f"{name}: project, {w} worker(s){' fresh' if fresh else ''}{'' if warm else ' no start-ahead'} ...",
+                  file=sys.stderr)
+            r["project"][key] = run_project(jobs, w, fresh, warm)
             print(f"  {r['project'][key]}", file=sys.stderr)
         res["workloads"][name] = r
     tag = image_tag("terminal")
