@@ -2,8 +2,8 @@
 
 Parsed JSON, records and row tuples hold no reference cycles, so reference counting frees them;
 but every 700 allocations CPython's default collector scans the young objects, and now and then
-everything alive (the whole buffered batch), which cost ingest about 7 % of its CPU time. Raising
-the first threshold keeps cycle collection (memory stays bounded) at a fraction of the passes.
+everything alive (the whole buffered batch), a cost ingest need not pay. Raising the first
+threshold keeps cycle collection (memory stays bounded) at a fraction of the passes.
 """
 
 from __future__ import annotations

@@ -201,7 +201,8 @@ def shared_unconditional(jobs: list[Job]) -> tuple[list[Job], list[tuple[int, in
     """Jobs with each distinct unconditional row once, and (slot, slot it copies) for the rest.
 
     An observation scored alone gives the same NLL wherever it occurs; agents' sessions repeat
-    many (empty output, "File updated.", the harness's final reply), about half of the sample's."""
+    many (empty output, "File updated.", the harness's final reply); `ScoreSummary.uncond_shared`
+    counts them."""
     out: list[Job] = []
     first: dict[bytes, int] = {}
     aliases: list[tuple[int, int]] = []

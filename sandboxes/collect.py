@@ -110,9 +110,9 @@ def _check(sb: Sandbox, checks: list) -> list[dict]:
 class SandboxCache:
     """One worker's idle sandbox, kept for the next trajectory with the same configuration.
 
-    Starting and removing a container costs ~0.35 s of engine time; `Sandbox.reset()` (kill
-    every process but the server, empty every writable place) costs ~25 ms, and the root file
-    system is read-only, so a reset container is indistinguishable from a fresh one except for
+    Starting and removing a container is engine work that `Sandbox.reset()` (kill every process
+    but the server, empty every writable place: one round trip) avoids; docs/benchmarks.md
+    compares the two (`fresh` rows). The root file system is read-only, so a reset container is indistinguishable from a fresh one except for
     pid numbers and uptime. Used only for plain configurations (no volume, network, derived
     image or root set-up), and at most `max_uses` times; `fresh=True` in `collect` turns it off.
     The count is recorded in the trajectory metadata (`sandbox_reuse`)."""

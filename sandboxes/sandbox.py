@@ -1,9 +1,10 @@
 """One sandbox = one long-lived, locked-down container per trajectory, driven through a shell server.
 
-Why one container and a server: starting a container costs ~0.3 s and a `docker exec` ~50 ms
-(runc joins the namespaces each time); the container's main process here is a bash loop that
-reads actions from the attached stdin and runs each one in a child shell, which costs a few
-milliseconds. A shell session's state (cwd, files, background jobs, whose later output shows up
+Why one container and a server: starting a container costs as much as a whole `docker run`
+(start to first output, in docs/benchmarks.md), and a `docker exec` also has runc join the
+namespaces each time; the container's main process here is a bash loop that reads actions from
+the attached stdin and runs each one in a child shell, which costs a few milliseconds (one
+action once started, same page). A shell session's state (cwd, files, background jobs, whose later output shows up
 in later observations as it would in a terminal) survives from one action to the next.
 
 Locked down: no network (`network_mode=none`), read-only root, writable tmpfs at the work dir,

@@ -1,7 +1,8 @@
 """Starting the sandboxes of upcoming trajectories while the workers run the current ones.
 
-A container start costs 0.2–0.5 s of engine work (namespaces, mounts, cgroups), and a perturbed trajectory nearly always needs its own configuration, so without this most of a
-short trajectory's time is its container start. `SandboxWarmer` looks a few jobs ahead of the
+A container start is engine work (namespaces, mounts, cgroups) as long as a whole `docker run`
+to its first output, and a perturbed trajectory nearly always needs its own configuration, so
+without this much of a short trajectory's time is its container start. `SandboxWarmer` looks a few jobs ahead of the
 workers, starts the sandbox each will ask for, and hands it over when asked for an equal
 configuration; anything not taken is removed on `close()` (and by the interrupt handler, like
 every live sandbox of the session).
