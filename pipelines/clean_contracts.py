@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from pipelines.clean import REASONS, TURN_REASONS
-from pipelines.contracts import ContractResult
+from pipelines.contracts import ContractResult, run_named
 from pipelines.query import connect
 from pipelines.side import corpus_state, side_info
 from pipelines.store import Corpus
@@ -106,11 +106,4 @@ DEDUP_CONTRACTS = {
 
 
 def run_clean_contracts(corpus_dir: Path | str, which: dict | None = None) -> list[ContractResult]:
-    corpus = Corpus(corpus_dir)
-    out = []
-    for name, fn in (which or {**CLEAN_CONTRACTS, **DEDUP_CONTRACTS}).items():
-        try:
-            out.append(fn(corpus))
-        except Exception as e:  # noqa: BLE001 - a check that cannot run is a failed check, with why
-            out.append(ContractResult(name, False, "could not be evaluated", {"error": f"{type(e).__name__}: {e}"}))
-    return out
+    return run_named(which or {**CLEAN_CONTRACTS, **DEDUP_CONTRACTS}, Corpus(corpus_dir))

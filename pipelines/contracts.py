@@ -6,6 +6,7 @@ the query that shows more). Dagster asset checks and `worldline check` both call
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -163,12 +164,18 @@ CONTRACTS = {
 }
 
 
-def run_contracts(corpus_dir: Path | str, max_quarantine_rate: float = 0.25) -> list[ContractResult]:
-    corpus = Corpus(corpus_dir)
+def run_named(contracts: Mapping[str, Callable[[Any], ContractResult]], arg: Any) -> list[ContractResult]:
+    """Every contract on `arg` (a corpus or a connection); one that cannot run is a failed
+    contract saying why, and the others still run."""
     out = []
-    for name, fn in CONTRACTS.items():
+    for name, fn in contracts.items():
         try:
-            out.append(fn(corpus, max_quarantine_rate) if name == "quarantine_rate" else fn(corpus))
+            out.append(fn(arg))
         except Exception as e:  # noqa: BLE001 - a check that cannot run is a failed check, with why
             out.append(ContractResult(name, False, "could not be evaluated", {"error": f"{type(e).__name__}: {e}"}))
     return out
+
+
+def run_contracts(corpus_dir: Path | str, max_quarantine_rate: float = 0.25) -> list[ContractResult]:
+    return run_named({**CONTRACTS, "quarantine_rate": lambda c: quarantine_rate(c, max_quarantine_rate)},
+                     Corpus(corpus_dir))

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import duckdb
 
-from pipelines.contracts import ContractResult
+from pipelines.contracts import ContractResult, run_named
 from pipelines.query import connect
 
 _SB = "source_format = 'sandbox'"
@@ -64,5 +64,4 @@ SANDBOX_CONTRACTS: dict[str, Callable[[duckdb.DuckDBPyConnection], ContractResul
 
 
 def run_sandbox_contracts(corpus_dir: Path | str) -> list[ContractResult]:
-    con = connect(corpus_dir)
-    return [fn(con) for fn in SANDBOX_CONTRACTS.values()]
+    return run_named(SANDBOX_CONTRACTS, connect(corpus_dir))

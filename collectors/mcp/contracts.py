@@ -11,7 +11,7 @@ from pathlib import Path
 
 from collectors.mcp.raw import TABLE
 from collectors.mcp.recorder import SOURCE_FORMAT, STARTUP_FAILURES
-from pipelines.contracts import ContractResult
+from pipelines.contracts import ContractResult, run_named
 from pipelines.query import connect
 
 
@@ -75,5 +75,4 @@ MCP_CONTRACTS: dict[str, Callable] = {
 
 
 def run_mcp_contracts(corpus_dir: Path | str) -> list[ContractResult]:
-    con = connect(corpus_dir)
-    return [fn(con) for fn in MCP_CONTRACTS.values()]
+    return run_named(MCP_CONTRACTS, connect(corpus_dir))
