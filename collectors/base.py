@@ -17,7 +17,6 @@ from typing import IO, Any, ClassVar
 import orjson
 
 from schemas.records import RecordError, Trajectory, digest
-from schemas.tables import DOMAINS
 
 
 @dataclass(frozen=True)
@@ -74,12 +73,6 @@ def require(obj: Any, key: str, where: str) -> Any:
     if key not in obj:
         raise RecordError("missing_field", f"{where}: required field {key!r} is missing")
     return obj[key]
-
-
-def check_domain(domain: str) -> str:
-    if domain not in DOMAINS:
-        raise RecordError("bad_domain", f"domain {domain!r} is not one of {list(DOMAINS)}")
-    return domain
 
 
 def as_text(value: Any) -> str | None:

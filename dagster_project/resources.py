@@ -51,10 +51,6 @@ class CorpusResource(dg.ConfigurableResource):
     beam_options: list[str] = []
 
     @property
-    def root_path(self) -> Path:
-        return Path(self.root)
-
-    @property
     def inbox_path(self) -> Path:
         return Path(self.inbox)
 

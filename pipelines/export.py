@@ -806,7 +806,7 @@ class _SplitWriter:
         return self.shards
 
 
-def _mix_add(mix: dict, split: str, d: Document, n_turns: int, first: bool) -> None:
+def _mix_add(mix: dict, split: str, d: Document, first: bool) -> None:
     for axis, key in (("domain", d.domain), ("source_format", d.source_format)):
         e = mix.setdefault(split, {}).setdefault(axis, {}).setdefault(
             key, {"trajectories": 0, "documents": 0, "tokens": 0, "loss_tokens": 0, "natural_tokens": 0})
@@ -963,7 +963,7 @@ def _run(con: Any, cfg: ExportConfig, tok: ExportTokenizer, root: Path, summary:
                     dd = d if c == 0 else Document(d.ids, d.mask, d.trajectory_id, d.window, c, d.domain,
                                                    d.source_format, d.truncated, d.messages)
                     out_docs.append(dd)
-                    _mix_add(summary.mix, w.split, dd, w.groups, first=dd is out_docs[0])
+                    _mix_add(summary.mix, w.split, dd, first=dd is out_docs[0])
             for d in out_docs:
                 st.documents += 1
                 st.windows += d.window > 0

@@ -84,7 +84,6 @@ class Group:
 class Conversation:
     system: str
     groups: list[Group] = field(default_factory=list)
-    trailing_context: str = ""  # context after the last env turn: nothing to predict after it
 
 
 def conversation(traj: dict[str, Any], turns: list[dict[str, Any]], cfg: RenderConfig = RenderConfig()) -> Conversation:
@@ -99,7 +98,6 @@ def conversation(traj: dict[str, Any], turns: list[dict[str, Any]], cfg: RenderC
             pending = []
         elif text:
             pending.append(text)
-    conv.trailing_context = CONTEXT_JOIN.join(pending)
     return conv
 
 

@@ -259,30 +259,30 @@ def _model_scores(con: Any, cfg: ScoreConfig, summary: ScoreSummary, scorer: Any
     bar = _Progress("score (model)", total, "trajectories", progress)
     out: list[pa.Table] = []
     chunk: list[Plan] = []
-    chunk_tokens = 0
+    chunk_tokens = chunk_slots = 0  # result slots of the chunk's plans so far
     used = 0
     chunk_limit = cfg.chunk_batches * scorer.batch_tokens
     t0 = time.monotonic()
     stop = False
 
     def flush() -> None:
-        nonlocal chunk, chunk_tokens
+        nonlocal chunk, chunk_tokens, chunk_slots
         if chunk:
             out.append(scorer.score_plans(chunk, lambda n, tok: bar(0, tok)))
             bar(len(chunk))
-        chunk, chunk_tokens = [], 0
+        chunk, chunk_tokens, chunk_slots = [], 0, 0
 
     windows0, shared0 = scorer.stats["windows"], scorer.stats["uncond_shared"]
     for batch in reader:
         for row in batch.to_pylist():
-            slot0 = sum(len(p.turns) for p in chunk)
-            p = scorer.plan(row, row["turns"], slot0)
+            p = scorer.plan(row, row["turns"], chunk_slots)
             if cfg.max_tokens is not None and used + p.tokens > cfg.max_tokens:
                 stop = True
                 break
             used += p.tokens
             chunk.append(p)
             chunk_tokens += p.tokens
+            chunk_slots += len(p.turns)
             summary.model_trajectories += 1
             if chunk_tokens >= chunk_limit:
                 flush()

@@ -48,6 +48,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from pipelines.pack import group_lengths, next_window
 from pipelines.render import Conversation, Group, RenderConfig, conversation, render, render_groups
 from pipelines.sources import sha256_file
 from pipelines.store import publish_dir
@@ -395,22 +396,13 @@ class TurnScorer:
         sys_len = len(render(self.tokenizer, [{"role": "system", "content": system}], []).ids)
         ends = [e for _, _, e in full.spans]
         full_sys = len(render(self.tokenizer, [{"role": "system", "content": conv.system}], []).ids)
-        glen = [ends[0] - full_sys] + [ends[i] - ends[i - 1] for i in range(1, len(ends))]
+        glen = group_lengths(ends, full_sys)
         room = W - sys_len
         out = []
         n = len(conv.groups)
         s = 0
         while s < n:
-            j, hist = s, 0
-            while j > 0 and hist + glen[j - 1] <= self.config.history_fraction * room:
-                j -= 1
-                hist += glen[j]
-            k, tot = s, hist
-            while k < n and tot + glen[k] <= room:
-                tot += glen[k]
-                k += 1
-            if k == s:  # the turn alone does not fit with history: drop history first
-                j, k = s, s + 1
+            j, k = next_window(glen, room, s, self.config.history_fraction)  # the export's window plan
             groups: list[Group] = list(conv.groups[j:k])
             truncated: set[int] = set()
             for _ in range(64):

@@ -23,7 +23,6 @@ import shutil
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -131,13 +130,6 @@ class Corpus:
             yield w
         finally:
             os.close(fd)
-
-
-@dataclass
-class BatchFiles:
-    """Part files one worker wrote into a staging directory, with row counts."""
-
-    files: list[dict] = field(default_factory=list)
 
 
 class PartWriter:

@@ -28,7 +28,6 @@ from collectors.policies import Action, Policy, ScriptedPolicy, Step
 from sandboxes import images, perturb
 from sandboxes.engine import client, engine_info
 from sandboxes.reaper import (
-    LABEL,
     Session,
     interruptible,
     reap_orphans,
@@ -632,9 +631,4 @@ def collect(jobs: Iterable[Job], out: Path | str, workers: int = 2, seed: int = 
     return summary
 
 
-def leftover_containers() -> list[dict]:
-    """All sandbox containers the engine has (running or not), for tests and `sandbox list`."""
-    return client().api.containers(all=True, filters={"label": LABEL})
-
-
-__all__ = ["BASH_TOOL", "USER", "CollectSummary", "Job", "Outcome", "collect", "leftover_containers", "run_task", "scripted"]
+__all__ = ["BASH_TOOL", "USER", "CollectSummary", "Job", "Outcome", "collect", "run_task", "scripted"]

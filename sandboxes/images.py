@@ -120,14 +120,6 @@ def _existing(tag: str) -> object | None:
         return None
 
 
-def image_id(name: str) -> str:
-    """The built image's id (sha256 content digest); raises ImageError if it is not built."""
-    img = _existing(image_tag(name))
-    if img is None:
-        raise ImageError(f"image {name!r} ({image_tag(name)}) is not built; run `worldline sandbox build {name}`")
-    return img.id  # type: ignore[attr-defined]
-
-
 @dataclass
 class BuildResult:
     name: str

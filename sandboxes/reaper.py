@@ -82,11 +82,6 @@ def unregister_volume(name: str) -> None:
         _live_volumes.discard(name)
 
 
-def live() -> list[str]:
-    with _lock:
-        return sorted(_live)
-
-
 def remove_all_live() -> int:
     """Force-remove every container (and volume) this process created and has not removed."""
     with _lock:

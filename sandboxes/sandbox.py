@@ -342,12 +342,6 @@ class Sandbox:
                 got[int(i)] = (int(rc), base64.b64decode(b64[0] if b64 else "").decode("utf-8", "replace"))
         return [got.get(i, (r.exit_code if r.exit_code else -1, "")) for i in range(len(commands))]
 
-    def alive(self) -> bool:
-        try:
-            return bool(client().api.inspect_container(self.container)["State"]["Running"])
-        except Exception:  # noqa: BLE001
-            return False
-
     def state_reason(self) -> str:
         try:
             st = client().api.inspect_container(self.container).get("State", {})

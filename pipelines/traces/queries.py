@@ -171,7 +171,6 @@ def select_queries(corpus_dir: Path | str, cfg: QueryConfig = QueryConfig(),
         ORDER BY u.trajectory_id, u.turn_index"""
     rows = con.sql(sql).fetchall()
     cw = dict(cfg.category_weights)
-    excluded = 0
     eligible: dict[str, list[tuple[float, str, int, str, str, str | None, float]]] = defaultdict(list)
     for tid, idx, domain, sf, category, loss_mask, info_gain in ((r[0], r[1], r[2], r[3], r[4], r[5], r[6]) for r in rows if r[7]):
         if cfg.require_loss_mask and loss_mask is False:
