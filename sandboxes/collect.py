@@ -243,19 +243,7 @@ def _start_mirror(res: _Resources, task: TaskSpec, image: str, hint: str) -> str
 def _setup(sb: Sandbox, task: TaskSpec, as_root: bool) -> None:
     if as_root:
         if task.setup_files:
-            import base64
-            import io
-            import tarfile
-
-            buf = io.BytesIO()
-            with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tf:
-                for p, content in task.setup_files.items():
-                    raw = content.encode()
-                    ti = tarfile.TarInfo(f"{sb.cfg.workdir.lstrip('/')}/{p}")
-                    ti.size, ti.mode, ti.mtime = len(raw), 0o644, int(time.time())
-                    tf.addfile(ti, io.BytesIO(raw))
-            b64 = base64.b64encode(buf.getvalue()).decode()
-            code, _, err = sb.exec_as(f"printf %s '{b64}' | base64 -d | tar -x -C / --no-same-owner", user="0:0")
+            code, _, err = sb.exec_as(sb.files_command(task.setup_files), user="0:0")
             if code != 0:
                 raise TaskSetupError(f"{task.path}: setup.files: writing as root failed: {err.strip()[-300:]}")
         for i, c in enumerate(task.setup_commands):
@@ -432,7 +420,7 @@ def run_task(job: Job, session: Session, seed: int = 0, stop: threading.Event | 
                 break
             timeout = job.action_timeouts.get(i) or (task.actions[i].timeout_s if job.policy_factory is None and i < len(task.actions) else None) \
                 or run_cfg.action_timeout_s
-            if pl.label == "timeout":
+            if pl.fixed_timeout:
                 timeout = run_cfg.action_timeout_s
             try:
                 r = sb.run(_command_of(act), timeout_s=timeout)

@@ -62,6 +62,7 @@ class Plan:
     start_service: bool = True
     after_setup: list[Callable[[Sandbox], None]] = field(default_factory=list)
     derive_without: list[str] = field(default_factory=list)  # binaries to delete from the run image
+    fixed_timeout: bool = False  # every action gets run_cfg.action_timeout_s, whatever the task asks
     notes: str = ""
 
 
@@ -180,6 +181,7 @@ def _timeout(plan: Plan, p: dict, rng: random.Random, used: list[str]) -> None:
         raise PerturbationError(f"timeout: binary {binary!r} is used by the sandbox harness; choose another")
     p["binary"] = binary
     plan.run_cfg = replace(plan.run_cfg, action_timeout_s=float(p["timeout_s"]))
+    plan.fixed_timeout = True
     plan.after_setup.append(_shim(binary, f"/usr/bin/sleep {float(p['hang_s']):g}"))
 
 
