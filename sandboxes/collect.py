@@ -492,6 +492,16 @@ class CollectSummary:
     workers: int = 1
     warm: dict[str, int] = field(default_factory=dict)  # SandboxWarmer.stats()
 
+    def add(self, o: Outcome) -> None:
+        """Count one recorded trajectory (finished, or kept after an interrupt)."""
+        t = o.trajectory
+        assert t is not None
+        self.trajectories += 1
+        self.turns += len(t.turns)
+        for counts, key in ((self.by_outcome, t.outcome or "none"), (self.by_domain, t.domain),
+                            (self.by_perturbation, o.job.perturbation.name if o.job.perturbation else "none")):
+            counts[key] = counts.get(key, 0) + 1
+
     def render(self) -> str:
         rate = self.turns / self.seconds if self.seconds else 0.0
         lines = [
@@ -573,12 +583,7 @@ def collect(jobs: Iterable[Job], out: Path | str, workers: int = 2, seed: int = 
                     if o.trajectory is not None:
                         t = o.trajectory
                         sink.add(t, IMPORTER, IMPORTER_VERSION)
-                        summary.trajectories += 1
-                        summary.turns += len(t.turns)
-                        summary.by_outcome[t.outcome or "none"] = summary.by_outcome.get(t.outcome or "none", 0) + 1
-                        label = (o.job.perturbation.name if o.job.perturbation else "none")
-                        summary.by_perturbation[label] = summary.by_perturbation.get(label, 0) + 1
-                        summary.by_domain[t.domain] = summary.by_domain.get(t.domain, 0) + 1
+                        summary.add(o)
                         say(f"[{done}/{len(jobs)}] {o.job.key}: {len(t.turns)} turns, {t.outcome} ({o.seconds:.2f}s)")
                     if o.quarantine is not None:
                         sink.quarantine(o.quarantine)
@@ -603,10 +608,7 @@ def collect(jobs: Iterable[Job], out: Path | str, workers: int = 2, seed: int = 
                     continue
                 if o.trajectory is not None and o.trajectory.turns:
                     sink.add(o.trajectory, IMPORTER, IMPORTER_VERSION)
-                    summary.trajectories += 1
-                    summary.turns += len(o.trajectory.turns)
-                    k = o.trajectory.outcome or "none"
-                    summary.by_outcome[k] = summary.by_outcome.get(k, 0) + 1
+                    summary.add(o)
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
             if warmer is not None:
