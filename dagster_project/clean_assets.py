@@ -10,10 +10,10 @@ Wire into `definitions.py` with `assets=[..., cleaning_verdicts, dedup_clusters]
 import dagster as dg
 
 from dagster_project.assets import _md_table, ingested_traces
+from dagster_project.contract_checks import check_result, check_specs
 from dagster_project.resources import CorpusResource
 from pipelines.clean import CleanConfig, clean
 from pipelines.clean_contracts import CLEAN_CONTRACTS, DEDUP_CONTRACTS, run_clean_contracts
-from pipelines.contracts import ContractResult
 from pipelines.decontam import DecontamConfig
 from pipelines.dedup import DedupConfig, dedup
 from pipelines.redact import RedactConfig
@@ -83,23 +83,13 @@ def dedup_clusters(context: dg.AssetExecutionContext, corpus: CorpusResource, co
     })
 
 
-def _to_check(r: ContractResult, key: dg.AssetKey) -> dg.AssetCheckResult:
-    meta = {k: dg.MetadataValue.json(v) if isinstance(v, list | dict) else v for k, v in r.metadata.items()}
-    return dg.AssetCheckResult(passed=r.passed, check_name=r.name, asset_key=key, description=r.description,
-                               metadata=meta, severity=dg.AssetCheckSeverity.ERROR)
-
-
-def _spec(name: str, fn, asset) -> dg.AssetCheckSpec:  # noqa: ANN001 - a contract function and an asset
-    return dg.AssetCheckSpec(name, asset=asset, description=(fn.__doc__ or name).strip().splitlines()[0])
-
-
-@dg.multi_asset_check(specs=[_spec(n, f, cleaning_verdicts) for n, f in CLEAN_CONTRACTS.items()])
+@dg.multi_asset_check(specs=check_specs(CLEAN_CONTRACTS, cleaning_verdicts))
 def cleaning_checks(corpus: CorpusResource):
     for r in run_clean_contracts(corpus.root, CLEAN_CONTRACTS):
-        yield _to_check(r, cleaning_verdicts.key)
+        yield check_result(r, cleaning_verdicts.key)
 
 
-@dg.multi_asset_check(specs=[_spec(n, f, dedup_clusters) for n, f in DEDUP_CONTRACTS.items()])
+@dg.multi_asset_check(specs=check_specs(DEDUP_CONTRACTS, dedup_clusters))
 def dedup_checks(corpus: CorpusResource):
     for r in run_clean_contracts(corpus.root, DEDUP_CONTRACTS):
-        yield _to_check(r, dedup_clusters.key)
+        yield check_result(r, dedup_clusters.key)

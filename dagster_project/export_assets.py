@@ -13,6 +13,7 @@ import dagster as dg
 
 from dagster_project.assets import _md_table
 from dagster_project.clean_assets import dedup_clusters
+from dagster_project.contract_checks import check_result, check_specs
 from dagster_project.resources import CorpusResource
 from pipelines.export import ExportConfig, SplitConfig, export, parse_weights, read_manifest
 from pipelines.export_contracts import EXPORT_CONTRACTS, run_export_contracts
@@ -68,10 +69,7 @@ def training_export(context: dg.AssetExecutionContext, corpus: CorpusResource, c
     })
 
 
-@dg.multi_asset_check(
-    specs=[dg.AssetCheckSpec(name, asset=training_export, description=(fn.__doc__ or name).strip().splitlines()[0])
-           for name, fn in EXPORT_CONTRACTS.items()],
-)
+@dg.multi_asset_check(specs=check_specs(EXPORT_CONTRACTS, training_export))
 def export_checks(context: dg.AssetCheckExecutionContext, corpus: CorpusResource):
     out = export_out(corpus)
     event = context.instance.get_latest_materialization_event(training_export.key)
@@ -79,7 +77,4 @@ def export_checks(context: dg.AssetCheckExecutionContext, corpus: CorpusResource
     if mat is not None and "manifest" in mat.metadata:  # the directory the last run really wrote
         out = Path(str(mat.metadata["manifest"].value)).parent
     for r in run_export_contracts(out, corpus.root):
-        yield dg.AssetCheckResult(
-            passed=r.passed, check_name=r.name, asset_key=training_export.key, description=r.description,
-            metadata={k: dg.MetadataValue.json(v) if isinstance(v, list | dict) else v for k, v in r.metadata.items()},
-            severity=dg.AssetCheckSeverity.ERROR)
+        yield check_result(r, training_export.key)

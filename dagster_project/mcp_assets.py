@@ -17,6 +17,7 @@ from collectors.mcp.contracts import MCP_CONTRACTS, run_mcp_contracts
 from collectors.mcp.faults import FaultConfig
 from collectors.mcp.spec import default_specs
 from dagster_project.assets import COLLECTION_RETRY, _md_table
+from dagster_project.contract_checks import check_result, check_specs, no_corpus
 from dagster_project.resources import CorpusResource
 from pipelines.store import Corpus
 
@@ -77,18 +78,10 @@ def mcp_trajectories(context: dg.AssetExecutionContext, corpus: CorpusResource,
     })
 
 
-@dg.multi_asset_check(
-    specs=[dg.AssetCheckSpec(name, asset=mcp_trajectories, description=(fn.__doc__ or name).strip().splitlines()[0])
-           for name, fn in MCP_CONTRACTS.items()],
-)
+@dg.multi_asset_check(specs=check_specs(MCP_CONTRACTS, mcp_trajectories))
 def mcp_contract_checks(corpus: CorpusResource):
     if not Corpus(corpus.root).exists():
-        for name in MCP_CONTRACTS:
-            yield dg.AssetCheckResult(passed=False, check_name=name, asset_key=mcp_trajectories.key,
-                                      metadata={"error": f"no corpus at {corpus.root}; materialize mcp_trajectories first"})
+        yield from no_corpus(MCP_CONTRACTS, mcp_trajectories.key, corpus.root, "mcp_trajectories")
         return
     for r in run_mcp_contracts(corpus.root):
-        yield dg.AssetCheckResult(
-            passed=r.passed, check_name=r.name, asset_key=mcp_trajectories.key, description=r.description,
-            metadata={k: dg.MetadataValue.json(v) if isinstance(v, list | dict) else v for k, v in r.metadata.items()},
-            severity=dg.AssetCheckSeverity.ERROR)
+        yield check_result(r, mcp_trajectories.key)

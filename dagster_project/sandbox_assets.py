@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import dagster as dg
 
 from dagster_project.assets import COLLECTION_RETRY, _md_table
+from dagster_project.contract_checks import check_result, check_specs, no_corpus
 from dagster_project.resources import CorpusResource
 from pipelines.store import Corpus
 from sandboxes.contracts import SANDBOX_CONTRACTS, run_sandbox_contracts
@@ -95,18 +96,10 @@ def sandbox_trajectories(context: dg.AssetExecutionContext, corpus: CorpusResour
     })
 
 
-@dg.multi_asset_check(
-    specs=[dg.AssetCheckSpec(name, asset=sandbox_trajectories, description=(fn.__doc__ or name).strip().splitlines()[0])
-           for name, fn in SANDBOX_CONTRACTS.items()],
-)
+@dg.multi_asset_check(specs=check_specs(SANDBOX_CONTRACTS, sandbox_trajectories))
 def sandbox_contract_checks(corpus: CorpusResource) -> Iterator[dg.AssetCheckResult]:
     if not Corpus(corpus.root).exists():
-        for name in SANDBOX_CONTRACTS:
-            yield dg.AssetCheckResult(passed=False, check_name=name, asset_key=sandbox_trajectories.key,
-                                      metadata={"error": f"no corpus at {corpus.root}; materialize sandbox_trajectories first"})
+        yield from no_corpus(SANDBOX_CONTRACTS, sandbox_trajectories.key, corpus.root, "sandbox_trajectories")
         return
     for r in run_sandbox_contracts(corpus.root):
-        yield dg.AssetCheckResult(
-            passed=r.passed, check_name=r.name, asset_key=sandbox_trajectories.key, description=r.description,
-            metadata={k: dg.MetadataValue.json(v) if isinstance(v, list | dict) else v for k, v in r.metadata.items()},
-            severity=dg.AssetCheckSeverity.ERROR)
+        yield check_result(r, sandbox_trajectories.key)

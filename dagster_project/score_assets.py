@@ -6,6 +6,7 @@ import dagster as dg
 from pydantic import PrivateAttr
 
 from dagster_project.assets import _md_table, ingested_traces
+from dagster_project.contract_checks import check_result
 from dagster_project.resources import CorpusResource
 from pipelines.score import TABLE, ScoreConfig, score, score_contracts
 from pipelines.score_surface import SurfaceConfig
@@ -86,13 +87,6 @@ def turn_scores(context: dg.AssetExecutionContext, corpus: CorpusResource,
     return dg.MaterializeResult(metadata=meta)
 
 
-def _check_result(r) -> dg.AssetCheckResult:  # noqa: ANN001 - pipelines.contracts.ContractResult
-    meta = {k: dg.MetadataValue.json(v) if isinstance(v, list | dict) else v for k, v in r.metadata.items()}
-    severity = dg.AssetCheckSeverity.WARN if r.name == "turn_scores_current" else dg.AssetCheckSeverity.ERROR
-    return dg.AssetCheckResult(passed=r.passed, check_name=r.name, asset_key=turn_scores.key,
-                               description=r.description, metadata=meta, severity=severity)
-
-
 @dg.multi_asset_check(specs=[
     dg.AssetCheckSpec("turn_scores_cover_turns", asset=turn_scores, description="exactly one row per turn"),
     dg.AssetCheckSpec("turn_scores_valid", asset=turn_scores,
@@ -102,4 +96,4 @@ def _check_result(r) -> dg.AssetCheckResult:  # noqa: ANN001 - pipelines.contrac
 ])
 def turn_scores_checks(corpus: CorpusResource):
     for r in score_contracts(corpus.root):
-        yield _check_result(r)
+        yield check_result(r, turn_scores.key, warn=r.name == "turn_scores_current")

@@ -15,6 +15,7 @@ from pathlib import Path
 import dagster as dg
 
 from dagster_project.assets import _md_table, ingested_traces
+from dagster_project.contract_checks import check_result, check_specs
 from dagster_project.resources import CorpusResource
 from pipelines.traces.checks import TRACE_CHECKS, check_traces
 from pipelines.traces.generate import EndpointGenerator, Sampling
@@ -112,10 +113,7 @@ def thinking_traces(context: dg.AssetExecutionContext, corpus: CorpusResource, t
     })
 
 
-@dg.multi_asset_check(
-    specs=[dg.AssetCheckSpec(name, asset=thinking_traces, description=(fn.__doc__ or name).strip().splitlines()[0])
-           for name, fn in TRACE_CHECKS.items()],
-)
+@dg.multi_asset_check(specs=check_specs(TRACE_CHECKS, thinking_traces))
 def traces_checks(context: dg.AssetCheckExecutionContext, corpus: CorpusResource):
     out = Path(corpus.root).parent / "traces"
     event = context.instance.get_latest_materialization_event(thinking_traces.key)
@@ -123,7 +121,4 @@ def traces_checks(context: dg.AssetCheckExecutionContext, corpus: CorpusResource
     if mat is not None and "sft" in mat.metadata:  # the directory the last run really wrote
         out = Path(str(mat.metadata["sft"].value)).parent
     for r in check_traces(out):
-        yield dg.AssetCheckResult(
-            passed=r.passed, check_name=r.name, asset_key=thinking_traces.key, description=r.description,
-            metadata={k: dg.MetadataValue.json(v) if isinstance(v, list | dict) else v for k, v in r.metadata.items()},
-            severity=dg.AssetCheckSeverity.ERROR if r.severity == "error" else dg.AssetCheckSeverity.WARN)
+        yield check_result(r, thinking_traces.key, warn=r.severity != "error")

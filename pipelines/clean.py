@@ -307,8 +307,7 @@ def _trajectory_verdicts(con: duckdb.DuckDBPyConnection, cfg: CleanConfig, summa
             FROM f WHERE reason IS NOT NULL GROUP BY trajectory_id, reason""")
 
 
-def _decontaminate(con: duckdb.DuckDBPyConnection, cfg: CleanConfig, summary: CleanSummary) -> list:
-    items, _ = load_eval_set(cfg.decontam.eval_set, cfg.decontam)  # type: ignore[arg-type]
+def _decontaminate(con: duckdb.DuckDBPyConnection, items: list, cfg: CleanConfig, summary: CleanSummary) -> list:
     index = EvalIndex.build(items, cfg.decontam)
     summary.eval_items = len(index.ids)
     flags = []
@@ -422,9 +421,9 @@ def clean(corpus_dir: Path | str, config: CleanConfig = CleanConfig(), progress:
     corpus = Corpus(corpus_dir)
     state = corpus_state(corpus) if corpus.exists() else None
     con = connect(corpus.root)
-    eval_digest = ""
-    if config.decontam.eval_set:
-        _, eval_digest = load_eval_set(config.decontam.eval_set, config.decontam)
+    eval_items, eval_digest = [], ""
+    if config.decontam.eval_set:  # read once: its digest goes into the fingerprint, its items into the scan
+        eval_items, eval_digest = load_eval_set(config.decontam.eval_set, config.decontam)
     fp = config.fingerprint(eval_digest)
     summary = CleanSummary(corpus=str(corpus.root), fingerprint=fp)
     summary.trajectories = con.sql("SELECT count(*) FROM trajectories").fetchall()[0][0]
@@ -435,7 +434,7 @@ def clean(corpus_dir: Path | str, config: CleanConfig = CleanConfig(), progress:
     flags = []
     if config.decontam.eval_set:
         step("decontamination against " + str(config.decontam.eval_set))
-        flags = _decontaminate(con, config, summary)
+        flags = _decontaminate(con, eval_items, config, summary)
     _turn_verdicts(con, config, step)
 
     cleaning = con.sql("""

@@ -1,0 +1,28 @@
+"""Core contract results as Dagster asset checks: one conversion for every stage's checks."""
+
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any
+
+import dagster as dg
+
+
+def check_specs(contracts: Mapping[str, Callable[..., Any]], asset: Any) -> list[dg.AssetCheckSpec]:
+    """One check per contract, described by the first line of its docstring."""
+    return [dg.AssetCheckSpec(name, asset=asset, description=(fn.__doc__ or name).strip().splitlines()[0])
+            for name, fn in contracts.items()]
+
+
+def check_result(r: Any, key: dg.AssetKey, warn: bool = False) -> dg.AssetCheckResult:
+    """A `ContractResult` (or traces `CheckResult`) as an asset check result; lists and dicts in
+    its metadata become JSON metadata."""
+    meta = {k: dg.MetadataValue.json(v) if isinstance(v, list | dict) else v for k, v in r.metadata.items()}
+    return dg.AssetCheckResult(passed=r.passed, check_name=r.name, asset_key=key, description=r.description,
+                               metadata=meta,
+                               severity=dg.AssetCheckSeverity.WARN if warn else dg.AssetCheckSeverity.ERROR)
+
+
+def no_corpus(names: Iterable[str], key: dg.AssetKey, root: str, asset_name: str) -> Iterator[dg.AssetCheckResult]:
+    """Every check failed, saying what to materialize first."""
+    for name in names:
+        yield dg.AssetCheckResult(passed=False, check_name=name, asset_key=key,
+                                  metadata={"error": f"no corpus at {root}; materialize {asset_name} first"})
