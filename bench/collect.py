@@ -16,7 +16,7 @@ In one run, on the same task specs (their set-up and actions), against the same 
   CollectionSink: one container per trajectory, actions through the in-container shell server,
   stdout/stderr/combined, exit code, cwd and file changes recorded for each; with 1 and 2
   workers, and with 2 workers `fresh` (no reset-and-reuse of containers between trajectories);
-  each also without starting upcoming trajectories' sandboxes ahead (`warm=False`).
+  each also with upcoming trajectories' sandboxes started ahead (`warm=True`, `--start-ahead`).
 - latency: from the start request to the first byte of `echo ready` output: `Sandbox.start()` +
   `run()` for the project (first byte as seen by the reader), `docker run ... echo ready` for the
   naive way (first byte on the subprocess's stdout). Median of `--latency-runs`.
@@ -95,7 +95,7 @@ def run_naive(work: list[tuple[TaskSpec, str]], workers: int) -> dict:
     return {"turns": len(work), "seconds": secs, "turns_per_s": len(work) / secs, "nonzero_exits": sum(c != 0 for c in codes)}
 
 
-def run_project(jobs: list[Job], workers: int, fresh: bool, warm: bool = True) -> dict:
+def run_project(jobs: list[Job], workers: int, fresh: bool, warm: bool = False) -> dict:
     out = Path(tempfile.mkdtemp(prefix="bench-collect-", dir=ROOT / "build"))
     try:
         s = collect(jobs, out, workers=workers, fresh=fresh, warm=warm, echo=lambda m: None)
@@ -183,9 +183,9 @@ def render(res: dict, argv: list[str]) -> str:
         for w in (1, 2):
             rows.append(f"| {wl} | naive: `docker run` per action | {w} | - | {n[w]['turns']} | {n[w]['seconds']:.1f} | - | "
                         f"{n[w]['turns_per_s']:.2f} | 1.0x |")
-        for key, label in (("1", "project"), ("1-cold", "project, no start-ahead"), ("2", "project"),
-                           ("2-cold", "project, no start-ahead"), ("2-fresh", "project, fresh container per trajectory"),
-                           ("2-fresh-cold", "project, fresh container per trajectory, no start-ahead")):
+        for key, label in (("1", "project"), ("1-ahead", "project, start-ahead"), ("2", "project"),
+                           ("2-ahead", "project, start-ahead"), ("2-fresh", "project, fresh container per trajectory"),
+                           ("2-fresh-ahead", "project, fresh container per trajectory, start-ahead")):
             if key not in p:
                 continue
             w = int(key[0])
@@ -210,9 +210,9 @@ def render(res: dict, argv: list[str]) -> str:
         "sleep on the suite), which cost the naive baseline the same besides its container starts. On the suite that is "
         "about 60% of the project's time, which caps the ratio there; the InterCode replay (short commands, as agents "
         "mostly issue) shows the per-action overhead. The project also runs each task's checks (the outcome and "
-        "reward), which the naive baseline does not; sandboxes of upcoming trajectories that need a new container are "
-        "started ahead (`SandboxWarmer`; the `no start-ahead` rows turn it off). On 2 cores a container start is mostly engine CPU, "
-        "which competes with the running trajectories, so starting ahead gains little here.", "",
+        "reward), which the naive baseline does not. `start-ahead` rows (`--start-ahead`): sandboxes of upcoming "
+        "trajectories that need a new container are started while the current ones run; off by default, since on 2 "
+        "cores a container start is mostly engine CPU that competes with the running trajectories.", "",
         *rows, "",
         f"Start-to-first-output latency of a sandbox (start request to the first byte of `echo ready`, median of "
         f"{lat['runs']}): project {1000 * lat['project_s']:.0f} ms (create + attach + start + first action), "
@@ -246,9 +246,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name}: naive, {w} worker(s) ...", file=sys.stderr)
             r["naive"][w] = run_naive(naive, w)
             print(f"  {r['naive'][w]}", file=sys.stderr)
-        for key, w, fresh, warm in (("1", 1, False, True), ("1-cold", 1, False, False), ("2", 2, False, True),
-                                    ("2-cold", 2, False, False), ("2-fresh", 2, True, True), ("2-fresh-cold", 2, True, False)):
-            print(f"{name}: project, {w} worker(s){' fresh' if fresh else ''}{'' if warm else ' no start-ahead'} ...",
+        for key, w, fresh, warm in (("1", 1, False, False), ("1-ahead", 1, False, True), ("2", 2, False, False),
+                                    ("2-ahead", 2, False, True), ("2-fresh", 2, True, False), ("2-fresh-ahead", 2, True, True)):
+            print(f"{name}: project, {w} worker(s){' fresh' if fresh else ''}{' start-ahead' if warm else ''} ...",
                   file=sys.stderr)
             r["project"][key] = run_project(jobs, w, fresh, warm)
             print(f"  {r['project'][key]}", file=sys.stderr)

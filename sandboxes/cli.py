@@ -96,7 +96,7 @@ def _cmd_collect(a: argparse.Namespace) -> int:
             return OpenAIChatPolicy(base_url=a.base_url, model=a.model, max_turns=a.max_turns)
         factory(tasks[0])  # fail now (not in a worker) when the endpoint settings are missing
     jobs = [Job(t, p, policy_factory=factory) for t in tasks for p in variants]
-    summary = collect(jobs, a.out, workers=a.workers, seed=a.seed, fresh=a.fresh, warm=not a.no_start_ahead,
+    summary = collect(jobs, a.out, workers=a.workers, seed=a.seed, fresh=a.fresh, warm=a.start_ahead,
                       echo=(lambda m: None) if a.quiet else _echo)
     print(summary.render())
     if summary.interrupted:
@@ -159,8 +159,9 @@ def register(subparsers: argparse._SubParsersAction, collect_subparsers: argpars
     c.add_argument("--only", help="comma-separated task ids")
     c.add_argument("--seed", type=int, default=0, help="seed for perturbation parameters")
     c.add_argument("--fresh", action="store_true", help="a new container for every trajectory (no reset-and-reuse)")
-    c.add_argument("--no-start-ahead", action="store_true",
-                   help="do not start upcoming trajectories' sandboxes while the current ones run")
+    c.add_argument("--start-ahead", action="store_true",
+                   help="start upcoming trajectories' sandboxes while the current ones run (pays where the engine "
+                        "has cores to spare; not on 2 cores)")
     c.add_argument("--policy", choices=["scripted", "openai"], default="scripted",
                    help="scripted: the spec's actions; openai: an agent behind an OpenAI-compatible endpoint")
     c.add_argument("--base-url", help="agent endpoint (default $WORLDLINE_AGENT_BASE_URL)")

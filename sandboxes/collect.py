@@ -524,11 +524,13 @@ class CollectSummary:
 
 def collect(jobs: Iterable[Job], out: Path | str, workers: int = 2, seed: int = 0,
             echo: Callable[[str], None] | None = None, run_key: str | None = None,
-            commit_every: int = 20, fresh: bool = False, warm: bool = True) -> CollectSummary:
+            commit_every: int = 20, fresh: bool = False, warm: bool = False) -> CollectSummary:
     """Run jobs on `workers` sandboxes at a time and write the trajectories to the corpus `out`.
 
     `fresh=True`: a new container for every trajectory (no reset-and-reuse, see SandboxCache).
-    `warm=True`: start upcoming trajectories' sandboxes ahead of time (see SandboxWarmer)."""
+    `warm=True`: start upcoming trajectories' sandboxes ahead of time (see SandboxWarmer; off by
+    default: on 2 cores the engine's start work competes with the running trajectories, and the
+    collection benchmark measured no gain)."""
     from pipelines.sink import CollectionSink
 
     jobs = list(jobs)

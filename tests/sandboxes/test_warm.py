@@ -6,6 +6,8 @@ import json
 import time
 from pathlib import Path
 
+import pytest
+
 from pipelines.query import run_query
 from sandboxes import images as image_recipes
 from sandboxes.collect import Job, collect, warm_configs
@@ -26,7 +28,7 @@ def test_each_job_with_its_own_configuration_gets_a_sandbox_started_ahead(images
     jobs = [Job(t), Job(t), Job(t, P("clock_skew:offset_s=3600")), Job(t, P("truncated_output:bytes=5"))]
     # the second job is the first one's reused container; the first starts before any look-ahead
     assert [c is not None for c in warm_configs(jobs, 0, 1, fresh=False)] == [True, False, True, True]
-    s = collect(jobs, tmp_path / "c", workers=1, echo=lambda m: None)
+    s = collect(jobs, tmp_path / "c", workers=1, warm=True, echo=lambda m: None)
     assert (s.trajectories, s.by_outcome) == (4, {"success": 4})
     assert s.warm["taken"] >= 2 and s.warm["failed"] == 0 and s.warm["started"] == s.warm["taken"] + s.warm["wasted"]
     rows = run_query(tmp_path / "c", "SELECT native_id, metadata FROM trajectories")[1]
@@ -80,12 +82,14 @@ def test_a_start_that_fails_is_counted_and_never_blocks_a_worker(images) -> None
     assert containers_of(session.id) == []
 
 
-def test_cli_without_start_ahead(images, tmp_path: Path) -> None:
+@pytest.mark.parametrize(("flag", "ahead"), [([], ["false", "false"]), (["--start-ahead"], ["false", "true"])])
+def test_cli_starts_ahead_only_when_asked(images, tmp_path: Path, flag: list[str], ahead: list[str]) -> None:
     from pipelines.cli import main
 
     out = tmp_path / "c"
     rc = main(["collect", "sandbox", str(TASKS_DIR), "--only", "text-csv-sum", "--perturb", "clock_skew", "--out", str(out),
-               "--workers", "1", "--quiet", "--no-start-ahead"])
+               "--workers", "1", "--quiet", *flag])
     assert rc == 0
-    rows = run_query(out, "SELECT json_extract(metadata, '$.started_ahead') FROM trajectories")[1]
-    assert sorted(r[0] for r in rows) == ["false", "false"]
+    rows = run_query(out, "SELECT native_id, json_extract(metadata, '$.started_ahead') FROM trajectories ORDER BY 1")[1]
+    # with the flag, the perturbed job's sandbox is started ahead (the first job's may be too)
+    assert [r[1] for r in rows][1:] == ahead[1:] and (flag or rows[0][1] == "false")
