@@ -9,15 +9,12 @@ from __future__ import annotations
 
 import duckdb
 
+from pipelines.query import views
 from pipelines.report import _bars, _rows, table_html
 
 
-def _has(con: duckdb.DuckDBPyConnection, view: str) -> bool:
-    return bool(con.sql(f"SELECT count(*) FROM duckdb_views() WHERE view_name = '{view}'").fetchall()[0][0])
-
-
 def section_cleaning(con: duckdb.DuckDBPyConnection) -> str:
-    if not _has(con, "cleaning"):
+    if "cleaning" not in views(con):
         return "<h2>Cleaning</h2><p class=empty>no cleaning verdicts yet: run <code>worldline clean CORPUS</code></p>"
     out = ["<h2>Cleaning</h2>"]
     out.append(_bars(con, "Trajectories dropped whole, by reason", """
@@ -28,9 +25,9 @@ def section_cleaning(con: duckdb.DuckDBPyConnection) -> str:
         SELECT t.domain, round(100.0 * count(*) FILTER (WHERE c.trajectory_id IS NULL) / count(*), 1)
         FROM trajectories t LEFT JOIN (SELECT DISTINCT trajectory_id FROM cleaning WHERE turn_index IS NULL) c USING (trajectory_id)
         GROUP BY 1 ORDER BY 2 DESC""", "%"))
-    if _has(con, "redactions"):
+    if "redactions" in views(con):
         out.append(_bars(con, "Secrets and PII that export redacts, by kind", "SELECT kind, sum(count) FROM redactions GROUP BY 1 ORDER BY 2 DESC"))
-    if _has(con, "contamination"):
+    if "contamination" in views(con):
         cols, rows = _rows(con, """SELECT eval_id, field, count(*) AS trajectories, round(max(overlap), 3) AS max_overlap
                                    FROM contamination GROUP BY 1, 2 ORDER BY 3 DESC, 1 LIMIT 50""")
         out.append("<h3>Evaluation items found in the corpus</h3>" + table_html(cols, rows))
@@ -38,7 +35,7 @@ def section_cleaning(con: duckdb.DuckDBPyConnection) -> str:
 
 
 def section_dedup(con: duckdb.DuckDBPyConnection) -> str:
-    if not _has(con, "duplicates"):
+    if "duplicates" not in views(con):
         return "<h2>Duplicates</h2><p class=empty>no dedup clusters yet: run <code>worldline dedup CORPUS</code></p>"
     out = ["<h2>Duplicates</h2>"]
     out.append(_bars(con, "Duplicates dropped, by kind", """
@@ -50,7 +47,7 @@ def section_dedup(con: duckdb.DuckDBPyConnection) -> str:
         SELECT t.domain, round(100.0 * count(d.trajectory_id) / count(*), 1)
         FROM trajectories t LEFT JOIN (SELECT trajectory_id FROM duplicates WHERE NOT is_representative) d USING (trajectory_id)
         GROUP BY 1 ORDER BY 2 DESC""", "%"))
-    if _has(con, "shared_prefixes"):
+    if "shared_prefixes" in views(con):
         out.append(_bars(con, "Turns in shared prefixes (counted for training once)", """
             SELECT CASE WHEN counts_for_training THEN 'counted (owner)' ELSE 'context only' END, count(*)
             FROM shared_prefixes GROUP BY 1 ORDER BY 1"""))

@@ -61,6 +61,7 @@ from pipelines import export_formats as fmt
 from pipelines.evalset import dumps_row, eval_rows
 from pipelines.pack import Document, Sample, group_lengths, next_window, pack
 from pipelines.progress import StatusLine
+from pipelines.query import views
 from pipelines.redact import (
     RENDERED_TRAJECTORY_TEXTS,
     RENDERED_TURN_TEXTS,
@@ -488,10 +489,6 @@ class _Progress:
 # reading the corpus
 
 
-def _views(con: Any) -> set[str]:
-    return {r[0] for r in con.sql("SELECT table_name FROM information_schema.tables").fetchall()}
-
-
 def side_fingerprints(corpus: Corpus) -> dict[str, Any]:
     side = corpus.manifest().get("side", {})
     return {name: {"fingerprint": side[name].get("fingerprint"), "corpus_state": side[name].get("corpus_state")}
@@ -917,7 +914,7 @@ def export(
 
 def _run(con: Any, cfg: ExportConfig, tok: ExportTokenizer, root: Path, summary: ExportSummary, progress: bool,
          echo: Callable[[str], None]) -> tuple[dict[str, Any], pa.Table]:
-    have = _views(con)
+    have = views(con)
     summary.tables_used = sorted(have & set(SIDE_TABLES))
     summary.trajectories_total = con.sql("SELECT count(*) FROM trajectories").fetchall()[0][0]
     if "cleaning" in have:

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import duckdb
 
+from pipelines.query import views
+
 
 def section_export(con: duckdb.DuckDBPyConnection) -> str:
     from pipelines.report import _bars, _rows, table_html  # here: report.py may import this module at its top
 
-    have = {r[0] for r in con.sql("SELECT table_name FROM information_schema.tables").fetchall()}
+    have = views(con)
     if "export_assignments" not in have:
         return "<h2>Export mix</h2><p class=empty>no export recorded for this corpus: run <code>worldline export</code></p>"
     cols, rows = _rows(con, """

@@ -21,6 +21,11 @@ from pipelines.store import TABLE_SCHEMAS, Corpus, CorpusError
 from pipelines.views import define_derived_views
 
 
+def views(con: duckdb.DuckDBPyConnection) -> set[str]:
+    """Names of the views and tables a connection has (which corpus tables exist)."""
+    return {r[0] for r in con.sql("SELECT table_name FROM information_schema.tables").fetchall()}
+
+
 def connect(corpus_dir: Path | str, con: duckdb.DuckDBPyConnection | None = None) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB connection with the corpus views defined."""
     corpus = Corpus(corpus_dir)

@@ -40,7 +40,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from pipelines.progress import StatusLine
-from pipelines.query import connect
+from pipelines.query import connect, views
 from pipelines.score_model import MODEL_FIELDS, MODEL_SCHEMA, Plan  # no torch at import time
 from pipelines.score_surface import CATEGORIES, SURFACE_FIELDS, SURFACE_SCHEMA, SurfaceConfig, score_surface
 from pipelines.side import SideTableWriter, corpus_state, side_path
@@ -229,16 +229,12 @@ def _surface_all(con: Any, cfg: SurfaceConfig) -> pa.Table:
     return pa.concat_tables(parts) if parts else SURFACE_SCHEMA.empty_table()
 
 
-def _has_view(con: Any, name: str) -> bool:
-    return bool(con.sql(f"SELECT count(*) FROM information_schema.tables WHERE table_name = '{name}'").fetchall()[0][0])
-
-
 def _model_scores(con: Any, cfg: ScoreConfig, summary: ScoreSummary, scorer: Any, progress: bool,
                   echo: Callable[[str], None]) -> pa.Table:
     """Model-tier rows for every scored turn (up to the token cap), in priority order."""
     seed = cfg.surface.seed
     skip = ""
-    if cfg.skip_dropped and _has_view(con, "kept_trajectories"):
+    if cfg.skip_dropped and "kept_trajectories" in views(con):
         # model compute only where training can use it: not on trajectories cleaning or dedup drop
         # (their turns keep surface scores and get no loss anyway)
         skip = "WHERE tr.trajectory_id IN (SELECT trajectory_id FROM kept_trajectories)"

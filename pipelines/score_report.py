@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import duckdb
 
-
-def _has(con: duckdb.DuckDBPyConnection, view: str) -> bool:
-    return bool(con.sql(f"SELECT count(*) FROM information_schema.tables WHERE table_name = '{view}'").fetchall()[0][0])
+from pipelines.query import views
 
 
 def _bucket_sql(col: str, edges: list[float]) -> str:
@@ -33,7 +31,7 @@ def section_scores(con: duckdb.DuckDBPyConnection) -> str:
     """Turn scores and loss masks: categories, keep and loss rates, score distributions."""
     from pipelines.report import _bars, _rows, table_html
 
-    if not _has(con, "turn_scores"):
+    if "turn_scores" not in views(con):
         return "<h2>Turn scores and loss masks</h2><p class=empty>not scored yet: <code>worldline score CORPUS</code></p>"
     cols, rows = _rows(con, """
         SELECT category, count(*) AS turns, sum(keep::INT) AS kept, sum(loss_mask::INT) AS loss_on,

@@ -11,16 +11,13 @@ from collections import Counter
 import duckdb
 import orjson
 
+from pipelines.query import views
 from pipelines.report import _bars, _rows, bar_chart, table_html
-
-
-def _has(con: duckdb.DuckDBPyConnection, view: str) -> bool:
-    return bool(con.sql(f"SELECT count(*) FROM duckdb_views() WHERE view_name = '{view}'").fetchall()[0][0])
 
 
 def section_traces(con: duckdb.DuckDBPyConnection) -> str:
     head = "<h2>Thinking traces</h2>"
-    if not _has(con, "traces"):
+    if "traces" not in views(con):
         return head + "<p class=empty>no thinking traces yet (<code>worldline traces CORPUS --out DIR ...</code>)</p>"
     cols, rows = _rows(con, """
         SELECT domain, count(*) AS queries, count(*) FILTER (WHERE kept) AS kept,

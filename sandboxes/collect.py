@@ -530,7 +530,7 @@ def collect(jobs: Iterable[Job], out: Path | str, workers: int = 2, seed: int = 
     `fresh=True`: a new container for every trajectory (no reset-and-reuse, see SandboxCache).
     `warm=True`: start upcoming trajectories' sandboxes ahead of time (see SandboxWarmer; off by
     default: on 2 cores the engine's start work competes with the running trajectories, and the
-    collection benchmark measured no gain)."""
+    collection benchmark measured no consistent gain)."""
     from pipelines.sink import CollectionSink
 
     jobs = list(jobs)

@@ -12,7 +12,7 @@ from pathlib import Path
 from collectors.mcp.raw import TABLE
 from collectors.mcp.recorder import SOURCE_FORMAT, STARTUP_FAILURES
 from pipelines.contracts import ContractResult, run_named
-from pipelines.query import connect
+from pipelines.query import connect, views
 
 
 def _mcp_turns(con) -> str:
@@ -22,8 +22,7 @@ def _mcp_turns(con) -> str:
 def raw_reachable(con) -> ContractResult:
     """Every recorded MCP turn has its raw JSON-RPC row in `mcp_raw`."""
     n = con.sql(f"SELECT count(*) FROM {_mcp_turns(con)}").fetchall()[0][0]
-    has_view = bool(con.sql(f"SELECT count(*) FROM duckdb_views() WHERE view_name = '{TABLE}'").fetchall()[0][0])
-    if not has_view:
+    if TABLE not in views(con):
         missing = n
     else:
         missing = con.sql(f"SELECT count(*) FROM {_mcp_turns(con)} u ANTI JOIN {TABLE} r "

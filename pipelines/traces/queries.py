@@ -36,7 +36,7 @@ import duckdb
 import pyarrow as pa
 
 from pipelines.export import SplitConfig, group_key, split_of
-from pipelines.query import connect
+from pipelines.query import connect, views
 from pipelines.redact import RENDERED_TRAJECTORY_TEXTS, RENDERED_TURN_TEXTS, redact_fields
 from pipelines.render import Group, RenderConfig, conversation
 from pipelines.side import side_info
@@ -108,14 +108,10 @@ class Selection:
     views: dict[str, str]
 
 
-def _views(con: duckdb.DuckDBPyConnection) -> set[str]:
-    return {r[0] for r in con.sql("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()}
-
-
 def trajectory_splits(corpus_dir: Path | str, con: duckdb.DuckDBPyConnection, split: SplitConfig,
                       traj_view: str = "trajectories", have: set[str] | None = None) -> tuple[dict[str, str], str]:
     """The split of every trajectory of `traj_view`, and where it came from."""
-    have = _views(con) if have is None else have
+    have = views(con) if have is None else have
     recorded: dict[str, str] = {}
     source = "pipelines.export.split_of (computed)"
     if "export_assignments" in have:
@@ -146,14 +142,14 @@ def select_queries(corpus_dir: Path | str, cfg: QueryConfig = QueryConfig(),
                    con: duckdb.DuckDBPyConnection | None = None) -> Selection:
     """Choose the queries (ids and provenance only; `load_queries` fills in the texts)."""
     con = con or connect(corpus_dir)
-    have = _views(con)
+    have = views(con)
     base = "kept_turns" if "kept_turns" in have else "(SELECT *, true AS counts_for_training FROM turns)"
     traj = "kept_trajectories" if "kept_trajectories" in have else "trajectories"
     scored = "turn_scores" in have
-    views = {"turns": "kept_turns" if "kept_turns" in have else "turns",
+    used = {"turns": "kept_turns" if "kept_turns" in have else "turns",
              "trajectories": traj, "scores": "turn_scores" if scored else "none"}
 
-    split_of_traj, views["splits"] = trajectory_splits(corpus_dir, con, cfg.split, traj, have)
+    split_of_traj, used["splits"] = trajectory_splits(corpus_dir, con, cfg.split, traj, have)
     allowed = [tid for tid, sp in split_of_traj.items() if sp in cfg.query_splits]
     con.register("_wl_allowed", pa.table({"trajectory_id": pa.array(allowed, pa.string())}))
 
@@ -207,7 +203,7 @@ def select_queries(corpus_dir: Path | str, cfg: QueryConfig = QueryConfig(),
     weighting = ("turn_scores: category weights" + (", info gain" if cfg.info_gain_weight else "") +
                  (", loss mask" if cfg.require_loss_mask else "")) if scored else "uniform (no turn_scores)"
     return Selection(queries, sum(len(v) for v in eligible.values()), excluded,
-                     {s: len(v) for s, v in sorted(eligible.items())}, weighting, views)
+                     {s: len(v) for s, v in sorted(eligible.items())}, weighting, used)
 
 
 def load_queries(corpus_dir: Path | str, queries: list[Query], cfg: QueryConfig = QueryConfig(),
@@ -217,7 +213,7 @@ def load_queries(corpus_dir: Path | str, queries: list[Query], cfg: QueryConfig 
     if not queries:
         return queries
     con = con or connect(corpus_dir)
-    have = _views(con)
+    have = views(con)
     base = "kept_turns" if "kept_turns" in have else "turns"
     tids = sorted({q.trajectory_id for q in queries})
     con.register("_wl_q", pa.table({"trajectory_id": pa.array(tids, pa.string())}))
