@@ -57,9 +57,9 @@ def baseline(corpus: Path, out: Path, cfg: Any, tok: Any) -> tuple[int, int, int
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from pipelines.export import _trajectory_reader, _views, group_key, split_of
+    from pipelines.export import _trajectory_reader, group_key, split_of
     from pipelines.pack import best_fit_decreasing, group_lengths, next_window
-    from pipelines.query import connect
+    from pipelines.query import connect, views
     from pipelines.redact import Redactor
     from pipelines.render import conversation, messages, render
 
@@ -80,7 +80,7 @@ def baseline(corpus: Path, out: Path, cfg: Any, tok: Any) -> tuple[int, int, int
             mask[0] = 0
         return ids, mask
 
-    for batch in _trajectory_reader(con, _views(con), 256):
+    for batch in _trajectory_reader(con, views(con), 256):
         for row in batch.to_pylist():
             traj = {k: row[k] for k in ("trajectory_id", "domain", "source_format", "source")}
             for k in ("task", "action_space", "initial_state"):

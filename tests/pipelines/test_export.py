@@ -27,14 +27,13 @@ from pipelines.export import (
     SPLITS,
     DocumentBuilder,
     _trajectory_reader,
-    _views,
     _Work,
     export,
     group_key,
     split_of,
 )
 from pipelines.pack import best_fit_decreasing, pack, windows
-from pipelines.query import connect, run_query
+from pipelines.query import connect, run_query, views
 from pipelines.redact import Redactor
 from pipelines.render import conversation, messages, render
 from pipelines.side import write_side_table
@@ -113,7 +112,7 @@ def test_batch_rendering_equals_render_py(corpus: Path, tok: ex.ExportTokenizer)
     con = connect(corpus)
     builder = DocumentBuilder(tok, cfg)
     checked = 0
-    for batch in _trajectory_reader(con, _views(con), 64):
+    for batch in _trajectory_reader(con, views(con), 64):
         rows = batch.to_pylist()
         work = []
         for row in rows:
