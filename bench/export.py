@@ -39,7 +39,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
-from bench.benchdoc import DOC, write_section  # noqa: E402
+from bench.benchdoc import DOC, load_note, write_section  # noqa: E402
 
 SECTION = "## Export (bench/export.py)"
 EXTRA = (" The 5x target is not reached on this machine. Profiled on a quiet machine (cProfile, one process): the"
@@ -243,8 +243,7 @@ def main(argv: list[str]) -> int:
         f"{r1:,.0f} samples/s in one process, {r2:,.0f} samples/s through a DataLoader with 2 workers.",
         "",
         f"Machine: {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}; "
-        f"load average {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} (1 / 5 / 15 min) during the run "
-        "(the machine is shared). Rerun: `.venv/bin/python bench/export.py`.",
+        f"{load_note(own_cores=1.0)}. Rerun: `.venv/bin/python bench/export.py`.",
         "",
         "Where the speed comes from: the project cuts each rendered text at the chat template's special "
         "tokens and encodes every distinct segment once, in one multi-threaded Rust call per batch of "
