@@ -224,7 +224,6 @@ def main(argv: list[str]) -> int:
         (f"project, Parquet, {a.workers} worker processes", t_par, p_tokens),
         ("project, Parquet + chat JSONL.zst + Megatron, 1 process", t_all, p_tokens),
     ]
-    load = os.getloadavg()
     lines = [
         f"Corpus `{corpus.relative_to(ROOT) if corpus.is_relative_to(ROOT) else corpus}`: "
         f"{s.trajectories_total} trajectories → {p_tokens:,} tokens ({p_loss:,} with loss) in "
