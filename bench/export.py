@@ -2,8 +2,8 @@
 
     .venv/bin/python bench/export.py [--corpus DIR] [--seq-len 2048] [--repeat 3]
 
-In one run, over the same corpus (default: the demo corpus `build/demo/corpus`, ingested from
-`data/sample/corpus` into `build/bench/export/corpus` when absent), with the tokenizer loaded once
+In one run, over the same corpus (default: the bundled sample `data/sample/corpus`, ingested,
+cleaned, deduplicated and surface-scored into `build/bench/export/corpus-v2` once), with the tokenizer loaded once
 beforehand (loading is not timed) and a fresh segment cache per run:
 
 - baseline: the simplest correct exporter. For each trajectory: redact its texts, build the
@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import shutil
 import sys
 import tempfile
 import time
@@ -80,7 +81,17 @@ def baseline(corpus: Path, out: Path, cfg: Any, tok: Any) -> tuple[int, int, int
             mask[0] = 0
         return ids, mask
 
-    for batch in _trajectory_reader(con, views(con), 256):
+    have = views(con)
+    scored = "turn_scores" in have
+
+    def trained(u: dict) -> bool:  # the export's loss rule: kept, and trained by its score if scored
+        if not u["counts"]:
+            return False
+        if scored:
+            return bool(u["loss"]) if u["scored"] else cfg.unscored == "train"
+        return True
+
+    for batch in _trajectory_reader(con, have, 256):
         for row in batch.to_pylist():
             traj = {k: row[k] for k in ("trajectory_id", "domain", "source_format", "source")}
             for k in ("task", "action_space", "initial_state"):
@@ -92,9 +103,11 @@ def baseline(corpus: Path, out: Path, cfg: Any, tok: Any) -> tuple[int, int, int
                 continue
             split = split_of(group_key(row, cfg.split), cfg.split)
             n = len(conv.groups)
+            by_index = {u["turn_index"]: u for u in turns}
+            train = [trained(by_index[g.turn_index]) for g in conv.groups]
             r = render(tok.hf, messages(conv), list(range(n)))
             if len(r.ids) <= L:
-                out_docs = [document(r, [True] * n)]
+                out_docs = [document(r, train)]
             else:
                 system = conv.system
                 sys_ids = tok.hf(system, add_special_tokens=False)["input_ids"]
@@ -114,7 +127,7 @@ def baseline(corpus: Path, out: Path, cfg: Any, tok: Any) -> tuple[int, int, int
                             j += 1
                         else:
                             e -= 1
-                    out_docs.append(document(w, [i >= s - j for i in range(e - j)]))
+                    out_docs.append(document(w, [i >= s - j and train[j + i] for i in range(e - j)]))
                     s = e
             docs[split] += [d for d in out_docs if sum(d[1])]
     tokens = loss = samples = 0
@@ -139,16 +152,23 @@ def baseline(corpus: Path, out: Path, cfg: Any, tok: Any) -> tuple[int, int, int
 
 
 def ensure_corpus(path: Path | None) -> Path:
+    """The bundled sample corpus as the pipeline leaves it before export: ingested, cleaned (with
+    its redaction scan), deduplicated and scored by the surface tier (the model tier takes too long
+    on a CPU to run here). Built once under build/bench/export/ (delete it to rebuild)."""
     if path is not None:
         return path
-    demo = ROOT / "build" / "demo" / "corpus"
-    if (demo / "manifest.json").exists():
-        return demo
+    from pipelines.clean import clean
+    from pipelines.dedup import dedup
     from pipelines.ingest import IngestConfig, ingest
+    from pipelines.score import ScoreConfig, score
 
-    corpus = ROOT / "build" / "bench" / "export" / "corpus"
-    if not (corpus / "manifest.json").exists():
+    corpus = ROOT / "build" / "bench" / "export" / "corpus-v2"
+    if not (corpus / "side" / "turn_scores").exists():
+        shutil.rmtree(corpus, ignore_errors=True)
         ingest([ROOT / "data" / "sample" / "corpus"], corpus, IngestConfig(), progress=False)
+        clean(corpus, progress=False, echo=lambda m: None)
+        dedup(corpus, progress=False)
+        score(corpus, ScoreConfig(tier="surface"), progress=False)
     return corpus
 
 

@@ -41,7 +41,7 @@ import pyarrow as pa
 from pipelines.canonical import canonical_sql
 from pipelines.decontam import DecontamConfig, EvalIndex, load_eval_set, scan_trajectory
 from pipelines.query import connect
-from pipelines.redact import TRAJECTORY_TEXT_COLUMNS, TURN_TEXT_COLUMNS, RedactConfig, Redactor
+from pipelines.redact import TRAJECTORY_TEXT_COLUMNS, TURN_TEXT_COLUMNS, RedactConfig, Redactor, rules_digest
 from pipelines.side import corpus_state, write_side_table
 from pipelines.store import Corpus
 from schemas.tables import _f, side_table_schema
@@ -464,7 +464,9 @@ def clean(corpus_dir: Path | str, config: CleanConfig = CleanConfig(), progress:
         "kept_turns": summary.kept_turns, "dropped_trajectories": summary.dropped_trajectories,
         "dropped_turns": summary.dropped_turns}, **common)
     if redactions is not None:
-        write_side_table(corpus, "redactions", redactions, REDACTIONS_SCHEMA, summary={"kinds": summary.redactions}, **common)
+        # the rules go with the table: export trusts the scan only when its own rules are the same
+        write_side_table(corpus, "redactions", redactions, REDACTIONS_SCHEMA, summary={"kinds": summary.redactions},
+                         **{**common, "config": {**cfg_dict, "redaction_rules": rules_digest()}})
     if config.decontam.eval_set:
         ct = pa.table({
             "trajectory_id": [f.trajectory_id for f in flags], "turn_index": [f.turn_index for f in flags],

@@ -38,6 +38,7 @@ fingerprint over a complete export does nothing.
 
 from __future__ import annotations
 
+import bisect
 import copy
 import fcntl
 import hashlib
@@ -68,6 +69,7 @@ from pipelines.redact import (
     RedactConfig,
     Redactor,
     redact_fields,
+    rules_digest,
 )
 from pipelines.render import Conversation, Group, RenderConfig, conversation, messages, template_pieces
 from pipelines.sources import sha256_file
@@ -121,6 +123,7 @@ class ExportConfig:
     workers: int = 0  # processes building documents; 0: one per core (up to 8) from `parallel_from` trajectories
     parallel_from: int = 4096
     record_in_corpus: bool = True  # write the `export_assignments` side table into the corpus
+    use_redaction_scan: bool = True  # redact only what `clean` flagged, when its scan is current (`scan_usable`)
 
     def __post_init__(self) -> None:
         unknown = set(self.formats) - set(fmt.FORMATS)
@@ -137,7 +140,7 @@ class ExportConfig:
     def settings(self) -> dict[str, Any]:
         """Everything that shapes the output (what the fingerprint covers)."""
         d = orjson.loads(orjson.dumps(asdict(self)))
-        for k in ("batch_trajectories", "record_in_corpus", "workers", "parallel_from"):
+        for k in ("batch_trajectories", "record_in_corpus", "workers", "parallel_from", "use_redaction_scan"):
             d.pop(k)
         if self.chat_template is not None:
             d["chat_template"] = hashlib.sha256(self.chat_template.encode()).hexdigest()
@@ -240,11 +243,13 @@ class ExportTokenizer:
         self.backend.no_truncation()
         self.backend.no_padding()
         self._pieces: dict[int, list[str]] = {}
-        self._added_ids: dict[str, int] = {}
+        self._added: dict[str, np.ndarray] = {}  # added token → its id as a 1-element array
         self._split = self._segmenter()
-        self._cache: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self._cache: dict[str, tuple[np.ndarray, Any]] = {}  # segment → (ids, its tokenizers.Encoding)
         self.cache_segments = 1 << 16
+        self.memo: dict[tuple, Any] = {}  # per-system-prompt lengths and cuts (`DocumentBuilder`)
         self._info: dict[str, Any] | None = None
+        self._bytes_bound: bool | None = None
         self.vocab_size = int(self.backend.get_vocab_size(with_added_tokens=True))
 
     @classmethod
@@ -272,19 +277,22 @@ class ExportTokenizer:
         if not added or any(t.lstrip or t.rstrip or t.single_word or (t.normalized and self.backend.normalizer is not None)
                             for t in added.values()):
             return None
-        self._added_ids = {t.content: i for i, t in added.items()}
-        return re.compile("(" + "|".join(re.escape(c) for c in sorted(self._added_ids, key=lambda c: (-len(c), c))) + ")")
+        self._added = {t.content: np.array([i], dtype=np.int32) for i, t in added.items()}
+        return re.compile("(" + "|".join(re.escape(c) for c in sorted(self._added, key=lambda c: (-len(c), c))) + ")")
 
-    def encode(self, texts: list[str]) -> list[tuple[np.ndarray, np.ndarray]]:
-        """(ids int32, offsets (n, 2) int64) per text, exactly as encoding each whole text.
+    def encode(self, texts: list[str], char_spans: list[list[tuple[int, int]]]) -> list[tuple[np.ndarray, np.ndarray]]:
+        """(ids int32, token spans (k, 2) int64) per text: the ids of encoding each whole text, and
+        for each of its character spans the token span by `token_spans`' rule.
 
         Texts are cut at added tokens (the chat template's markers) and every distinct segment is
         encoded once, in one multi-threaded Rust call, and cached: a window of a long trajectory
-        re-uses the segments of the whole rendering, and the per-token conversion to numpy is paid
-        once per segment. Without a safe segmenter, whole texts are batch-encoded."""
+        re-uses the segments of the whole rendering. Token offsets are never copied out of Rust:
+        a span end is located in its segment with `char_to_token`. Without a safe segmenter, whole
+        texts are batch-encoded and their offsets used."""
         if self._split is None:
-            return [(np.asarray(e.ids, dtype=np.int32), np.asarray(e.offsets, dtype=np.int64).reshape(-1, 2))
-                    for e in self.backend.encode_batch(texts, add_special_tokens=False)]
+            return [(np.asarray(e.ids, dtype=np.int32),
+                     token_spans(np.asarray(e.offsets, dtype=np.int64).reshape(-1, 2), cs))
+                    for e, cs in zip(self.backend.encode_batch(texts, add_special_tokens=False), char_spans, strict=True)]
         parts = [self._split.split(t) for t in texts]
         cache = self._cache
         todo = list(dict.fromkeys(p for ps in parts for p in ps[0::2] if p and p not in cache))
@@ -292,24 +300,75 @@ class ExportTokenizer:
             cache.clear()
             todo = list(dict.fromkeys(p for ps in parts for p in ps[0::2] if p))
         for seg, e in zip(todo, self.backend.encode_batch(todo, add_special_tokens=False), strict=True):
-            cache[seg] = (np.asarray(e.ids, dtype=np.int32), np.asarray(e.offsets, dtype=np.int64).reshape(-1, 2))
-        out = []
-        for ps in parts:
-            ids: list[np.ndarray] = []
-            offs: list[np.ndarray] = []
-            pos = 0
-            for i, p in enumerate(ps):
-                if i % 2:
-                    ids.append(np.array([self._added_ids[p]], dtype=np.int32))
-                    offs.append(np.array([[pos, pos + len(p)]], dtype=np.int64))
-                elif p:
-                    a, o = cache[p]
-                    ids.append(a)
-                    offs.append(o + pos)
-                pos += len(p)
-            out.append((np.concatenate(ids) if ids else np.zeros(0, np.int32),
-                        np.concatenate(offs) if offs else np.zeros((0, 2), np.int64)))
-        return out
+            cache[seg] = (np.asarray(e.ids, dtype=np.int32), e)
+        return [self._stitch(ps, cs) for ps, cs in zip(parts, char_spans, strict=True)]
+
+    def _stitch(self, ps: list[str], cs: list[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
+        """One text from its cut (`re.split` with the added tokens as the captured separators)."""
+        arrays: list[np.ndarray] = []
+        starts: list[int] = []  # char start of each non-empty piece
+        pieces: list[tuple[int, Any]] = []  # (first token, Encoding or None for an added token)
+        pos = tok = 0
+        for i, p in enumerate(ps):
+            if not p:
+                continue
+            if i % 2:
+                a, e = self._added[p], None
+            else:
+                a, e = self._cache[p]
+            starts.append(pos)
+            pieces.append((tok, e))
+            arrays.append(a)
+            pos += len(p)
+            tok += len(a)
+        ids = np.concatenate(arrays) if arrays else np.zeros(0, np.int32)
+        if not cs:
+            return ids, np.zeros((0, 2), dtype=np.int64)
+        spans = np.empty((len(cs), 2), dtype=np.int64)
+        for k, (a, b) in enumerate(cs):
+            s = self._token_at(a, starts, pieces, pos, tok, after_end=True)
+            e = self._token_at(b, starts, pieces, pos, tok, after_end=False)
+            spans[k, 0], spans[k, 1] = min(s, e), min(e + 1, tok)
+        return ids, spans
+
+    @staticmethod
+    def _token_at(c: int, starts: list[int], pieces: list[tuple[int, Any]], length: int, n: int, after_end: bool) -> int:
+        """The first token whose end is after character `c` (`after_end`), or whose start is at or
+        after it: what `token_spans` finds with the offsets of the whole text."""
+        if c >= length:
+            return n
+        k = bisect.bisect_right(starts, c) - 1
+        first, enc = pieces[k]
+        local = c - starts[k]
+        if enc is None:  # an added token: one token over the whole piece
+            return first if after_end or local == 0 else first + 1
+        if not after_end and local == 0:
+            return first
+        j = enc.char_to_token(local)
+        if j is None:  # a character no token covers (dropped by the model): search the offsets
+            offs = np.asarray(enc.offsets, dtype=np.int64).reshape(-1, 2)
+            col, side = (1, "right") if after_end else (0, "left")
+            return first + int(np.searchsorted(offs[:, col], local, side=side))
+        if not after_end:
+            m = len(enc)
+            while j < m and enc.token_to_chars(j)[0] < local:
+                j += 1
+        return first + j
+
+    def max_tokens(self, text: str) -> int:
+        """An upper bound on the tokens of `text` without encoding it: with byte-level BPE every
+        token stands for at least one byte (plus one for a prefix space); else unbounded."""
+        if self._bytes_bound is None:
+            b = self.backend
+            self._bytes_bound = (type(b.model).__name__ == "BPE" and not getattr(b.model, "byte_fallback", True)
+                                 and b.normalizer is None and "ByteLevel(" in repr(b.pre_tokenizer))
+        return len(text.encode("utf-8", "surrogatepass")) + 1 if self._bytes_bound else sys.maxsize
+
+    def remember(self, key: tuple, value: Any) -> Any:
+        if len(self.memo) >= 4096:
+            self.memo.clear()
+        self.memo[key] = value
+        return value
 
     def info(self) -> dict[str, Any]:
         if self._info is not None:
@@ -401,6 +460,7 @@ class ExportSummary:
     masked_by_score: int = 0
     shared_prefix_turns: int = 0
     redactions: dict[str, int] = field(default_factory=dict)
+    redaction_scan: bool = False  # only the texts `clean` found secrets in were redacted (`scan_usable`)
     splits: dict[str, SplitStats] = field(default_factory=lambda: {s: SplitStats() for s in SPLITS})
     mix: dict[str, dict[str, dict[str, dict[str, int]]]] = field(default_factory=dict)
     eval_rows: dict[str, int] = field(default_factory=dict)
@@ -451,7 +511,8 @@ class ExportSummary:
         if self.systems_truncated or dropped:
             lines.append(f"  system prompts cut to half the window: {self.systems_truncated}; "
                          f"documents without a loss token left out: {dropped}")
-        lines.append("  redacted: " + (", ".join(f"{k} {v}" for k, v in sorted(self.redactions.items())) or "nothing found"))
+        lines.append("  redacted: " + (", ".join(f"{k} {v}" for k, v in sorted(self.redactions.items())) or "nothing found")
+                     + (" (the texts clean's scan flagged)" if self.redaction_scan else " (every text scanned)"))
         lines.append(f"  eval set (AgentWorldBench form): {sum(self.eval_rows.values())} rows "
                      + (f"({', '.join(f'{d} {n}' for d, n in sorted(self.eval_rows.items()))})" if self.eval_rows else "")
                      + (f"; {self.eval_unparseable} left out (content the benchmark parser would misread)" if self.eval_unparseable else ""))
@@ -495,7 +556,22 @@ def side_fingerprints(corpus: Corpus) -> dict[str, Any]:
             for name in SIDE_TABLES if name in side and (corpus.root / side[name]["path"]).exists()}
 
 
-def _trajectory_reader(con: Any, have: set[str], batch: int) -> Any:
+def scan_usable(corpus: Corpus, redact: RedactConfig) -> bool:
+    """Whether `clean`'s side table `redactions` can stand in for scanning every text: it lists
+    every text the redactor changes (found with a pre-filter that is a superset of the patterns),
+    so export need only redact those, provided the scan saw this very corpus with these rules and
+    settings. Anything else (no table, new batches since, other rules) and export scans all."""
+    from pipelines.side import corpus_state, side_info
+
+    entry = side_info(corpus, "redactions")
+    if entry is None:
+        return False
+    c = entry.get("config") or {}
+    return (c.get("redaction_rules") == rules_digest() and c.get("redact") == asdict(redact)
+            and entry.get("corpus_state") == corpus_state(corpus))
+
+
+def _trajectory_reader(con: Any, have: set[str], batch: int, scanned: bool = False) -> Any:
     turns_view = "kept_turns" if "kept_turns" in have else "turns"
     traj_view = "kept_trajectories" if "kept_trajectories" in have else "trajectories"
     counts = "k.counts_for_training" if turns_view == "kept_turns" else "true"
@@ -504,6 +580,11 @@ def _trajectory_reader(con: Any, have: set[str], batch: int) -> Any:
         scores = ("LEFT JOIN (SELECT trajectory_id, turn_index, bool_and(loss_mask) AS loss_mask FROM turn_scores "
                   "GROUP BY ALL) s USING (trajectory_id, turn_index)")
         loss, scored = "s.loss_mask", "s.trajectory_id IS NOT NULL"
+    flagged, flagged_join = "NULL", ""
+    if scanned:  # the (turn, column) pairs with secrets; turn_index -1 for the trajectory's own texts
+        flagged = "r.flagged"
+        flagged_join = ("LEFT JOIN (SELECT trajectory_id, list(DISTINCT {'turn_index': coalesce(turn_index, -1), "
+                        "'column': \"column\"}) AS flagged FROM redactions GROUP BY ALL) r USING (trajectory_id)")
     return con.sql(f"""
         WITH t AS (
             SELECT k.trajectory_id,
@@ -513,8 +594,8 @@ def _trajectory_reader(con: Any, have: set[str], batch: int) -> Any:
             FROM {turns_view} k {scores}
             GROUP BY k.trajectory_id)
         SELECT tr.trajectory_id, tr.domain, tr.source_format, tr.source, tr.task, tr.action_space, tr.initial_state,
-               t.turns
-        FROM {traj_view} tr JOIN t USING (trajectory_id)
+               t.turns, {flagged} AS flagged
+        FROM {traj_view} tr JOIN t USING (trajectory_id) {flagged_join}
         ORDER BY tr.trajectory_id""").to_arrow_reader(batch)
 
 
@@ -539,12 +620,10 @@ class DocumentBuilder:
 
     def __init__(self, tok: ExportTokenizer, cfg: ExportConfig):
         self.tok, self.cfg = tok, cfg
-        self._sys_len: dict[str, int] = {}
         self.systems_truncated = 0
 
     def _doc(self, w: _Work, groups: list[Group], system: str, train_from: int, ids: np.ndarray,
-             offsets: np.ndarray, char_spans: list[tuple[int, int]], window: int, loss: list[bool]) -> Document:
-        spans = token_spans(offsets, char_spans)
+             spans: np.ndarray, window: int, loss: list[bool]) -> Document:
         mask = np.zeros(len(ids), dtype=np.uint8)
         msgs: list[dict[str, Any]] = [{"role": "system", "content": system, "train": False}]
         for i, (g, (s, e)) in enumerate(zip(groups, spans, strict=True)):
@@ -568,37 +647,52 @@ class DocumentBuilder:
             text, cs = chat_text(self.tok, messages(w.conv))
             texts.append(text)
             spans.append(cs)
-        encoded = self.tok.encode(texts)
         out: list[list[Document]] = []
-        for w, (ids, offs), cs in zip(work, encoded, spans, strict=True):
+        encoded = self.tok.encode(texts, spans)
+        self._prefit([w.conv.system for w, (ids, _) in zip(work, encoded, strict=True) if len(ids) > self.cfg.seq_len])
+        for w, (ids, ts) in zip(work, encoded, strict=True):
             if len(ids) <= self.cfg.seq_len:
-                out.append([self._doc(w, w.conv.groups, w.conv.system, 0, ids, offs, cs, 0, w.loss)])
+                out.append([self._doc(w, w.conv.groups, w.conv.system, 0, ids, ts, 0, w.loss)])
             else:
-                out.append(self._windows(w, ids, offs, cs))
+                out.append(self._windows(w, ts))
         return out
 
     def _system_len(self, system: str) -> int:
-        n = self._sys_len.get(system)
+        key = ("len", system)
+        n = self.tok.memo.get(key)
         if n is None:
             text, _ = chat_text(self.tok, [{"role": "system", "content": system}])
-            n = self._sys_len[system] = len(self.tok.encode([text])[0][0])
-            if len(self._sys_len) > 4096:
-                self._sys_len.clear()
+            n = self.tok.remember(key, len(self.tok.encode([text], [[]])[0][0]))
         return n
+
+    def _prefit(self, systems: list[str]) -> None:
+        """Cut the system prompts of this batch's long trajectories in one multi-threaded call."""
+        half = self.cfg.seq_len // 2
+        todo = list(dict.fromkeys(s for s in systems if ("fit", s, half) not in self.tok.memo and self.tok.max_tokens(s) > half))
+        for system, e in zip(todo, self.tok.backend.encode_batch_fast(todo, add_special_tokens=False), strict=True):
+            ids = e.ids
+            self.tok.remember(("fit", system, half), system if len(ids) <= half else
+                              self.tok.backend.decode(ids[:half], skip_special_tokens=False))
 
     def _fit_system(self, system: str) -> str:
         """A system prompt longer than half the window (a large action space) is cut to half, as
         the scorer does (`TurnScorer._fit_system`), so that turns still fit beside it."""
         half = self.cfg.seq_len // 2
-        ids = self.tok.backend.encode(system, add_special_tokens=False).ids
-        if len(ids) <= half:
-            return system
-        self.systems_truncated += 1
-        return self.tok.backend.decode(ids[:half], skip_special_tokens=False)
+        key = ("fit", system, half)
+        fit = self.tok.memo.get(key)
+        if fit is None and self.tok.max_tokens(system) <= half:
+            fit = system  # cannot be longer: no need to encode it
+        if fit is None:
+            ids = self.tok.backend.encode(system, add_special_tokens=False).ids
+            fit = system if len(ids) <= half else self.tok.backend.decode(ids[:half], skip_special_tokens=False)
+            self.tok.remember(key, fit)
+        if fit != system:
+            self.systems_truncated += 1
+        return fit
 
-    def _windows(self, w: _Work, ids: np.ndarray, offs: np.ndarray, cs: list[tuple[int, int]]) -> list[Document]:
+    def _windows(self, w: _Work, spans: np.ndarray) -> list[Document]:
         conv, seq_len = w.conv, self.cfg.seq_len
-        ends = [int(e) for _, e in token_spans(offs, cs)]
+        ends = [int(e) for _, e in spans]
         full_sys = self._system_len(conv.system)
         system = self._fit_system(conv.system)
         sys_len = self._system_len(system) if system != conv.system else full_sys
@@ -610,14 +704,14 @@ class DocumentBuilder:
             while True:  # the plan is estimated from the whole rendering: check the real window
                 groups = conv.groups[j:e]
                 text, wcs = chat_text(self.tok, messages(conv, groups, system))
-                wids, woffs = self.tok.encode([text])[0]
+                wids, wspans = self.tok.encode([text], [wcs])[0]
                 if len(wids) <= seq_len or (j == s and e == s + 1):
                     break
                 if j < s:
                     j += 1  # less history first
                 else:
                     e -= 1  # then fewer new turns
-            docs.append(self._doc(w, groups, system, s - j, wids, woffs, wcs, len(docs) + 1, w.loss[j:e]))
+            docs.append(self._doc(w, groups, system, s - j, wids, wspans, len(docs) + 1, w.loss[j:e]))
             s = e
         return docs
 
@@ -647,17 +741,24 @@ class _BatchResult:
     eval_unparseable: int = 0
 
 
-def process_rows(rows: list[dict[str, Any]], cfg: ExportConfig, tok: ExportTokenizer, scored: bool) -> _BatchResult:
+def process_rows(rows: list[dict[str, Any]], cfg: ExportConfig, tok: ExportTokenizer, scored: bool,
+                 scanned: bool = False) -> _BatchResult:
     """One batch of trajectories (rows of `_trajectory_reader`) → documents, eval rows and counts.
-    Pure: the same rows give the same result in any process, so batches can run in a pool."""
+    Pure: the same rows give the same result in any process, so batches can run in a pool.
+    `scanned`: redact only the texts each row's `flagged` names (see `scan_usable`)."""
     res = _BatchResult()
     redactor = Redactor(cfg.redact)
     work: list[_Work] = []
+    none: frozenset[str] = frozenset()
     for row in rows:
+        only: dict[int, set[str]] = {}
+        for f in (row["flagged"] or ()) if scanned else ():
+            only.setdefault(f["turn_index"], set()).add(f["column"])
         traj = redact_fields({k: row[k] for k in ("trajectory_id", "domain", "source_format", "source",
                                                   *RENDERED_TRAJECTORY_TEXTS)},
-                             RENDERED_TRAJECTORY_TEXTS, redactor, res.redactions)
-        turns = [redact_fields(u, RENDERED_TURN_TEXTS, redactor, res.redactions) for u in row["turns"]]
+                             RENDERED_TRAJECTORY_TEXTS, redactor, res.redactions, only.get(-1, none) if scanned else None)
+        turns = [redact_fields(u, RENDERED_TURN_TEXTS, redactor, res.redactions,
+                               only.get(u["turn_index"], none) if scanned else None) for u in row["turns"]]
         conv = conversation(traj, turns, cfg.render)
         if not conv.groups:
             res.no_env_turns += 1
@@ -698,31 +799,31 @@ def process_rows(rows: list[dict[str, Any]], cfg: ExportConfig, tok: ExportToken
 _WORKER: dict[str, Any] = {}
 
 
-def _worker_init(hf: Any, spec: str, chat_template: str | None, cfg: ExportConfig, scored: bool) -> None:
-    _WORKER.update(tok=ExportTokenizer(hf, spec, chat_template), cfg=cfg, scored=scored)
+def _worker_init(hf: Any, spec: str, chat_template: str | None, cfg: ExportConfig, scored: bool, scanned: bool) -> None:
+    _WORKER.update(tok=ExportTokenizer(hf, spec, chat_template), cfg=cfg, scored=scored, scanned=scanned)
 
 
 def _worker_run(rows: list[dict[str, Any]]) -> _BatchResult:
-    return process_rows(rows, _WORKER["cfg"], _WORKER["tok"], _WORKER["scored"])
+    return process_rows(rows, _WORKER["cfg"], _WORKER["tok"], _WORKER["scored"], _WORKER["scanned"])
 
 
 def _batches(con: Any, have: set[str], cfg: ExportConfig, tok: ExportTokenizer, summary: ExportSummary) -> Iterator[_BatchResult]:
     """Batch results in corpus order: in this process, or from a pool of `workers` processes with
     at most 2 × workers batches in flight (the output does not depend on the number of workers)."""
-    scored = "turn_scores" in have
-    reader = _trajectory_reader(con, have, cfg.batch_trajectories)
+    scored, scanned = "turn_scores" in have, summary.redaction_scan
+    reader = _trajectory_reader(con, have, cfg.batch_trajectories, scanned)
     workers = cfg.workers or (min(os.cpu_count() or 1, 8) if summary.trajectories_total >= cfg.parallel_from else 1)
     summary.workers = workers
     if workers <= 1:
         for batch in reader:
-            yield process_rows(batch.to_pylist(), cfg, tok, scored)
+            yield process_rows(batch.to_pylist(), cfg, tok, scored, scanned)
         return
     import multiprocessing as mp
     from collections import deque
     from concurrent.futures import ProcessPoolExecutor
 
     with ProcessPoolExecutor(workers, mp_context=mp.get_context("fork"), initializer=_worker_init,
-                             initargs=(tok.hf, tok.spec, cfg.chat_template, cfg, scored)) as pool:
+                             initargs=(tok.hf, tok.spec, cfg.chat_template, cfg, scored, scanned)) as pool:
         pending: deque = deque()
         for batch in reader:
             pending.append(pool.submit(_worker_run, batch.to_pylist()))
@@ -820,13 +921,6 @@ def _mix_add(mix: dict, split: str, d: Document, first: bool) -> None:
 # the stage
 
 
-def _redaction_rules() -> str:
-    """The redaction patterns themselves: a change to them must not leave an export 'up to date'."""
-    from pipelines.redact import KINDS
-
-    return hashlib.sha256(repr([(k.name, k.pattern, k.group, k.flags) for k in KINDS]).encode()).hexdigest()[:16]
-
-
 def _lock(out: Path) -> int:
     out.mkdir(parents=True, exist_ok=True)
     fd = os.open(out / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
@@ -877,7 +971,7 @@ def export(
     state = corpus_state(corpus)
     sides = side_fingerprints(corpus)
     fingerprint = hashlib.sha256(orjson.dumps(
-        {"format": EXPORT_FORMAT, "code": EXPORT_CODE_VERSION, "redaction_rules": _redaction_rules(), "settings": config.settings(),
+        {"format": EXPORT_FORMAT, "code": EXPORT_CODE_VERSION, "redaction_rules": rules_digest(), "settings": config.settings(),
          "tokenizer": tok.fingerprint(), "corpus": state, "side": sides}, option=orjson.OPT_SORT_KEYS)).hexdigest()[:16]
     summary = ExportSummary(corpus=str(corpus.root), out=str(out), fingerprint=fingerprint, seq_len=config.seq_len,
                             tokenizer=tok.info()["name_or_path"] or config.tokenizer)
@@ -891,6 +985,7 @@ def export(
             shutil.rmtree(stale, ignore_errors=True)
         staging = out / f".staging-{os.getpid()}"
         staging.mkdir()
+        summary.redaction_scan = config.use_redaction_scan and scan_usable(corpus, config.redact)
         manifest, assignments = _run(con, config, tok, staging, summary, progress, echo)
         manifest.update({"format": EXPORT_FORMAT, "fingerprint": fingerprint, "settings": config.settings(),
                          "tokenizer": tok.info(), "corpus": {"path": str(corpus.root), "state": state, "side_tables": sides}})
@@ -916,14 +1011,15 @@ def _run(con: Any, cfg: ExportConfig, tok: ExportTokenizer, root: Path, summary:
          echo: Callable[[str], None]) -> tuple[dict[str, Any], pa.Table]:
     have = views(con)
     summary.tables_used = sorted(have & set(SIDE_TABLES))
-    summary.trajectories_total = con.sql("SELECT count(*) FROM trajectories").fetchall()[0][0]
-    if "cleaning" in have:
-        summary.dropped_by_cleaning = con.sql(
-            "SELECT count(DISTINCT trajectory_id) FROM cleaning WHERE turn_index IS NULL").fetchall()[0][0]
-    if "duplicates" in have:
-        summary.duplicates = con.sql("SELECT count(*) FROM duplicates WHERE NOT is_representative").fetchall()[0][0]
     traj_view = "kept_trajectories" if "kept_trajectories" in have else "trajectories"
-    total = con.sql(f"SELECT count(*) FROM {traj_view}").fetchall()[0][0]
+    counts = {  # one statement: each count is a scan of its own
+        "trajectories_total": "SELECT count(*) FROM trajectories",
+        "dropped_by_cleaning": "SELECT count(DISTINCT trajectory_id) FROM cleaning WHERE turn_index IS NULL" if "cleaning" in have else "0",
+        "duplicates": "SELECT count(*) FROM duplicates WHERE NOT is_representative" if "duplicates" in have else "0",
+        "total": f"SELECT count(*) FROM {traj_view}",
+    }
+    row = con.sql("SELECT " + ", ".join(f"({q}) AS {k}" for k, q in counts.items())).fetchall()[0]
+    summary.trajectories_total, summary.dropped_by_cleaning, summary.duplicates, total = (int(x) for x in row)
     redactions: Counter[str] = Counter()
     meta = {"worldline.export": EXPORT_FORMAT, "worldline.seq_len": str(cfg.seq_len)}
     writers = {s: _SplitWriter(s, root, cfg, tok.vocab_size, summary.splits[s], meta) for s in SPLITS}

@@ -231,10 +231,22 @@ class Redactor:
         return self.redact(text)[0]
 
 
+def rules_digest() -> str:
+    """The redaction patterns themselves: a change to them must not leave an export 'up to date'
+    nor let export trust a scan (`clean`'s side table `redactions`) made with other rules."""
+    return hashlib.sha256(repr([(k.name, k.pattern, k.group, k.flags) for k in KINDS]).encode()).hexdigest()[:16]
+
+
 def redact_fields(row: dict, columns: tuple[str, ...], redactor: Redactor | None = None,
-                  counts: Counter[str] | None = None) -> dict:
-    """A copy of `row` with the string values of `columns` redacted (counts added to `counts`)."""
+                  counts: Counter[str] | None = None, only: frozenset[str] | set[str] | None = None) -> dict:
+    """A copy of `row` with the string values of `columns` redacted (counts added to `counts`).
+    `only`: the columns a scan found secrets in (the others are known to be clean); `row` itself
+    is returned when that leaves nothing to redact."""
     red = redactor or _default()
+    if only is not None:
+        columns = tuple(c for c in columns if c in only)
+        if not columns:
+            return row
     out = dict(row)
     for k in columns:
         v = out.get(k)

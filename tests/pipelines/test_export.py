@@ -131,6 +131,32 @@ def test_batch_rendering_equals_render_py(corpus: Path, tok: ex.ExportTokenizer)
     assert checked == 138
 
 
+def test_segment_encoder_equals_whole_text_encoding(tok: ex.ExportTokenizer) -> None:
+    """`ExportTokenizer.encode` (distinct segments, spans found with `char_to_token`) gives the ids
+    and token spans of encoding each whole text with offsets, on texts built to hit the edges:
+    multi-byte characters split over byte tokens, whitespace runs, added tokens inside contents,
+    spans that are empty, start or end at an added token, or at the end of the text."""
+    rng = np.random.default_rng(7)
+    atoms = ["<|im_start|>", "<|im_end|>", "<|endoftext|>", "assistant\n", "user\n", "\n", "\n\n", "  ", " ", "\t",
+             "é", "中文", "🙂", "👩\u200d💻", "e\u0301", "ls -la", "$ ", "exit 0", "Hello", " world", "<", "|", "<|im",
+             "\x00", "AKIA", "0123456789"]
+    texts, spans = [], []
+    for _ in range(400):
+        text = "".join(atoms[i] for i in rng.integers(0, len(atoms), rng.integers(0, 30)))
+        cuts = sorted(int(x) for x in rng.integers(0, len(text) + 1, 2 * int(rng.integers(0, 4))))
+        texts.append(text)
+        spans.append([(cuts[k], cuts[k + 1]) for k in range(0, len(cuts), 2)])
+    fresh = ex.ExportTokenizer(tok.hf, "smollm2")
+    assert fresh._split is not None  # the segmenting path is what this test is about
+    got = fresh.encode(texts, spans) + fresh.encode(texts, spans)  # the second time from the cache
+    for (ids, ts), text, cs in zip(got, texts + texts, spans + spans, strict=True):
+        e = tok.backend.encode(text, add_special_tokens=False)
+        assert ids.tolist() == e.ids, repr(text)
+        want = ex.token_spans(np.asarray(e.offsets, dtype=np.int64).reshape(-1, 2), cs)
+        assert ts.tolist() == want.tolist(), (repr(text), cs)
+        assert len(e.ids) <= fresh.max_tokens(text)
+
+
 def test_loss_only_on_observations_and_end_of_message(exported: tuple[Path, ex.ExportSummary], tok: ex.ExportTokenizer) -> None:
     """Every trained span starts right after an assistant header and ends on `<|im_end|>`."""
     out, _ = exported
@@ -386,6 +412,40 @@ def test_redaction_is_applied_to_everything_written(exported: tuple[Path, ex.Exp
     assert AWS_KEY not in blob and EMAIL not in blob
     assert not re.search(r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}\b", blob.replace("<PII:email>", ""))
     assert "<SECRET:aws_access_key>" in blob and "<PII:email>" in blob
+
+
+def test_redaction_scan_stands_in_for_scanning_every_text(corpus: Path, tok: ex.ExportTokenizer, tmp_path: Path) -> None:
+    """After `clean`, export redacts only the texts clean's scan flagged, with a byte-identical
+    result; once the corpus changes (a new batch) or the settings differ, it scans everything."""
+    from pipelines.clean import clean
+    from pipelines.ingest import IngestConfig, ingest
+    from pipelines.redact import RedactConfig
+
+    c = tmp_path / "corpus"
+    shutil.copytree(corpus, c)
+    clean(c, progress=False, echo=lambda m: None)
+    assert ex.scan_usable(Corpus(c), RedactConfig())
+    assert not ex.scan_usable(Corpus(c), RedactConfig(ip_addresses=True))
+    a = export(c, tmp_path / "a", small_config(), tokenizer=tok, progress=False)
+    b = export(c, tmp_path / "b", small_config(use_redaction_scan=False), tokenizer=tok, progress=False)
+    assert (a.redaction_scan, b.redaction_scan) == (True, False)
+    assert a.redactions == b.redactions and a.redactions["aws_access_key"] == 1
+    ta, tb = _tree(tmp_path / "a"), _tree(tmp_path / "b")
+    assert sorted(ta) == sorted(tb) and [k for k in ta if ta[k] != tb[k]] == []
+
+    # a new batch with a secret the scan never saw: the scan no longer stands in
+    extra = tmp_path / "extra.jsonl"
+    extra.write_bytes(orjson.dumps({"messages": [
+        {"role": "user", "content": "who committed last?"},
+        {"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "type": "function", "function": {
+            "name": "bash", "arguments": orjson.dumps({"command": "git log -1 --format=%ae"}).decode()}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "ops.lead@example.net"}]}) + b"\n")
+    ingest([extra], c, IngestConfig(workers=1, domain_override="terminal"), progress=False)
+    assert not ex.scan_usable(Corpus(c), RedactConfig())
+    s = export(c, tmp_path / "c", small_config(split=ex.SplitConfig(validation=0.0, test=0.0)), tokenizer=tok, progress=False)
+    assert not s.redaction_scan and s.redactions["email"] == b.redactions.get("email", 0) + 1
+    blob = b"".join(p.read_bytes() for p in (tmp_path / "c" / "chat").rglob("*.zst"))
+    assert b"ops.lead" not in __import__("zstandard").ZstdDecompressor().decompressobj().decompress(blob)
 
 
 # --- determinism and atomicity -----------------------------------------------------------------
