@@ -43,16 +43,6 @@ if str(ROOT) not in sys.path:
 from bench.benchdoc import DOC, load_note, write_section  # noqa: E402
 
 SECTION = "## Export (bench/export.py)"
-EXTRA = (" The 5x target is not reached on this machine. Profiled on a quiet machine (cProfile, one process): the"
-         " baseline's 2.5 s are 1.45 s of Rust BPE (every window re-encodes the history it carries) and about 1 s of"
-         " Python (chat template, per-token loops, redaction); the project's 1.1 s are 0.32 s of Rust BPE on the"
-         " distinct segments (the floor: every distinct text must be encoded once), 0.29 s stitching segment ids and"
-         " offsets with numpy, 0.19 s of redaction (the same regexes as the baseline) and the rest reading, packing"
-         " and writing. The encoding floor and the redaction alone (0.51 s) would allow at most ~4.9x in one"
-         " process, with every other cost at zero; two worker processes on the 2 cores give the figure above. The DataLoader figure is dominated by starting two worker"
-         " processes for a few hundred samples.")
-
-
 def baseline(corpus: Path, out: Path, cfg: Any, tok: Any) -> tuple[int, int, int]:
     """(tokens, loss tokens, samples): one trajectory at a time, Python lists, per-call HF tokenizer."""
     import pyarrow as pa
@@ -197,6 +187,47 @@ def reader_rates(out: Path) -> tuple[int, float, float]:
     return n, one, two
 
 
+class TimedBackend:
+    """The Rust tokenizer with the seconds spent in its encode calls: the part of an export that
+    no Python-side work can remove (every distinct text must be encoded once)."""
+
+    def __init__(self, real: Any):
+        self.real, self.seconds = real, 0.0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.real, name)
+
+    def _timed(self, fn: Any, *a: Any, **k: Any) -> Any:
+        t0 = time.perf_counter()
+        try:
+            return fn(*a, **k)
+        finally:
+            self.seconds += time.perf_counter() - t0
+
+    def encode(self, *a: Any, **k: Any) -> Any:
+        return self._timed(self.real.encode, *a, **k)
+
+    def encode_batch(self, *a: Any, **k: Any) -> Any:
+        return self._timed(self.real.encode_batch, *a, **k)
+
+    def encode_batch_fast(self, *a: Any, **k: Any) -> Any:
+        return self._timed(self.real.encode_batch_fast, *a, **k)
+
+
+def bpe_share(corpus: Path, out: Path, cfg: Any, tok: Any, repeat: int) -> tuple[float, float]:
+    """(seconds of the whole export, seconds inside the Rust encoder) of the fastest of `repeat` runs."""
+    from pipelines.export import ExportTokenizer, export
+
+    best = (float("inf"), 0.0)
+    for _ in range(repeat):
+        et = ExportTokenizer(tok.hf, "smollm2")
+        et.backend = TimedBackend(et.backend)
+        t0 = time.perf_counter()
+        export(corpus, out, cfg, progress=False, tokenizer=et, force=True)
+        best = min(best, (time.perf_counter() - t0, et.backend.seconds))
+    return best
+
+
 def _as_list(batch: list) -> list:
     return batch
 
@@ -238,6 +269,7 @@ def main(argv: list[str]) -> int:
             print(f"MISMATCH: project {p_tokens}/{p_loss} tokens/loss, baseline {b_tokens}/{b_loss}", file=sys.stderr)
             return 1
         n, r1, r2 = reader_rates(work / "proj")
+        t_prof, t_bpe = bpe_share(corpus, work / "bpe", cfg, tok, a.repeat)
     rows = [
         ("baseline (one sample at a time, Python lists)", t_base, b_tokens),
         ("project, Parquet, 1 process", t_proj, p_tokens),
@@ -267,10 +299,20 @@ def main(argv: list[str]) -> int:
         "Where the speed comes from: the project cuts each rendered text at the chat template's special "
         "tokens and encodes every distinct segment once, in one multi-threaded Rust call per batch of "
         "trajectories (a long trajectory's windows re-use the segments of its whole rendering instead of "
-        "re-tokenizing the history they carry), builds masks, labels and positions with numpy, and hands "
-        "Arrow whole buffers; the baseline pays the Hugging Face call and the chat template per "
-        "trajectory and per window, and Python loops per token."
-        + EXTRA,
+        "re-tokenizing the history they carry), finds each observation's token span with `char_to_token` "
+        "instead of copying every token offset out of Rust, redacts only the texts `clean`'s scan flagged "
+        "(the side table `redactions`, when it is current; otherwise every text), builds masks, labels and "
+        "positions with numpy, and hands Arrow whole buffers; the baseline pays the Hugging Face call and the "
+        "chat template per trajectory and per window, redacts every text, and loops over tokens in Python.",
+        "",
+        f"What bounds it: in a separate run of the project (1 process, Parquet; {t_prof:.2f} s) {t_bpe:.2f} s "
+        f"({100 * t_bpe / t_prof:.0f}%) were spent inside the Rust encoder, already on all {os.cpu_count()} cores: "
+        "every distinct text has to be encoded once, so with every other cost at zero the ratio could be at most "
+        f"{t_base / t_bpe:.1f}x on this machine and corpus. The other {t_prof - t_bpe:.2f} s are reading the corpus "
+        "through DuckDB, the tokenizer's fingerprint, rendering and span lookup, packing and writing; worker "
+        "processes gain little on 2 cores because the encoder already uses both. "
+        + ("The 5x target is met." if t_base / t_proj >= 5 else "The 5x target is not reached on this machine.")
+        + " The DataLoader figure is dominated by starting two worker processes for a few hundred samples.",
     ]
     body = "\n".join(lines)
     print(body)
