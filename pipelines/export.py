@@ -11,7 +11,11 @@ state; each action a user message, each observation an assistant message):
   `turn_scores.loss_mask` is true (turns without a score row: `unscored`; no `turn_scores` table:
   every environment turn) and that `kept_turns.counts_for_training` does not give to another
   trajectory (shared prefixes); system prompt, actions, thoughts and chat-template text are context;
-- every text is redacted (`pipelines.redact`) before it is rendered, always.
+- every text is redacted (`pipelines.redact`) before it is rendered, always. When `clean`'s side
+  table `redactions` is current (same corpus batches, rules and settings: `scan_usable`), only
+  the texts it lists are passed through the redactor; the others are known to hold nothing it
+  would change (its pre-filter is a superset of the patterns), and the output is the same byte
+  for byte (tested). Otherwise every text is scanned.
 
 Rendering uses `pipelines.render` (conversation, messages, template pieces; the same placeholder
 interleaving and the same character-to-token span rule as `render.render`, which a test checks
