@@ -153,7 +153,7 @@ def ensure_corpus(path: Path | None) -> Path:
     from pipelines.score import ScoreConfig, score
 
     corpus = ROOT / "build" / "bench" / "export" / "corpus-v2"
-    if not (corpus / "side" / "turn_scores").exists():
+    if not (corpus / "side" / "turn_scores" / "data.parquet").exists():  # the last step's committed table
         shutil.rmtree(corpus, ignore_errors=True)
         ingest([ROOT / "data" / "sample" / "corpus"], corpus, IngestConfig(), progress=False)
         clean(corpus, progress=False, echo=lambda m: None)

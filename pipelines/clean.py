@@ -387,10 +387,12 @@ def _turn_verdicts(con: duckdb.DuckDBPyConnection, cfg: CleanConfig, step: _Step
 
 def _scan_redactions(con: duckdb.DuckDBPyConnection, cfg: CleanConfig, summary: CleanSummary) -> pa.Table:
     red = Redactor(cfg.redact)
-    probe = _q(red.probe)
-    selects = [f"SELECT trajectory_id, turn_index, '{c}' AS col, \"{c}\" AS text FROM turns WHERE regexp_matches(\"{c}\", {probe})"
+    def q(c: str) -> str:
+        return f'"{c}"'
+
+    selects = [f"SELECT trajectory_id, turn_index, '{c}' AS col, {q(c)} AS text FROM turns WHERE {red.candidates_sql(q(c))}"
                for c in TURN_TEXT_COLUMNS]
-    selects += [f"SELECT trajectory_id, NULL::INTEGER, '{c}', \"{c}\" FROM trajectories WHERE regexp_matches(\"{c}\", {probe})"
+    selects += [f"SELECT trajectory_id, NULL::INTEGER, '{c}', {q(c)} FROM trajectories WHERE {red.candidates_sql(q(c))}"
                 for c in TRAJECTORY_TEXT_COLUMNS]
     cols: dict[str, list] = {"trajectory_id": [], "turn_index": [], "column": [], "kind": [], "count": []}
     totals: Counter[str] = Counter()

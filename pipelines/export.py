@@ -14,8 +14,9 @@ state; each action a user message, each observation an assistant message):
 - every text is redacted (`pipelines.redact`) before it is rendered, always. When `clean`'s side
   table `redactions` is current (same corpus batches, rules and settings: `scan_usable`), only
   the texts it lists are passed through the redactor; the others are known to hold nothing it
-  would change (its pre-filter is a superset of the patterns), and the output is the same byte
-  for byte (tested). Otherwise every text is scanned.
+  would change (clean selected texts by the redactor's own needles: `Redactor.candidates_sql`),
+  and the output is the same byte for byte (tested). Otherwise, or if the corpus changes while it
+  is read, every text is scanned.
 
 Rendering uses `pipelines.render` (conversation, messages, template pieces; the same placeholder
 interleaving and the same character-to-token span rule as `render.render`, which a test checks
@@ -250,7 +251,8 @@ class ExportTokenizer:
         self._added: dict[str, np.ndarray] = {}  # added token → its id as a 1-element array
         self._split = self._segmenter()
         self._cache: dict[str, tuple[np.ndarray, Any]] = {}  # segment → (ids, its tokenizers.Encoding)
-        self.cache_segments = 1 << 16
+        self._cached_tokens = 0
+        self.cache_tokens = 1 << 20  # an Encoding holds ~130 bytes per token: ~140 MB, then cleared
         self.memo: dict[tuple, Any] = {}  # per-system-prompt lengths and cuts (`DocumentBuilder`)
         self._info: dict[str, Any] | None = None
         self._bytes_bound: bool | None = None
@@ -281,6 +283,8 @@ class ExportTokenizer:
         if not added or any(t.lstrip or t.rstrip or t.single_word or (t.normalized and self.backend.normalizer is not None)
                             for t in added.values()):
             return None
+        if "trim_offsets=True" in repr(self.backend.post_processor):
+            return None  # trimmed offsets give all-space tokens zero width: only whole-text offsets say where
         self._added = {t.content: np.array([i], dtype=np.int32) for i, t in added.items()}
         return re.compile("(" + "|".join(re.escape(c) for c in sorted(self._added, key=lambda c: (-len(c), c))) + ")")
 
@@ -291,7 +295,7 @@ class ExportTokenizer:
         Texts are cut at added tokens (the chat template's markers) and every distinct segment is
         encoded once, in one multi-threaded Rust call, and cached: a window of a long trajectory
         re-uses the segments of the whole rendering. Token offsets are never copied out of Rust:
-        a span end is located in its segment with `char_to_token`. Without a safe segmenter, whole
+        both ends of a span are located in their segments with `char_to_token`. Without a safe segmenter, whole
         texts are batch-encoded and their offsets used."""
         if self._split is None:
             return [(np.asarray(e.ids, dtype=np.int32),
@@ -300,11 +304,13 @@ class ExportTokenizer:
         parts = [self._split.split(t) for t in texts]
         cache = self._cache
         todo = list(dict.fromkeys(p for ps in parts for p in ps[0::2] if p and p not in cache))
-        if len(cache) + len(todo) > self.cache_segments:
+        if self._cached_tokens > self.cache_tokens:  # this batch's segments stay until the next batch
             cache.clear()
+            self._cached_tokens = 0
             todo = list(dict.fromkeys(p for ps in parts for p in ps[0::2] if p))
         for seg, e in zip(todo, self.backend.encode_batch(todo, add_special_tokens=False), strict=True):
             cache[seg] = (np.asarray(e.ids, dtype=np.int32), e)
+            self._cached_tokens += len(e)
         return [self._stitch(ps, cs) for ps, cs in zip(parts, char_spans, strict=True)]
 
     def _stitch(self, ps: list[str], cs: list[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
@@ -364,8 +370,9 @@ class ExportTokenizer:
         token stands for at least one byte (plus one for a prefix space); else unbounded."""
         if self._bytes_bound is None:
             b = self.backend
+            pre = repr(b.pre_tokenizer)  # a prefix space per piece (after a Split) would break the bound
             self._bytes_bound = (type(b.model).__name__ == "BPE" and not getattr(b.model, "byte_fallback", True)
-                                 and b.normalizer is None and "ByteLevel(" in repr(b.pre_tokenizer))
+                                 and b.normalizer is None and "ByteLevel(" in pre and "add_prefix_space=True" not in pre)
         return len(text.encode("utf-8", "surrogatepass")) + 1 if self._bytes_bound else sys.maxsize
 
     def remember(self, key: tuple, value: Any) -> Any:
@@ -560,19 +567,20 @@ def side_fingerprints(corpus: Corpus) -> dict[str, Any]:
             for name in SIDE_TABLES if name in side and (corpus.root / side[name]["path"]).exists()}
 
 
-def scan_usable(corpus: Corpus, redact: RedactConfig) -> bool:
+def scan_usable(corpus: Corpus, redact: RedactConfig, state: dict[str, Any] | None = None) -> bool:
     """Whether `clean`'s side table `redactions` can stand in for scanning every text: it lists
-    every text the redactor changes (found with a pre-filter that is a superset of the patterns),
-    so export need only redact those, provided the scan saw this very corpus with these rules and
-    settings. Anything else (no table, new batches since, other rules) and export scans all."""
+    every text the redactor changes (selected by the redactor's own needles, `candidates_sql`),
+    so export need only redact those, provided the scan saw this very corpus (`state`, default:
+    now) with these rules and settings. Anything else (no table, new batches since, a batch not
+    fully committed, other rules) and export scans all."""
     from pipelines.side import corpus_state, side_info
 
     entry = side_info(corpus, "redactions")
-    if entry is None:
-        return False
+    if entry is None or any(b.get("state") != "committed" for b in corpus.manifest()["batches"]):
+        return False  # a batch a crashed writer left half moved into place: its files are visible, unscanned
     c = entry.get("config") or {}
     return (c.get("redaction_rules") == rules_digest() and c.get("redact") == asdict(redact)
-            and entry.get("corpus_state") == corpus_state(corpus))
+            and entry.get("corpus_state") == (state if state is not None else corpus_state(corpus)))
 
 
 def _trajectory_reader(con: Any, have: set[str], batch: int, scanned: bool = False) -> Any:
@@ -977,8 +985,11 @@ def export(
     fingerprint = hashlib.sha256(orjson.dumps(
         {"format": EXPORT_FORMAT, "code": EXPORT_CODE_VERSION, "redaction_rules": rules_digest(), "settings": config.settings(),
          "tokenizer": tok.fingerprint(), "corpus": state, "side": sides}, option=orjson.OPT_SORT_KEYS)).hexdigest()[:16]
-    summary = ExportSummary(corpus=str(corpus.root), out=str(out), fingerprint=fingerprint, seq_len=config.seq_len,
-                            tokenizer=tok.info()["name_or_path"] or config.tokenizer)
+    def new_summary() -> ExportSummary:
+        return ExportSummary(corpus=str(corpus.root), out=str(out), fingerprint=fingerprint, seq_len=config.seq_len,
+                             tokenizer=tok.info()["name_or_path"] or config.tokenizer)
+
+    summary = new_summary()
     fd = _lock(out)
     try:
         old = read_manifest(out)
@@ -989,8 +1000,15 @@ def export(
             shutil.rmtree(stale, ignore_errors=True)
         staging = out / f".staging-{os.getpid()}"
         staging.mkdir()
-        summary.redaction_scan = config.use_redaction_scan and scan_usable(corpus, config.redact)
+        summary.redaction_scan = config.use_redaction_scan and scan_usable(corpus, config.redact, state)
         manifest, assignments = _run(con, config, tok, staging, summary, progress, echo)
+        if summary.redaction_scan and not scan_usable(corpus, config.redact):  # the state now: still the scanned one?
+            # the corpus changed while it was read: rows clean never scanned may be in it
+            echo("export: the corpus changed during the export; exporting again, scanning every text for secrets")
+            shutil.rmtree(staging, ignore_errors=True)
+            staging.mkdir()
+            summary = new_summary()
+            manifest, assignments = _run(con, config, tok, staging, summary, progress, echo)
         manifest.update({"format": EXPORT_FORMAT, "fingerprint": fingerprint, "settings": config.settings(),
                          "tokenizer": tok.info(), "corpus": {"path": str(corpus.root), "state": state, "side_tables": sides}})
         (out / "manifest.json").unlink(missing_ok=True)  # from here on the old export is incomplete

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass, field
-from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -47,8 +46,8 @@ class Document:
     def __len__(self) -> int:
         return int(self.ids.shape[0])
 
-    @cached_property
-    def loss_tokens(self) -> int:  # asked for per split, mixture and shard: summed once
+    @property
+    def loss_tokens(self) -> int:
         return int(self.mask.sum())
 
 
@@ -101,9 +100,8 @@ def best_fit_decreasing(lengths: list[int], capacity: int) -> list[list[int]]:
 def pack(docs: list[Document], seq_len: int) -> list[Sample]:
     """Best-fit-decreasing packing of `docs` (each ≤ seq_len) into samples, in bin order."""
     for d in docs:
-        if len(d) and d.mask[0]:
+        if len(d):
             d.mask[0] = 0  # nothing predicts a document's first token
-            d.__dict__.pop("loss_tokens", None)  # the cached count is one too high now
     bins = best_fit_decreasing([len(d) for d in docs], seq_len)
     return [Sample([docs[i] for i in b]) for b in bins]
 

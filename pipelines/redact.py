@@ -7,9 +7,10 @@ replaced. Kinds whose pattern alone over-matches (config keys, OpenAI-style keys
 value before replacing it.
 
 The corpus itself stays verbatim (the redactions are applied on the way out); `worldline clean`
-records which turns and columns contain what in the side table `redactions`, using a cheap RE2
-pre-filter in DuckDB (`Redactor.probe`, a superset of the Python patterns) so that only candidate
-rows reach Python.
+records which turns and columns contain what in the side table `redactions`. It picks the texts
+to run the patterns on in DuckDB with the redactor's own pre-filter (`Redactor.candidates_sql`:
+the same lower-case needles `redact` checks before anything else), so the table lists every text
+`redact` would change: export may then redact only those (`pipelines.export.scan_usable`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import re
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import pyarrow as pa
 
@@ -66,8 +68,9 @@ def _plausible_value(value: str, key: str, min_len: int, bare: bool) -> bool:
 @dataclass(frozen=True)
 class Kind:
     """One kind of secret. `group` is the capture group replaced (0: the whole match); `check`
-    validates a match before it is replaced; `probe` is an RE2 pattern that finds every text
-    the Python pattern could match (it may find more)."""
+    validates a match before it is replaced; `needs`: lower-case literals one of which every match
+    contains (the pre-filter); `probe`: for a kind without `needs`, an RE2 pattern that finds every
+    text the Python pattern could match (it may find more)."""
 
     name: str
     pattern: str
@@ -148,10 +151,10 @@ KINDS: tuple[Kind, ...] = (
     Kind("config_password_flag", rf"(?i)(?<![\w-])(?P<key>--?[A-Za-z0-9_-]*(?:password|passwd|pwd)[A-Za-z0-9_-]*)(?:=|[ \t]+){_VALUE}",
          r"(?i:passw|pwd)", check=_check_config, label="config_password", needs=("pass", "pwd")),
     Kind("config_secret", rf"(?i)(?<![<\w.-])(?P<key>{_Q}?{_SECRET_KEY}{_Q}?)[ \t]*[:=][ \t]*(?!=){_VALUE}",
-         r"(?i:secret|api_?key|apikey|api-key|token|private_?key)", check=_check_config,
+         r"(?i:secret|api_?key|apikey|api-key|token|private[_-]?key)", check=_check_config,
          needs=("secret", "api", "token", "private")),
     Kind("email", rf"{_B}[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{{2,}}\b",
-         r"[A-Za-z0-9._%+-]@[A-Za-z0-9-]+\.[A-Za-z]", needs=("@",)),
+         r"[A-Za-z0-9._%+-]@[A-Za-z0-9-]+\.[A-Za-z0-9-]", needs=("@",)),
     Kind("ip_address",
          rf"{_B}(?:(?:25[0-5]|2[0-4][0-9]|1[0-9]{{2}}|[1-9]?[0-9])\.){{3}}(?:25[0-5]|2[0-4][0-9]|1[0-9]{{2}}|[1-9]?[0-9])\b",
          r"[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}"),
@@ -180,10 +183,17 @@ class Redactor:
         self._needles = tuple(dict.fromkeys(n for k in kinds for n in (k.needs or ())))
         self._unfiltered = any(k.needs is None for k in kinds)  # a kind without needles runs on every text
 
-    @property
-    def probe(self) -> str:
-        """One RE2 pattern (DuckDB `regexp_matches`) that matches every text this redactor would change."""
-        return "|".join(f"(?:{k.probe})" for k in self.kinds)
+    def candidates_sql(self, column: str) -> str:
+        """A DuckDB condition on `column` true for every text `redact` would not skip at once: one
+        of the needles in `lower(text)` (DuckDB lower-cases code point by code point; Python's
+        `str.lower` differs only by adding a combining dot after the `i` of U+0130, which cannot
+        create an ASCII needle), or, for a kind without needles, its RE2 probe."""
+        parts = []
+        if self._needles:
+            alternation = "|".join(re.escape(n) for n in self._needles)
+            parts.append(f"regexp_matches(lower({column}), '{alternation.replace(chr(39), chr(39) * 2)}')")
+        parts += [f"regexp_matches({column}, '{k.probe.replace(chr(39), chr(39) * 2)}')" for k in self.kinds if k.needs is None]
+        return f"({column} IS NOT NULL AND ({' OR '.join(parts) or 'false'}))"
 
     def _replace(self, kind: Kind, counts: Counter[str]) -> Callable[[re.Match[str]], str]:
         ph = _placeholder(kind.kind)
@@ -232,9 +242,10 @@ class Redactor:
 
 
 def rules_digest() -> str:
-    """The redaction patterns themselves: a change to them must not leave an export 'up to date'
-    nor let export trust a scan (`clean`'s side table `redactions`) made with other rules."""
-    return hashlib.sha256(repr([(k.name, k.pattern, k.group, k.flags) for k in KINDS]).encode()).hexdigest()[:16]
+    """The redaction rules: this module's source (patterns, needles, checks, exceptions). Any edit
+    here must not leave an export 'up to date', nor let export trust a scan (`clean`'s side table
+    `redactions`) made with other rules."""
+    return hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]
 
 
 def redact_fields(row: dict, columns: tuple[str, ...], redactor: Redactor | None = None,

@@ -3,6 +3,7 @@ mixture, side tables, redaction, determinism, atomicity, the eval set and the re
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import re
 import shutil
@@ -414,6 +415,27 @@ def test_redaction_is_applied_to_everything_written(exported: tuple[Path, ex.Exp
     assert "<SECRET:aws_access_key>" in blob and "<PII:email>" in blob
 
 
+def _chat_line(*calls: tuple[str, str]) -> bytes:
+    """One generic-chat trajectory: bash calls and their outputs (clean keeps two or more)."""
+    msgs: list[dict] = [{"role": "user", "content": "look around"}]
+    for i, (command, output) in enumerate(calls):
+        msgs.append({"role": "assistant", "content": "", "tool_calls": [{"id": f"c{i}", "type": "function", "function": {
+            "name": "bash", "arguments": orjson.dumps({"command": command}).decode()}}]})
+        msgs.append({"role": "tool", "tool_call_id": f"c{i}", "content": output})
+    return orjson.dumps({"messages": msgs}) + b"\n"
+
+
+def _chat_blob(out: Path) -> bytes:
+    import zstandard
+
+    return b"".join(zstandard.ZstdDecompressor().decompressobj().decompress(p.read_bytes())
+                    for p in sorted((out / "chat").rglob("*.zst")))
+
+
+# secrets in forms a hand-written pre-filter once missed (a domain label starting with a digit, `private-key`)
+TRICKY = {"email": "ops.lead@vip.163.com", "config_secret": "zq8Xw3Lm9Pt2Rv7Y"}
+
+
 def test_redaction_scan_stands_in_for_scanning_every_text(corpus: Path, tok: ex.ExportTokenizer, tmp_path: Path) -> None:
     """After `clean`, export redacts only the texts clean's scan flagged, with a byte-identical
     result; once the corpus changes (a new batch) or the settings differ, it scans everything."""
@@ -423,29 +445,78 @@ def test_redaction_scan_stands_in_for_scanning_every_text(corpus: Path, tok: ex.
 
     c = tmp_path / "corpus"
     shutil.copytree(corpus, c)
+    tricky = tmp_path / "tricky.jsonl"
+    tricky.write_bytes(_chat_line(("git log -1 --format=%ae", TRICKY["email"]),
+                                  ("cat deploy.yaml", f"private-key: {TRICKY['config_secret']}")))
+    ingest([tricky], c, IngestConfig(workers=1, domain_override="terminal"), progress=False)
     clean(c, progress=False, echo=lambda m: None)
     assert ex.scan_usable(Corpus(c), RedactConfig())
     assert not ex.scan_usable(Corpus(c), RedactConfig(ip_addresses=True))
-    a = export(c, tmp_path / "a", small_config(), tokenizer=tok, progress=False)
-    b = export(c, tmp_path / "b", small_config(use_redaction_scan=False), tokenizer=tok, progress=False)
+    every = small_config(split=ex.SplitConfig(validation=0.0, test=0.0))
+    a = export(c, tmp_path / "a", every, tokenizer=tok, progress=False)
+    b = export(c, tmp_path / "b", dataclasses.replace(every, use_redaction_scan=False), tokenizer=tok, progress=False)
     assert (a.redaction_scan, b.redaction_scan) == (True, False)
     assert a.redactions == b.redactions and a.redactions["aws_access_key"] == 1
     ta, tb = _tree(tmp_path / "a"), _tree(tmp_path / "b")
     assert sorted(ta) == sorted(tb) and [k for k in ta if ta[k] != tb[k]] == []
+    blob = _chat_blob(tmp_path / "a")
+    assert b"git log -1" in blob and not any(v.encode() in blob for v in TRICKY.values())
 
     # a new batch with a secret the scan never saw: the scan no longer stands in
     extra = tmp_path / "extra.jsonl"
-    extra.write_bytes(orjson.dumps({"messages": [
-        {"role": "user", "content": "who committed last?"},
-        {"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "type": "function", "function": {
-            "name": "bash", "arguments": orjson.dumps({"command": "git log -1 --format=%ae"}).decode()}}]},
-        {"role": "tool", "tool_call_id": "c1", "content": "ops.lead@example.net"}]}) + b"\n")
+    extra.write_bytes(_chat_line(("whoami --mail", "ops.second@example.net"), ("date", "Sun Nov 29")))
     ingest([extra], c, IngestConfig(workers=1, domain_override="terminal"), progress=False)
     assert not ex.scan_usable(Corpus(c), RedactConfig())
-    s = export(c, tmp_path / "c", small_config(split=ex.SplitConfig(validation=0.0, test=0.0)), tokenizer=tok, progress=False)
-    assert not s.redaction_scan and s.redactions["email"] == b.redactions.get("email", 0) + 1
-    blob = b"".join(p.read_bytes() for p in (tmp_path / "c" / "chat").rglob("*.zst"))
-    assert b"ops.lead" not in __import__("zstandard").ZstdDecompressor().decompressobj().decompress(blob)
+    s = export(c, tmp_path / "c", every, tokenizer=tok, progress=False)
+    assert not s.redaction_scan and s.redactions["email"] == b.redactions["email"] + 1
+    assert b"ops.second" not in _chat_blob(tmp_path / "c")
+
+
+def test_a_batch_committed_during_the_export_is_not_left_unscanned(corpus: Path, tok: ex.ExportTokenizer, tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """An ingest that commits while export reads the corpus: the export notices and runs again
+    scanning every text (the new rows were never seen by clean)."""
+    from pipelines.clean import clean
+    from pipelines.ingest import IngestConfig, ingest
+
+    c = tmp_path / "corpus"
+    shutil.copytree(corpus, c)
+    clean(c, progress=False, echo=lambda m: None)
+    extra = tmp_path / "extra.jsonl"
+    extra.write_bytes(_chat_line(("whoami --mail", "late.commit@example.net"), ("date", "Sun Nov 29")))
+    real_run, runs = ex._run, []
+
+    def run_then_ingest(*a: object, **k: object) -> object:
+        out = real_run(*a, **k)
+        runs.append(a[4].redaction_scan)  # the summary
+        if len(runs) == 1:
+            ingest([extra], c, IngestConfig(workers=1, domain_override="terminal"), progress=False)
+        return out
+
+    monkeypatch.setattr(ex, "_run", run_then_ingest)
+    said: list[str] = []
+    s = export(c, tmp_path / "out", small_config(), tokenizer=tok, progress=False, echo=said.append)
+    assert runs == [True, False] and not s.redaction_scan
+    assert any("changed during the export" in m for m in said)
+
+
+def test_trimmed_offsets_fall_back_to_whole_text_encoding(tok: ex.ExportTokenizer) -> None:
+    """With a post-processor that trims offsets, all-space tokens have zero width and segment
+    offsets no longer say where a span ends: the encoder must use whole texts then."""
+    from tokenizers import Tokenizer, processors
+
+    trimmed = Tokenizer.from_str(tok.backend.to_str())
+    trimmed.post_processor = processors.ByteLevel(trim_offsets=True)
+    et = ex.ExportTokenizer(tok.hf, "smollm2")
+    et.backend = trimmed
+    assert et._segmenter() is None
+    et._split = None
+    texts = ["<|im_start|>u\n  hi  <|im_end|>", "x   \n  y"]
+    spans = [[(14, 20)], [(0, 4)]]
+    for (ids, ts), text, cs in zip(et.encode(texts, spans), texts, spans, strict=True):
+        e = trimmed.encode(text, add_special_tokens=False)
+        assert ids.tolist() == e.ids
+        assert ts.tolist() == ex.token_spans(np.asarray(e.offsets, dtype=np.int64).reshape(-1, 2), cs).tolist()
 
 
 # --- determinism and atomicity -----------------------------------------------------------------
@@ -582,10 +653,11 @@ def test_chat_template_from_config_and_tokenizer_directory(corpus: Path, tok: ex
 
 def test_cli_export(corpus: Path, tmp_path: Path) -> None:
     res = subprocess.run([sys.executable, "-m", "pipelines.cli", "export", str(corpus), "--out", str(tmp_path / "o"),
-                          "--seq-len", "512", "--formats", "parquet", "--quiet", "--domain-weight", "mcp=0.5"],
+                          "--seq-len", "512", "--formats", "parquet", "--quiet", "--domain-weight", "mcp=0.5",
+                          "--redact-every-text"],
                          capture_output=True, text=True, timeout=300, cwd=Path(__file__).resolve().parents[2])
     assert res.returncode == 0, res.stderr[-3000:]
-    assert "export →" in res.stdout and "manifest:" in res.stdout
+    assert "export →" in res.stdout and "manifest:" in res.stdout and "(every text scanned)" in res.stdout
     m = _manifest(tmp_path / "o")
     assert m["settings"]["domain_weights"] == [["mcp", 0.5]] and not (tmp_path / "o" / "chat").exists()
     bad = subprocess.run([sys.executable, "-m", "pipelines.cli", "export", str(corpus), "--out", str(tmp_path / "p"),
