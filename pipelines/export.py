@@ -76,7 +76,15 @@ from pipelines.redact import (
     redact_fields,
     rules_digest,
 )
-from pipelines.render import Conversation, Group, RenderConfig, conversation, messages, template_pieces
+from pipelines.render import (
+    Conversation,
+    Group,
+    RenderConfig,
+    conversation,
+    interleave,
+    messages,
+    template_pieces,
+)
 from pipelines.sources import sha256_file
 from pipelines.store import Corpus, CorpusLocked, publish_dir, write_json_atomic
 
@@ -403,21 +411,9 @@ class ExportTokenizer:
 
 
 def chat_text(tok: ExportTokenizer, msgs: list[dict[str, str]]) -> tuple[str, list[tuple[int, int]]]:
-    """The rendered text of `msgs` and the character span of each assistant content: the template
-    pieces interleaved with the contents, exactly as `pipelines.render.render` builds them."""
-    pieces = tok.pieces((len(msgs) - 1) // 2)
-    chunks: list[str] = []
-    spans: list[tuple[int, int]] = []
-    pos = 0
-    for piece, m in zip(pieces, msgs, strict=False):
-        chunks.append(piece)
-        pos += len(piece)
-        if m["role"] == "assistant":
-            spans.append((pos, pos + len(m["content"])))
-        chunks.append(m["content"])
-        pos += len(m["content"])
-    chunks.append(pieces[-1])
-    return "".join(chunks), spans
+    """The rendered text of `msgs` and the character span of each assistant content, exactly as
+    `pipelines.render.render` builds them (with the tokenizer's template pieces, cached per length)."""
+    return interleave(tok.pieces((len(msgs) - 1) // 2), msgs)
 
 
 def token_spans(offsets: np.ndarray, char_spans: list[tuple[int, int]]) -> np.ndarray:

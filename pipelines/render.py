@@ -140,10 +140,9 @@ class Rendered:
     text: str
 
 
-def render(tokenizer: Any, msgs: list[dict[str, str]], turn_indices: list[int]) -> Rendered:
-    """Render `msgs` and find the token span of every assistant message (one per turn index)."""
-    roles = [m["role"] for m in msgs]
-    pieces = template_pieces(tokenizer, len(msgs), roles)
+def interleave(pieces: list[str], msgs: list[dict[str, str]]) -> tuple[str, list[tuple[int, int]]]:
+    """The template pieces (`template_pieces`: one before each message and one after the last)
+    interleaved with the message contents, and the character span of each assistant content."""
     chunks: list[str] = []
     char_spans: list[tuple[int, int]] = []
     pos = 0
@@ -155,7 +154,13 @@ def render(tokenizer: Any, msgs: list[dict[str, str]], turn_indices: list[int]) 
         chunks.append(m["content"])
         pos += len(m["content"])
     chunks.append(pieces[-1])
-    text = "".join(chunks)
+    return "".join(chunks), char_spans
+
+
+def render(tokenizer: Any, msgs: list[dict[str, str]], turn_indices: list[int]) -> Rendered:
+    """Render `msgs` and find the token span of every assistant message (one per turn index)."""
+    roles = [m["role"] for m in msgs]
+    text, char_spans = interleave(template_pieces(tokenizer, len(msgs), roles), msgs)
     enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
     ids = np.asarray(enc["input_ids"], dtype=np.int64)
     offsets = np.asarray(enc["offset_mapping"], dtype=np.int64).reshape(-1, 2)
