@@ -39,15 +39,12 @@ class SandboxPoolResource(dg.ConfigurableResource):
     fresh: bool = False
 
     def jobs(self) -> list["Job"]:
-        from sandboxes.collect import Job
+        from sandboxes.collect import plan_jobs
         from sandboxes.perturb import parse_list
         from sandboxes.tasks import TASKS_DIR, load_many
 
-        tasks = load_many([Path(s) for s in self.specs] or [TASKS_DIR])
-        if self.only:
-            tasks = [t for t in tasks if t.id in set(self.only)]
-        variants = ([None] if self.baseline else []) + parse_list(self.perturbations)
-        return [Job(t, p) for t in tasks for p in variants]
+        return plan_jobs(load_many([Path(s) for s in self.specs] or [TASKS_DIR]), self.only,
+                         parse_list(self.perturbations), baseline=self.baseline)
 
     def collect(self, corpus_root: str | Path, log: Callable[[str], None] | None = None) -> "CollectSummary":
         from sandboxes.collect import collect

@@ -73,21 +73,11 @@ def _cmd_tasks(a: argparse.Namespace) -> int:
 
 
 def _cmd_collect(a: argparse.Namespace) -> int:
-    from sandboxes.collect import Job, collect
+    from sandboxes.collect import collect, plan_jobs
     from sandboxes.perturb import parse_list
     from sandboxes.tasks import load_many
 
     tasks = load_many(a.specs)
-    if a.only:
-        wanted = set(a.only.split(","))
-        missing = wanted - {t.id for t in tasks}
-        if missing:
-            raise ValueError(f"--only: no such task ids {sorted(missing)}")
-        tasks = [t for t in tasks if t.id in wanted]
-    perts = parse_list(a.perturb or [])
-    variants: list = ([] if a.no_baseline else [None]) + perts
-    if not variants:
-        raise ValueError("--no-baseline needs at least one --perturb")
     factory = None
     if a.policy == "openai":
         from collectors.policies import OpenAIChatPolicy
@@ -95,7 +85,8 @@ def _cmd_collect(a: argparse.Namespace) -> int:
         def factory(task: TaskSpec) -> OpenAIChatPolicy:
             return OpenAIChatPolicy(base_url=a.base_url, model=a.model, max_turns=a.max_turns)
         factory(tasks[0])  # fail now (not in a worker) when the endpoint settings are missing
-    jobs = [Job(t, p, policy_factory=factory) for t in tasks for p in variants]
+    jobs = plan_jobs(tasks, a.only.split(",") if a.only else None, parse_list(a.perturb or []),
+                     baseline=not a.no_baseline, policy_factory=factory)
     summary = collect(jobs, a.out, workers=a.workers, seed=a.seed, fresh=a.fresh, warm=a.start_ahead,
                       echo=(lambda m: None) if a.quiet else _echo)
     print(summary.render())

@@ -80,6 +80,23 @@ class Job:
         return self.native_id or (self.task.id + (f"@{self.perturbation}" if self.perturbation else ""))
 
 
+def plan_jobs(tasks: list[TaskSpec], only: list[str] | None = None, perturbations: list | None = None,
+              baseline: bool = True, policy_factory: Callable[[TaskSpec], Policy] | None = None) -> list[Job]:
+    """The jobs of a collection: each task (or those named in `only`) once unperturbed (with
+    `baseline`) and once per perturbation. The CLI and the Dagster resource both plan through here,
+    so an unknown task id is an error in both, never silently dropped."""
+    if only:
+        wanted = set(only)
+        missing = wanted - {t.id for t in tasks}
+        if missing:
+            raise ValueError(f"--only: no such task ids {sorted(missing)}")
+        tasks = [t for t in tasks if t.id in wanted]
+    variants: list = ([None] if baseline else []) + list(perturbations or [])
+    if not variants:
+        raise ValueError("--no-baseline needs at least one --perturb")
+    return [Job(t, p, policy_factory=policy_factory) for t in tasks for p in variants]
+
+
 def scripted(task: TaskSpec) -> ScriptedPolicy:
     return ScriptedPolicy([Action(text=a.command, tool_name="bash", tool_args={"command": a.command}) for a in task.actions])
 

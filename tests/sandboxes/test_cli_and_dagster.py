@@ -43,6 +43,26 @@ def test_cli_collect_list_and_errors(images, tmp_path: Path, capsys: pytest.Capt
                                        "expected a positive number, got str 'fast'\n")
     assert main(["collect", "sandbox", str(TASKS_DIR), "--out", str(out), "--perturb", "flood"]) == 1
     assert "unknown perturbation 'flood'" in capsys.readouterr().err
+    assert main(["collect", "sandbox", str(TASKS_DIR), "--out", str(out), "--only", "text-csv-sum,no-such-task"]) == 1
+    assert "--only: no such task ids ['no-such-task']" in capsys.readouterr().err
+
+
+def test_the_cli_and_dagster_plan_the_same_jobs() -> None:
+    """One planner (`plan_jobs`): the same tasks and variants, and an unknown id is an error in
+    Dagster too instead of being dropped."""
+    from sandboxes.collect import plan_jobs
+    from sandboxes.perturb import parse_list
+    from sandboxes.tasks import load_many
+
+    pool = SandboxPoolResource(only=["text-csv-sum", "git-find-commit"], perturbations=["read_only_fs"])
+    keys = sorted(j.key for j in pool.jobs())
+    assert keys == ["git-find-commit", "git-find-commit@read_only_fs", "text-csv-sum", "text-csv-sum@read_only_fs"]
+    direct = plan_jobs(load_many([TASKS_DIR]), ["text-csv-sum", "git-find-commit"], parse_list(["read_only_fs"]))
+    assert sorted(j.key for j in direct) == keys
+    with pytest.raises(ValueError, match=r"no such task ids \['typo'\]"):
+        SandboxPoolResource(only=["text-csv-sum", "typo"]).jobs()
+    with pytest.raises(ValueError, match="needs at least one --perturb"):
+        SandboxPoolResource(baseline=False).jobs()
 
 
 def test_unreachable_engine_says_how_to_start_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
