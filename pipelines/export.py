@@ -66,7 +66,7 @@ import pyarrow as pa
 from pipelines import export_formats as fmt
 from pipelines.evalset import dumps_row, eval_rows
 from pipelines.pack import Document, Sample, group_lengths, next_window, pack
-from pipelines.progress import StatusLine
+from pipelines.progress import CountProgress
 from pipelines.query import views
 from pipelines.redact import (
     RENDERED_TRAJECTORY_TEXTS,
@@ -532,25 +532,6 @@ class ExportSummary:
                 lines.append(f"  {n:>4} files  {Path(self.out) / where.get(d, d)}")
         lines.append(f"  manifest: {Path(self.out) / 'manifest.json'}")
         return "\n".join(lines)
-
-
-class _Progress:
-    """Trajectories exported of the total, tokens and token rate."""
-
-    def __init__(self, total: int, enabled: bool):
-        self.total, self.done, self.tokens = total, 0, 0
-        self.line = StatusLine(enabled, first_at_once=False)
-
-    def __call__(self, n: int, tokens: int) -> None:
-        self.done += n
-        self.tokens += tokens
-        if self.line.due():
-            el = self.line.elapsed
-            self.line.show(f"export {self.done:,}/{self.total:,} trajectories · {self.tokens:,} tokens · "
-                           f"{self.tokens / el:,.0f} tokens/s · {el:,.0f} s")
-
-    def finish(self) -> None:
-        self.line.finish()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1041,7 +1022,7 @@ def _run(con: Any, cfg: ExportConfig, tok: ExportTokenizer, root: Path, summary:
     redactions: Counter[str] = Counter()
     meta = {"worldline.export": EXPORT_FORMAT, "worldline.seq_len": str(cfg.seq_len)}
     writers = {s: _SplitWriter(s, root, cfg, tok.vocab_size, summary.splits[s], meta) for s in SPLITS}
-    bar = _Progress(total, progress)
+    bar = CountProgress("export", total, "trajectories", progress, first_at_once=False)
     eval_out: dict[str, list[bytes]] = defaultdict(list)
     assign: dict[str, list[Any]] = defaultdict(list)
     seen_groups: dict[str, str] = {}

@@ -42,3 +42,23 @@ class StatusLine:
     def finish(self) -> None:
         if self.enabled and self.tty and self.shown:
             print(file=sys.stderr)
+
+
+class CountProgress:
+    """Items done of a total, with tokens and the token rate: `bar(items, tokens)`."""
+
+    def __init__(self, label: str, total: int, unit: str, enabled: bool, first_at_once: bool = True):
+        self.label, self.total, self.unit = label, total, unit
+        self.done, self.tokens = 0, 0
+        self.line = StatusLine(enabled, first_at_once=first_at_once)
+
+    def __call__(self, n: int, tokens: int = 0) -> None:
+        self.done += n
+        self.tokens += tokens
+        if self.line.due():
+            el = self.line.elapsed
+            self.line.show(f"{self.label} {self.done:,}/{self.total:,} {self.unit} · {self.tokens:,} tokens · "
+                           f"{self.tokens / el:,.0f} tokens/s · {el:,.0f} s")
+
+    def finish(self) -> None:
+        self.line.finish()

@@ -39,7 +39,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from pipelines.progress import StatusLine
+from pipelines.progress import CountProgress
 from pipelines.query import connect, views
 from pipelines.score_model import MODEL_FIELDS, MODEL_SCHEMA, Plan  # no torch at import time
 from pipelines.score_surface import CATEGORIES, SURFACE_FIELDS, SURFACE_SCHEMA, SurfaceConfig, score_surface
@@ -193,26 +193,6 @@ class ScoreSummary:
         return "\n".join(lines)
 
 
-class _Progress:
-    """Items scored of the total, with the token rate."""
-
-    def __init__(self, label: str, total: int, unit: str, enabled: bool):
-        self.label, self.total, self.unit = label, total, unit
-        self.done, self.tokens = 0, 0
-        self.line = StatusLine(enabled)
-
-    def __call__(self, n: int, tokens: int = 0) -> None:
-        self.done += n
-        self.tokens += tokens
-        if self.line.due():
-            el = self.line.elapsed
-            self.line.show(f"{self.label} {self.done:,}/{self.total:,} {self.unit} · {self.tokens / el:,.0f} tokens/s · "
-                           f"{el:,.0f} s")
-
-    def finish(self) -> None:
-        self.line.finish()
-
-
 # ---------------------------------------------------------------------------------------------
 # the stage
 
@@ -252,7 +232,7 @@ def _model_scores(con: Any, cfg: ScoreConfig, summary: ScoreSummary, scorer: Any
                     ORDER BY u.turn_index) AS turns
         FROM trajectories tr JOIN turns u ON u.trajectory_id = tr.trajectory_id {skip}
         GROUP BY ALL ORDER BY prio""").to_arrow_reader(256)
-    bar = _Progress("score (model)", total, "trajectories", progress)
+    bar = CountProgress("score (model)", total, "trajectories", progress)
     out: list[pa.Table] = []
     chunk: list[Plan] = []
     chunk_tokens = chunk_slots = 0  # result slots of the chunk's plans so far
