@@ -48,7 +48,7 @@ def baseline(corpus: Path, out: Path, cfg: Any, tok: Any) -> tuple[int, int, int
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from pipelines.export import _trajectory_reader, group_key, split_of
+    from pipelines.export import _trajectory_reader, group_key, split_of, turn_trains
     from pipelines.pack import best_fit_decreasing, group_lengths, next_window
     from pipelines.query import connect, views
     from pipelines.redact import Redactor
@@ -74,13 +74,6 @@ def baseline(corpus: Path, out: Path, cfg: Any, tok: Any) -> tuple[int, int, int
     have = views(con)
     scored = "turn_scores" in have
 
-    def trained(u: dict) -> bool:  # the export's loss rule: kept, and trained by its score if scored
-        if not u["counts"]:
-            return False
-        if scored:
-            return bool(u["loss"]) if u["scored"] else cfg.unscored == "train"
-        return True
-
     for batch in _trajectory_reader(con, have, 256):
         for row in batch.to_pylist():
             traj = {k: row[k] for k in ("trajectory_id", "domain", "source_format", "source")}
@@ -94,7 +87,7 @@ def baseline(corpus: Path, out: Path, cfg: Any, tok: Any) -> tuple[int, int, int
             split = split_of(group_key(row, cfg.split), cfg.split)
             n = len(conv.groups)
             by_index = {u["turn_index"]: u for u in turns}
-            train = [trained(by_index[g.turn_index]) for g in conv.groups]
+            train = [turn_trains(by_index[g.turn_index], scored, cfg.unscored) for g in conv.groups]
             r = render(tok.hf, messages(conv), list(range(n)))
             if len(r.ids) <= L:
                 out_docs = [document(r, train)]
@@ -310,7 +303,7 @@ def main(argv: list[str]) -> int:
         "every distinct text has to be encoded once, so with every other cost at zero the ratio could be at most "
         f"{t_base / t_bpe:.1f}x on this machine and corpus. The other {t_prof - t_bpe:.2f} s are reading the corpus "
         "through DuckDB, the tokenizer's fingerprint, rendering and span lookup, packing and writing; worker "
-        "processes gain little on 2 cores because the encoder already uses both. "
+        f"processes gain little on {os.cpu_count()} cores because the encoder already uses them all. "
         + ("The 5x target is met." if t_base / t_proj >= 5 else "The 5x target is not reached on this machine.")
         + " The DataLoader figure is dominated by starting two worker processes for a few hundred samples.",
     ]

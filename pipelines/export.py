@@ -638,7 +638,7 @@ class DocumentBuilder:
             spans.append(cs)
         out: list[list[Document]] = []
         encoded = self.tok.encode(texts, spans)
-        self._prefit([w.conv.system for w, (ids, _) in zip(work, encoded, strict=True) if len(ids) > self.cfg.seq_len])
+        self._cut_systems([w.conv.system for w, (ids, _) in zip(work, encoded, strict=True) if len(ids) > self.cfg.seq_len])
         for w, (ids, ts) in zip(work, encoded, strict=True):
             if len(ids) <= self.cfg.seq_len:
                 out.append([self._doc(w, w.conv.groups, w.conv.system, 0, ids, ts, 0, w.loss)])
@@ -654,36 +654,32 @@ class DocumentBuilder:
             n = self.tok.remember(key, len(self.tok.encode([text], [[]])[0][0]))
         return n
 
-    def _prefit(self, systems: list[str]) -> None:
-        """Cut the system prompts of this batch's long trajectories in one multi-threaded call."""
+    def _cut_systems(self, systems: list[str]) -> dict[str, str]:
+        """Each system prompt, cut to half the window if it is longer (a large action space), as
+        the scorer does (`TurnScorer._fit_system`), so that turns still fit beside it. The ones not
+        known yet are encoded in one multi-threaded call; a byte count spares the short ones."""
         half = self.cfg.seq_len // 2
-        todo = list(dict.fromkeys(s for s in systems if ("fit", s, half) not in self.tok.memo and self.tok.max_tokens(s) > half))
-        for system, e in zip(todo, self.tok.backend.encode_batch_fast(todo, add_special_tokens=False), strict=True):
+        out = {s: s for s in systems if self.tok.max_tokens(s) <= half}
+        todo = []
+        for s in dict.fromkeys(systems):
+            if s not in out:
+                fit = self.tok.memo.get(("fit", s, half))
+                if fit is None:
+                    todo.append(s)
+                else:
+                    out[s] = fit
+        for s, e in zip(todo, self.tok.backend.encode_batch_fast(todo, add_special_tokens=False), strict=True):
             ids = e.ids
-            self.tok.remember(("fit", system, half), system if len(ids) <= half else
-                              self.tok.backend.decode(ids[:half], skip_special_tokens=False))
-
-    def _fit_system(self, system: str) -> str:
-        """A system prompt longer than half the window (a large action space) is cut to half, as
-        the scorer does (`TurnScorer._fit_system`), so that turns still fit beside it."""
-        half = self.cfg.seq_len // 2
-        key = ("fit", system, half)
-        fit = self.tok.memo.get(key)
-        if fit is None and self.tok.max_tokens(system) <= half:
-            fit = system  # cannot be longer: no need to encode it
-        if fit is None:
-            ids = self.tok.backend.encode(system, add_special_tokens=False).ids
-            fit = system if len(ids) <= half else self.tok.backend.decode(ids[:half], skip_special_tokens=False)
-            self.tok.remember(key, fit)
-        if fit != system:
-            self.systems_truncated += 1
-        return fit
+            out[s] = self.tok.remember(("fit", s, half), s if len(ids) <= half else
+                                       self.tok.backend.decode(ids[:half], skip_special_tokens=False))
+        return out
 
     def _windows(self, w: _Work, spans: np.ndarray) -> list[Document]:
         conv, seq_len = w.conv, self.cfg.seq_len
         ends = [int(e) for _, e in spans]
         full_sys = self._system_len(conv.system)
-        system = self._fit_system(conv.system)
+        system = self._cut_systems([conv.system])[conv.system]
+        self.systems_truncated += system != conv.system
         sys_len = self._system_len(system) if system != conv.system else full_sys
         glen = group_lengths(ends, full_sys)
         docs: list[Document] = []
@@ -730,6 +726,41 @@ class _BatchResult:
     eval_unparseable: int = 0
 
 
+def _flagged(row: dict[str, Any]) -> dict[int, set[str]]:
+    """Turn index (-1: the trajectory's own texts) → the columns clean's scan found secrets in."""
+    out: dict[int, set[str]] = {}
+    for f in row["flagged"] or ():
+        out.setdefault(f["turn_index"], set()).add(f["column"])
+    return out
+
+
+def _only(flagged: dict[int, set[str]] | None, turn_index: int) -> set[str] | None:
+    """`redact_fields`' `only`: None (redact every column) without a scan."""
+    return None if flagged is None else flagged.get(turn_index, set())
+
+
+def turn_trains(u: dict[str, Any], scored: bool, unscored: str, counters: Counter[str] | None = None) -> bool:
+    """Whether the observation of turn `u` (a row of `_trajectory_reader`) has loss: it counts for
+    training (not a shared prefix another trajectory trains) and, with `turn_scores`, its score
+    says so (a turn without a score row: `unscored`). `counters` gets the reasons, as the summary
+    names them."""
+    ok = True
+    if not u["counts"]:
+        ok = False
+        if counters is not None:
+            counters["shared_prefix_turns"] += 1
+    if scored:
+        if not u["scored"]:
+            ok = ok and unscored == "train"
+            if counters is not None:
+                counters["unscored_turns"] += 1
+        elif not u["loss"]:
+            ok = False
+            if counters is not None:
+                counters["masked_by_score"] += 1
+    return ok
+
+
 def process_rows(rows: list[dict[str, Any]], cfg: ExportConfig, tok: ExportTokenizer, scored: bool,
                  scanned: bool = False) -> _BatchResult:
     """One batch of trajectories (rows of `_trajectory_reader`) → documents, eval rows and counts.
@@ -738,37 +769,20 @@ def process_rows(rows: list[dict[str, Any]], cfg: ExportConfig, tok: ExportToken
     res = _BatchResult()
     redactor = Redactor(cfg.redact)
     work: list[_Work] = []
-    none: frozenset[str] = frozenset()
     for row in rows:
-        only: dict[int, set[str]] = {}
-        for f in (row["flagged"] or ()) if scanned else ():
-            only.setdefault(f["turn_index"], set()).add(f["column"])
+        flagged = _flagged(row) if scanned else None
         traj = redact_fields({k: row[k] for k in ("trajectory_id", "domain", "source_format", "source",
                                                   *RENDERED_TRAJECTORY_TEXTS)},
-                             RENDERED_TRAJECTORY_TEXTS, redactor, res.redactions, only.get(-1, none) if scanned else None)
-        turns = [redact_fields(u, RENDERED_TURN_TEXTS, redactor, res.redactions,
-                               only.get(u["turn_index"], none) if scanned else None) for u in row["turns"]]
+                             RENDERED_TRAJECTORY_TEXTS, redactor, res.redactions, _only(flagged, -1))
+        turns = [redact_fields(u, RENDERED_TURN_TEXTS, redactor, res.redactions, _only(flagged, u["turn_index"]))
+                 for u in row["turns"]]
         conv = conversation(traj, turns, cfg.render)
         if not conv.groups:
             res.no_env_turns += 1
             res.counters["no_env_turns"] += 1
             continue
         by_index = {u["turn_index"]: u for u in turns}
-        loss = []
-        for g in conv.groups:
-            u = by_index[g.turn_index]
-            ok = True
-            if not u["counts"]:
-                res.counters["shared_prefix_turns"] += 1
-                ok = False
-            if scored:
-                if not u["scored"]:
-                    res.counters["unscored_turns"] += 1
-                    ok = ok and cfg.unscored == "train"
-                elif not u["loss"]:
-                    res.counters["masked_by_score"] += 1
-                    ok = False
-            loss.append(ok)
+        loss = [turn_trains(by_index[g.turn_index], scored, cfg.unscored, res.counters) for g in conv.groups]
         key = group_key(row, cfg.split)  # from the raw columns: redaction must not move a task
         split = split_of(key, cfg.split)
         work.append(_Work(traj, conv, loss, split, copies_of(traj, split, cfg), key))

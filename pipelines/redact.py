@@ -69,18 +69,22 @@ def _plausible_value(value: str, key: str, min_len: int, bare: bool) -> bool:
 class Kind:
     """One kind of secret. `group` is the capture group replaced (0: the whole match); `check`
     validates a match before it is replaced; `needs`: lower-case literals one of which every match
-    contains (the pre-filter); `probe`: for a kind without `needs`, an RE2 pattern that finds every
-    text the Python pattern could match (it may find more)."""
+    contains (the pre-filter, in Python and, through `Redactor.candidates_sql`, in DuckDB);
+    `probe`, only for a kind without `needs`: an RE2 pattern that finds every text the Python
+    pattern could match (it may find more)."""
 
     name: str
     pattern: str
-    probe: str
     group: int | str = 0
     flags: int = 0
     check: Callable[[re.Match[str]], bool] | None = None
     label: str | None = None  # the kind counted and shown in the placeholder (default: name)
     needs: tuple[str, ...] | None = None  # lower-case literals one of which any match contains
+    probe: str | None = None
 
+    def __post_init__(self) -> None:
+        if (self.needs is None) == (self.probe is None):
+            raise ValueError(f"kind {self.name}: give `needs` or, without them, a `probe`")
 
     @property
     def kind(self) -> str:
@@ -123,41 +127,40 @@ _VALUE = (r"(?:\\\"(?P<v_esc>[^\"\\\n]*)\\\"|\"(?P<v_dq>(?:[^\"\\\n]|\\.)*)\"|'(
 KINDS: tuple[Kind, ...] = (
     Kind("private_key",
          r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----.*?(?:-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|\Z)",
-         r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY", flags=re.S, needs=("private key",)),
-    Kind("jwt", rf"{_B}eyJ[A-Za-z0-9_-]{{8,}}\.eyJ[A-Za-z0-9_-]{{8,}}\.[A-Za-z0-9_-]{{8,}}", r"eyJ[A-Za-z0-9_-]{8,}\.eyJ", needs=("eyj",)),
+         flags=re.S, needs=("private key",)),
+    Kind("jwt", rf"{_B}eyJ[A-Za-z0-9_-]{{8,}}\.eyJ[A-Za-z0-9_-]{{8,}}\.[A-Za-z0-9_-]{{8,}}", needs=("eyj",)),
     Kind("url_password", rf"{_B}[a-zA-Z][a-zA-Z0-9+.-]*://[^\s:/@'\"<>]+:(?P<value>[^\s@/'\"<>]+)@",
-         r"://[^ \t\n/@'\"<>]+:[^ \t\n@/'\"<>]+@", group="value", needs=("://",)),
-    Kind("aws_access_key", rf"{_B}{_AWS_PREFIX}[A-Z0-9]{{16}}\b", rf"{_AWS_PREFIX}[A-Z0-9]{{16}}",
+         group="value", needs=("://",)),
+    Kind("aws_access_key", rf"{_B}{_AWS_PREFIX}[A-Z0-9]{{16}}\b",
          needs=("akia", "asia", "abia", "acca", "agpa", "aida", "aipa", "anpa", "anva", "aroa", "apka")),
     Kind("aws_secret_key",
          r"(?i)(?:aws_?secret_?(?:access_?)?key|secret_?access_?key)\\?[\"']?\s*[:=]\s*\\?[\"']?(?P<value>[A-Za-z0-9/+=]{40})(?![A-Za-z0-9/+=])",
-         r"(?i:aws_?secret|secret_?access_?key)", group="value", needs=("secret",)),
+         group="value", needs=("secret",)),
     Kind("github_token", rf"{_B}(?:gh[pousr]_[A-Za-z0-9]{{36,255}}|github_pat_[A-Za-z0-9_]{{22,255}})\b",
-         r"gh[pousr]_[A-Za-z0-9]{36}|github_pat_", needs=("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_")),
+         needs=("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_")),
     Kind("slack_token", rf"{_B}xox[abposr]-[A-Za-z0-9-]{{10,}}|https://hooks\.slack\.com/services/[A-Za-z0-9/_-]+",
-         r"xox[abposr]-|hooks\.slack\.com/services/", needs=("xox", "hooks.slack.com")),
-    Kind("openai_key", rf"{_B}sk-(?:proj-|svcacct-|admin-|ant-(?:api03-)?)?[A-Za-z0-9_-]{{20,}}", r"sk-[A-Za-z0-9_-]{20}",
+         needs=("xox", "hooks.slack.com")),
+    Kind("openai_key", rf"{_B}sk-(?:proj-|svcacct-|admin-|ant-(?:api03-)?)?[A-Za-z0-9_-]{{20,}}",
          check=_check_openai, needs=("sk-",)),
-    Kind("stripe_key", rf"{_B}(?:sk|rk)_(?:live|test)_[0-9A-Za-z]{{16,}}\b", r"(?:sk|rk)_(?:live|test)_", needs=("_live_", "_test_")),
-    Kind("google_api_key", rf"{_B}AIza[0-9A-Za-z_-]{{35}}\b", r"AIza[0-9A-Za-z_-]{35}", needs=("aiza",)),
-    Kind("huggingface_token", rf"{_B}hf_[A-Za-z0-9]{{30,}}\b", r"hf_[A-Za-z0-9]{30}", needs=("hf_",)),
+    Kind("stripe_key", rf"{_B}(?:sk|rk)_(?:live|test)_[0-9A-Za-z]{{16,}}\b", needs=("_live_", "_test_")),
+    Kind("google_api_key", rf"{_B}AIza[0-9A-Za-z_-]{{35}}\b", needs=("aiza",)),
+    Kind("huggingface_token", rf"{_B}hf_[A-Za-z0-9]{{30,}}\b", needs=("hf_",)),
     Kind("bearer_token",
          rf"(?i){_B}authorization\\?[\"']?\s*[:=]\s*\\?[\"']?(?:bearer|token|basic)\s+(?P<value>[A-Za-z0-9._~+/=-]{{12,}})",
-         r"(?i:authorization)", group="value", needs=("authorization",)),
+         group="value", needs=("authorization",)),
     # key = value in env files, INI, YAML, TOML, shell (`export DB_PASSWORD=...`), code and JSON
     # ("password": "..."), including JSON inside a JSON string (escaped quotes); and CLI flags.
     Kind("config_password", rf"(?i)(?<![<\w.-])(?P<key>{_Q}?{_PASSWORD_KEY}{_Q}?)[ \t]*[:=][ \t]*(?!=){_VALUE}",
-         r"(?i:passw|passphrase|pwd)", check=_check_config, needs=("pass", "pwd")),
+         check=_check_config, needs=("pass", "pwd")),
     Kind("config_password_flag", rf"(?i)(?<![\w-])(?P<key>--?[A-Za-z0-9_-]*(?:password|passwd|pwd)[A-Za-z0-9_-]*)(?:=|[ \t]+){_VALUE}",
-         r"(?i:passw|pwd)", check=_check_config, label="config_password", needs=("pass", "pwd")),
+         check=_check_config, label="config_password", needs=("pass", "pwd")),
     Kind("config_secret", rf"(?i)(?<![<\w.-])(?P<key>{_Q}?{_SECRET_KEY}{_Q}?)[ \t]*[:=][ \t]*(?!=){_VALUE}",
-         r"(?i:secret|api_?key|apikey|api-key|token|private[_-]?key)", check=_check_config,
-         needs=("secret", "api", "token", "private")),
+         check=_check_config, needs=("secret", "api", "token", "private")),
     Kind("email", rf"{_B}[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{{2,}}\b",
-         r"[A-Za-z0-9._%+-]@[A-Za-z0-9-]+\.[A-Za-z0-9-]", needs=("@",)),
+         needs=("@",)),
     Kind("ip_address",
          rf"{_B}(?:(?:25[0-5]|2[0-4][0-9]|1[0-9]{{2}}|[1-9]?[0-9])\.){{3}}(?:25[0-5]|2[0-4][0-9]|1[0-9]{{2}}|[1-9]?[0-9])\b",
-         r"[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}"),
+         probe=r"[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}"),
 )
 KIND_NAMES = tuple(dict.fromkeys(k.kind for k in KINDS))
 
@@ -245,7 +248,10 @@ def rules_digest() -> str:
     """The redaction rules: this module's source (patterns, needles, checks, exceptions). Any edit
     here must not leave an export 'up to date', nor let export trust a scan (`clean`'s side table
     `redactions`) made with other rules."""
-    return hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]
+    return _RULES_DIGEST
+
+
+_RULES_DIGEST = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]
 
 
 def redact_fields(row: dict, columns: tuple[str, ...], redactor: Redactor | None = None,

@@ -218,3 +218,14 @@ def test_the_rendered_columns_cover_every_text_the_renderer_reads() -> None:
     # without redaction the same rendering would carry the address
     raw = conversation(traj, turns)
     assert mail in raw.system and mail in raw.groups[0].user
+
+
+def test_a_kind_has_needles_or_else_a_probe() -> None:
+    """Every text clean's scan must see is found by needles or, for a kind without them, a probe."""
+    from pipelines.redact import KINDS, Kind
+
+    assert all((k.needs is None) != (k.probe is None) for k in KINDS)
+    with pytest.raises(ValueError, match="give `needs` or"):
+        Kind("bare", r"x+")
+    with pytest.raises(ValueError, match="give `needs` or"):
+        Kind("both", r"x+", needs=("x",), probe="x")
