@@ -11,9 +11,7 @@ quarantine and counts are the same whichever runner converted the files.
 from __future__ import annotations
 
 import json
-import os
 import secrets
-import shutil
 from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
@@ -27,6 +25,7 @@ from pipelines.ingest import (
     group_tag,
     process_group,
 )
+from pipelines.store import write_json_atomic
 
 RESULTS_DIR = "_beam_results"
 
@@ -38,9 +37,7 @@ def _convert(item: tuple[int, Group], staging: str, batch_id: str, config: Inges
     tag = f"{group_tag(batch_id, index)}-{secrets.token_hex(4)}"
     files, stats, messages = process_group(group, staging, tag, config)
     out = Path(staging) / RESULTS_DIR / f"{index:05d}.json"
-    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps({"files": files, "stats": {k: asdict(v) for k, v in stats.items()}, "messages": messages}))
-    os.replace(tmp, out)
+    write_json_atomic(out, {"files": files, "stats": {k: asdict(v) for k, v in stats.items()}, "messages": messages})
     return out.name
 
 
@@ -61,14 +58,11 @@ def beam_runner(runner: str = "DirectRunner", options: list[str] | None = None) 
                 | "spread" >> beam.Reshuffle()
                 | "convert" >> beam.Map(_convert, staging=staging, batch_id=batch_id, config=config)
             )
-        try:
-            for i in range(len(groups)):
-                path = results / f"{i:05d}.json"
-                if not path.exists():
-                    raise RuntimeError(f"beam ingest: group {i} of batch {batch_id} left no result ({path})")
-                r = json.loads(path.read_text())
-                yield r["files"], {k: InputStats(**v) for k, v in r["stats"].items()}, r["messages"]
-        finally:
-            shutil.rmtree(results, ignore_errors=True)
+        for i in range(len(groups)):  # RESULTS_DIR goes with the staging directory (commit, recover)
+            path = results / f"{i:05d}.json"
+            if not path.exists():
+                raise RuntimeError(f"beam ingest: group {i} of batch {batch_id} left no result ({path})")
+            r = json.loads(path.read_text())
+            yield r["files"], {k: InputStats(**v) for k, v in r["stats"].items()}, r["messages"]
 
     return run

@@ -23,7 +23,7 @@ def _cmd_ingest(a: argparse.Namespace) -> int:
 
     limits = ReadLimits(max_record_bytes=int(a.max_record_mb * MiB))
     cfg = IngestConfig(domain_override=a.domain, workers=a.workers, limits=limits,
-                       **({"task_bytes": int(a.task_mb * MiB)} if a.task_mb else {}))
+                       task_bytes=int(a.task_mb * MiB))
     runner = None
     if a.beam:
         from pipelines.beam_ingest import beam_runner
@@ -147,7 +147,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--workers", type=int, default=0, help="processes (0: automatic)")
     s.add_argument("--max-record-mb", type=float, default=64.0, help="largest single record (JSON document or line)")
     s.add_argument("--quiet", action="store_true", help="no progress line")
-    s.add_argument("--task-mb", type=float, default=0.0, help="input bytes per conversion task (default 64)")
+    s.add_argument("--task-mb", type=float, default=64.0, help="MB of input per conversion task")
     s.add_argument("--beam", action="store_true",
                    help="convert with an Apache Beam pipeline (the corpus directory must be reachable by every worker)")
     s.add_argument("--beam-runner", default="DirectRunner", metavar="RUNNER",

@@ -36,6 +36,10 @@ class IngestConfig:
     lock_wait_s: float = 0.0  # how long to wait for another writer before giving up
     limits: ReadLimits = ReadLimits()
 
+    def __post_init__(self) -> None:
+        if self.task_bytes <= 0:
+            raise ValueError(f"--task-mb must be positive (task_bytes={self.task_bytes})")
+
     def fingerprint(self) -> str:
         d = asdict(self)
         d.pop("workers")  # parallelism does not change the output
@@ -97,21 +101,18 @@ class IngestSummary:
         return "\n".join(lines)
 
 
-def process_group(
-    units: list[tuple[InputUnit, str]],
-    staging: str,
-    tag: str,
-    config: IngestConfig,
-) -> tuple[list[dict], dict[str, InputStats], list[str]]:
+Group = list[tuple[InputUnit, str]]  # input files with their sha256: one conversion task
+GroupResult = tuple[list[dict], dict[str, InputStats], list[str]]  # part files, counts per input, messages
+
+
+def process_group(units: Group, staging: str, tag: str, config: IngestConfig) -> GroupResult:
     """Read a group of inputs into Parquet parts under `staging` (runs in a worker: a process of the
     pool, or a Beam worker)."""
     with fewer_gc_passes():
         return _convert_group(units, staging, tag, config)
 
 
-def _convert_group(
-    units: list[tuple[InputUnit, str]], staging: str, tag: str, config: IngestConfig
-) -> tuple[list[dict], dict[str, InputStats], list[str]]:
+def _convert_group(units: Group, staging: str, tag: str, config: IngestConfig) -> GroupResult:
     out = DomainBuffers(PartWriter(Path(staging), tag))
     stats: dict[str, InputStats] = {}
     messages: list[str] = []
@@ -141,12 +142,12 @@ def _convert_group(
 
 def _groups(
     units: list[tuple[InputUnit, str, int]], task_bytes: int, workers: int = 1
-) -> list[list[tuple[InputUnit, str]]]:
+) -> list[Group]:
     """Tasks of about `task_bytes`, shrinking towards the end (each at most a 2*workers-th of what is
     left, not under 4 MiB) so that the last tasks finish together instead of one worker running a
     full-size task alone while the others idle."""
-    groups: list[list[tuple[InputUnit, str]]] = []
-    cur: list[tuple[InputUnit, str]] = []
+    groups: list[Group] = []
+    cur: Group = []
     size = 0
     left = sum(n for _, _, n in units)
     target = task_bytes if workers <= 1 else min(task_bytes, max(4 << 20, left // (2 * workers)))
@@ -183,8 +184,6 @@ class Progress:
         self.line.finish()
 
 
-Group = list[tuple[InputUnit, str]]
-GroupResult = tuple[list[dict], dict[str, InputStats], list[str]]
 # Runs `process_group(group, staging, group_tag(batch_id, i), config)` for every group, anywhere,
 # and yields the results (in any order): a process pool here, a Beam pipeline in beam_ingest.
 GroupRunner = Callable[[list[Group], str, str, "IngestConfig"], Iterable[GroupResult]]
@@ -214,8 +213,8 @@ def ingest(
         min(os.cpu_count() or 1, -(-total_in // config.task_bytes)) if total_in > config.task_bytes else 1
     )
     # One pool for hashing and converting: hashing every input in the parent first was a serial
-    # pre-pass of about 1/10 of the run at 2 workers.
-    pool = ProcessPoolExecutor(max_workers=workers) if workers > 1 and runner is None else None
+    # pre-pass of about 1/10 of the run at 2 workers. With another `runner` (Beam) it only hashes.
+    pool = ProcessPoolExecutor(max_workers=workers) if workers > 1 else None
     try:
         return _ingest(units, sizes, workers, pool, corpus, summary, config, progress, echo, t0, runner)
     finally:
@@ -285,7 +284,7 @@ def _ingest(
         files: list[dict] = []
         inputs: dict[str, dict] = {}
 
-        def take(result: tuple[list[dict], dict[str, InputStats], list[str]]) -> None:
+        def take(result: GroupResult) -> None:
             part_files, stats, messages = result
             files.extend(part_files)
             if echo is not None:

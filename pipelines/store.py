@@ -19,6 +19,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import secrets
 import shutil
 import time
 from collections.abc import Iterator
@@ -47,7 +48,8 @@ class CorpusError(RuntimeError):
 
 
 def write_json_atomic(path: Path, obj: Any) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    """Write then rename; the temporary name is unique even for two threads of one process."""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
     with open(tmp, "wb") as f:
         f.write(orjson.dumps(obj, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS))
         f.flush()
@@ -63,6 +65,8 @@ def publish_dir(tmp: Path, out: Path) -> Path:
         os.replace(tmp, out)
     except OSError:
         shutil.rmtree(tmp, ignore_errors=True)
+        if not out.is_dir():  # not a lost race: a real failure (another device, no space, no access)
+            raise
     return out
 
 

@@ -52,3 +52,29 @@ def test_cli_ingest_with_beam(sample: Path, tmp_path: Path) -> None:
     assert "records in 124 = accepted 124 + quarantined 0\n  turns 726" in r.stdout
     names = [p.name for p in (tmp_path / "c").glob("turns/**/*.parquet")]
     assert len(names) == 3 and all(re.fullmatch(r"part-.+-\d{5}-[0-9a-f]{8}-\d{4}\.parquet", n) for n in names), names
+
+
+def test_a_retried_group_commits_one_attempt(sample: Path, local: Path, tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """A runner may run a group twice (a retried or speculative bundle): each attempt writes its
+    own parts, only the ones the surviving result names are committed, the rest go with staging."""
+    from pipelines import beam_ingest
+
+    real, log = beam_ingest._convert, tmp_path / "attempts.txt"  # a file: Beam pickles the function
+
+    def twice(item, *a, **k):  # noqa: ANN001, ANN202 - Beam's Map signature
+        if item[0] == 0:
+            real(item, *a, **k)  # the first attempt: its parts are left behind, its result overwritten
+        with open(log, "a") as f:
+            f.write(f"{item[0]}\n")
+        return real(item, *a, **k)
+
+    monkeypatch.setattr(beam_ingest, "_convert", twice)
+    out = tmp_path / "corpus"
+    s = ingest([sample], out, IngestConfig(task_bytes=1 << 20), progress=False, runner=beam_runner())
+    attempts = log.read_text().split()
+    assert attempts.count("0") == 1 and len(attempts) > 1
+    assert (s.trajectories, s.turns, s.reconciles) == (1114, 3703, True)
+    for sql in ROWS.values():
+        assert run_query(out, sql)[1] == run_query(local, sql)[1]
+    assert not list(out.glob(".staging-*"))
