@@ -61,7 +61,7 @@ def load_note(own_cores: float = 1.0) -> str:
     busy = one > own_cores + 0.5
     return (
         f"load average (1/5/15 min) {one:.1f}/{five:.1f}/{fifteen:.1f} at the end ("
-        + ("other jobs shared the machine: wall-clock figures vary between rounds, compare the CPU figures"
+        + ("other jobs shared the machine: wall-clock figures vary between rounds"
            if busy else "no other jobs of note")
         + ")"
     )

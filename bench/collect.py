@@ -46,8 +46,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.benchdoc import DOC, write_section  # noqa: E402
-from sandboxes.collect import Job, collect  # noqa: E402
+from bench.benchdoc import DOC, load_note, write_section  # noqa: E402
+from sandboxes.collect import Job, collect, plan_jobs  # noqa: E402
 from sandboxes.engine import ensure_engine  # noqa: E402
 from sandboxes.images import build, image_tag  # noqa: E402
 from sandboxes.reaper import Session  # noqa: E402
@@ -144,10 +144,8 @@ def workloads(only: str | None, rounds: int, replay_limit: int) -> dict[str, tup
     """name -> (project jobs, naive (task, command) list): the same actions on both sides."""
     from sandboxes.replay import replay_jobs, shell_actions
 
-    tasks = load_tasks(TASKS_DIR)
-    if only:
-        tasks = [t for t in tasks if t.id in set(only.split(","))]
-    tasks = [t for t in tasks if t.service_files is None] * rounds  # the naive baseline has no mirror network
+    planned = plan_jobs(load_tasks(TASKS_DIR), only.split(",") if only else None)  # unknown ids: an error
+    tasks = [j.task for j in planned if j.task.service_files is None] * rounds  # the naive baseline has no mirror network
     out = {"suite": ([Job(t) for t in tasks], [(t, a.command) for t in tasks for a in t.actions])}
     if replay_limit:
         paths = sorted((ROOT / "data/sample/corpus/intercode").glob("ic_bash_*.json"))
@@ -155,13 +153,6 @@ def workloads(only: str | None, rounds: int, replay_limit: int) -> dict[str, tup
         naive = [(j.task, a.tool_args["command"]) for j, o in zip(jobs, originals, strict=True) for a in shell_actions(o)]
         out["intercode"] = (jobs, naive)
     return out
-
-
-def loadavg() -> str:
-    try:
-        return "/".join(f"{x:.1f}" for x in os.getloadavg())
-    except OSError:
-        return "n/a"
 
 
 WORKLOAD_TEXT = {
@@ -186,14 +177,15 @@ def render(res: dict, argv: list[str]) -> str:
         for key, label in (("1", "project"), ("1-ahead", "project, start-ahead"), ("2", "project"),
                            ("2-ahead", "project, start-ahead"), ("2-fresh", "project, fresh container per trajectory"),
                            ("2-fresh-ahead", "project, fresh container per trajectory, start-ahead")):
-            if key not in p:
-                continue
             w = int(key[0])
             x = p[key]
-            cmd = f"{x['command_s']:.1f}" if "command_s" in x else "-"
-            rows.append(f"| {wl} | {label} | {w} | {x['trajectories']} | {x['turns']} | {x['seconds']:.1f} | {cmd} | "
-                        f"{x['turns_per_s']:.2f} | **{x['turns_per_s'] / n[w]['turns_per_s']:.1f}x** |")
+            if x["warm"]:
+                label += f" ({x['warm']['taken']} used, {x['warm']['wasted']} unused)"
+            rows.append(f"| {wl} | {label} | {w} | {x['trajectories']} | {x['turns']} | {x['seconds']:.1f} | "
+                        f"{x['command_s']:.1f} | {x['turns_per_s']:.2f} | **{x['turns_per_s'] / n[w]['turns_per_s']:.1f}x** |")
     lat = res["latency"]
+    suite = res["workloads"]["suite"]["project"]["2"]
+    share = 100 * suite["command_s"] / (2 * suite["seconds"])  # of the 2 workers' time
     wls = "; ".join(f"**{k}**: {WORKLOAD_TEXT[k]}, {v['trajectories']} trajectories, {v['turns']} actions"
                     for k, v in res["workloads"].items())
     return "\n".join([
@@ -206,24 +198,22 @@ def render(res: dict, argv: list[str]) -> str:
         "with the same configuration (`fresh`: a new container every time).", "",
         f"Workloads: {wls}.", "",
         "Recorded action time = the sum of the turns' `duration_s`, summed over workers: each action's whole round "
-        "trip (at least the ~6 ms of `true`, below), mostly the commands themselves (pytest runs and a background job's "
-        "sleep on the suite), which cost the naive baseline the same besides its container starts. On the suite that is "
-        "about 60% of the project's time, which caps the ratio there; the InterCode replay (short commands, as agents "
+        f"trip (at least the {1000 * lat['action_s']:.1f} ms of `true`, below), mostly the commands themselves (pytest "
+        "runs and a background job's sleep on the suite), which cost the naive baseline the same besides its container "
+        f"starts. On the suite that is {share:.0f}% of the project's time with 2 workers, which caps the ratio there; "
+        "the InterCode replay (short commands, as agents "
         "mostly issue) shows the per-action overhead. The project also runs each task's checks (the outcome and "
         "reward), which the naive baseline does not. `start-ahead` rows (`--start-ahead`): sandboxes of upcoming "
-        "trajectories that need a new container are started while the current ones run; off by default, since on 2 "
-        "cores a container start is mostly engine CPU that competes with the running trajectories.", "",
+        "trajectories that need a new container are started while the current ones run (how many were used and "
+        f"unused in brackets); off by default, since on {os.cpu_count()} cores a container start is mostly engine CPU "
+        "that competes with the running trajectories.", "",
         *rows, "",
         f"Start-to-first-output latency of a sandbox (start request to the first byte of `echo ready`, median of "
         f"{lat['runs']}): project {1000 * lat['project_s']:.0f} ms (create + attach + start + first action), "
         f"naive `docker run` {1000 * lat['naive_s']:.0f} ms. One action once started (`true` through the shell "
         f"server, median of 50): {1000 * lat['action_s']:.1f} ms.", "",
-        f"Machine: {os.cpu_count()} CPUs, {platform.platform()}, Docker {res['engine']}; load average (1/5/15 min) "
-        f"{res['load_before']} before, {res['load_after']} after ("
-        + ("other jobs shared the machine, so the absolute numbers (and the gain from a second worker) move with "
-           "the load; the ratios move less" if float(str(res['load_before']).split('/')[0]) > 1.0
-           else "no other jobs of note before the run; the load after is the benchmark's own")
-        + f"). Measured {res['when']}.", "",
+        f"Machine: {os.cpu_count()} CPUs, {platform.platform()}, Docker {res['engine']}; {res['load']}. "
+        f"Measured {res['when']}.", "",
         f"Rerun: `.venv/bin/python bench/collect.py{(' ' + ' '.join(argv)) if argv else ''}`", "",
     ])
 
@@ -239,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     args_shown = [x for x in (argv if argv is not None else sys.argv[1:]) if x != "--no-write"]
     engine = ensure_engine().version().get("Version")
     build("swe")
-    res: dict = {"engine": engine, "load_before": loadavg(), "workloads": {}}
+    res: dict = {"engine": engine, "workloads": {}}
     for name, (jobs, naive) in workloads(a.only, a.rounds, a.replay_limit).items():
         r: dict = {"trajectories": len(jobs), "turns": len(naive), "naive": {}, "project": {}}
         for w in (1, 2):
@@ -258,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     with Sandbox(SandboxConfig(image=tag), Session()) as sb:
         per = [sb.run("true").duration_s for _ in range(50)]
     res["latency"] = {"runs": a.latency_runs, "project_s": lat_p, "naive_s": lat_n, "action_s": statistics.median(per)}
-    res["load_after"] = loadavg()
+    res["load"] = load_note(own_cores=2.0)  # two workers and the engine
     res["when"] = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     text = render(res, args_shown)
     print(text)

@@ -53,7 +53,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
-from bench.benchdoc import DOC, write_section  # noqa: E402
+from bench.benchdoc import DOC, cpu_model, load_note, write_section  # noqa: E402
 
 WORK = ROOT / "build" / "bench" / "dedup"
 SECTION = "## Dedup (bench/dedup.py)"
@@ -244,13 +244,7 @@ def score(d: Path, system: str) -> dict:
 
 
 def machine() -> str:
-    load = os.getloadavg()
-    return (f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; "
-            f"load average at the end {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} (shared machine)")
-
-
-def write_doc(body: str) -> None:
-    write_section(DOC, SECTION, body)
+    return f"{cpu_model()}, {os.cpu_count()} cores, Python {platform.python_version()}; {load_note()}"
 
 
 def main() -> int:
@@ -343,7 +337,7 @@ def main() -> int:
     body = "\n".join(lines)
     print(body)
     if not a.no_doc:
-        write_doc(body)
+        write_section(DOC, SECTION, body)
     return 0
 
 

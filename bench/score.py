@@ -53,7 +53,7 @@ if str(ROOT) not in sys.path:
 
 import numpy as np  # noqa: E402
 
-from bench.benchdoc import DOC, cpu_model, section_body, write_section  # noqa: E402
+from bench.benchdoc import DOC, cpu_model, load_note, section_body, write_section  # noqa: E402
 
 SECTION = "## Scoring (bench/score.py)"
 PREFACE = (
@@ -375,7 +375,6 @@ def main(argv: list[str]) -> int:
         del model, scorer
         if cuda:
             torch.cuda.empty_cache()
-    load1 = os.getloadavg()
 
     head = ("| dtype | set | method | traj | turns | tokens | s | tokens/s | turns/s | × plain | × lean | × plain fp32 | "
             "TFLOP/s | MFU | peak TFLOP/s | padding | max Δ cond NLL |")
@@ -402,7 +401,7 @@ def main(argv: list[str]) -> int:
     cmd = " ".join([".venv/bin/python", "bench/score.py", *argv])
     sub = f"{'CUDA' if cuda else 'CPU'}: {machine(a.device, torch)}"
     body = f"""Rerun: `{cmd}`. Measured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; model: {size_note};
-load average (1 min) {load0[0]:.1f} at start, {load1[0]:.1f} at end (this machine is shared: compare rows of one run).
+load average (1 min) {load0[0]:.1f} at start; {load_note(own_cores=float(torch.get_num_threads()))}.
 
 Sets: `sample` = {len(sets['sample'])} trajectories ({sum(len(t) for _, t in sets['sample'])} turns) of the sample corpus
 ({'the whole corpus repeated' if cuda else f'round-robin over source formats in md5 order, rendering ≤ {a.max_render} tokens'}); `20-turn`/`50-turn` = sessions stitched

@@ -167,7 +167,7 @@ def main() -> None:
         "is what this measures).",
         "",
         f"Machine: {os.cpu_count()} CPUs, {platform.platform()}, Python {platform.python_version()}; "
-        f"{load_note(own_cores=1.0)}; measured {dt.datetime.now(dt.UTC).strftime('%Y-%m-%d %H:%M UTC')}.",
+        f"{load_note(own_cores=float(a.threads))}; measured {dt.datetime.now(dt.UTC).strftime('%Y-%m-%d %H:%M UTC')}.",
         "",
         f"Rerun: `.venv/bin/python bench/traces.py --queries {a.queries} -k {a.k} --max-tokens {a.max_tokens} "
         f"--threads {a.threads}`",

@@ -147,7 +147,7 @@ class ScoreSummary:
     model_trajectories: int = 0
     model_trajectories_total: int = 0
     model_turns: int = 0
-    model_tokens: int = 0
+    model_tokens: int = 0  # tokens the model forwarded (the cap counts planned rows, shared ones too)
     model_seconds: float = 0.0
     model_id: str = ""
     device: str = ""
@@ -248,7 +248,7 @@ def _model_scores(con: Any, cfg: ScoreConfig, summary: ScoreSummary, scorer: Any
             bar(len(chunk))
         chunk, chunk_tokens, chunk_slots = [], 0, 0
 
-    windows0, shared0 = scorer.stats["windows"], scorer.stats["uncond_shared"]
+    windows0, shared0, run0 = scorer.stats["windows"], scorer.stats["uncond_shared"], scorer.stats["real_tokens"]
     for batch in reader:
         for row in batch.to_pylist():
             p = scorer.plan(row, row["turns"], chunk_slots)
@@ -267,7 +267,7 @@ def _model_scores(con: Any, cfg: ScoreConfig, summary: ScoreSummary, scorer: Any
     flush()
     bar.finish()
     summary.model_seconds = time.monotonic() - t0
-    summary.model_tokens = used
+    summary.model_tokens = scorer.stats["real_tokens"] - run0  # forwarded: shared observation-alone rows run once
     summary.windowed_trajectories = scorer.stats["windows"] - windows0
     summary.uncond_shared = scorer.stats["uncond_shared"] - shared0
     t = pa.concat_tables(out) if out else MODEL_SCHEMA.empty_table()

@@ -151,8 +151,8 @@ def register(subparsers: argparse._SubParsersAction, collect_subparsers: argpars
     c.add_argument("--seed", type=int, default=0, help="seed for perturbation parameters")
     c.add_argument("--fresh", action="store_true", help="a new container for every trajectory (no reset-and-reuse)")
     c.add_argument("--start-ahead", action="store_true",
-                   help="start upcoming trajectories' sandboxes while the current ones run (pays where the engine "
-                        "has cores to spare; no consistent gain on 2 cores)")
+                   help="start upcoming trajectories' sandboxes while the current ones run (experimental: no "
+                        "measured gain so far, see docs/benchmarks.md)")
     c.add_argument("--policy", choices=["scripted", "openai"], default="scripted",
                    help="scripted: the spec's actions; openai: an agent behind an OpenAI-compatible endpoint")
     c.add_argument("--base-url", help="agent endpoint (default $WORLDLINE_AGENT_BASE_URL)")

@@ -347,8 +347,13 @@ def start_config(job: Job, seed: int = 0) -> tuple[SandboxConfig | None, bool]:
         run_cfg = _run_config(pl)
     except images.ImageError:
         return None, False  # run_task reports it
-    plain = not pl.setup_as_root and run_cfg.network_mode == "none" and run_cfg.image == base.image
-    return run_cfg, plain
+    return run_cfg, _reusable(pl, run_cfg, base)
+
+
+def _reusable(pl: perturb.Plan, run_cfg: SandboxConfig, base: SandboxConfig) -> bool:
+    """Whether a worker's container, reset, may serve this run: set up as the agent, no network,
+    the task's own image (not one derived without binaries)."""
+    return not pl.setup_as_root and run_cfg.network_mode == "none" and run_cfg.image == base.image
 
 
 def warm_configs(jobs: list[Job], seed: int, workers: int, fresh: bool) -> list[SandboxConfig | None]:
@@ -403,7 +408,7 @@ def run_task(job: Job, session: Session, seed: int = 0, stop: threading.Event | 
             _setup(setup_sb, task, pl.setup_as_root)
             sb = res.sandbox(replace(run_cfg, work_volume=vol), hint)
             setup_sb.close()
-        elif pl.setup_as_root or run_cfg.network_mode != "none" or run_image != base.image:
+        elif not _reusable(pl, run_cfg, base):
             sb = res.sandbox(run_cfg, hint)
             _setup(sb, task, pl.setup_as_root)
         else:
@@ -589,7 +594,7 @@ def collect(jobs: Iterable[Job], out: Path | str, workers: int = 2, seed: int = 
         pending: set[Future] = set()
         it = iter(enumerate(jobs))
         try:
-            warmer = SandboxWarmer(warm_for, session, ahead=max(1, workers))
+            warmer = SandboxWarmer(warm_for, session, ahead=max(1, workers)) if warm else None
             for i, j in it:
                 pending.add(pool.submit(work, i, j))
                 if len(pending) >= workers * 2:

@@ -63,16 +63,16 @@ PATH = "/run/wl/shim:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bi
 # even by SIGKILL) ends the loop, the container stops and the engine removes it.
 # One line, with `eval` on it, so that the shell's own messages read like those of `bash -c CMD`
 # ("bash: line 1: foo: command not found"), which is what an agent running commands sees.
-# With truncation, stdout goes through `dd bs=1 count=N` in a process substitution: byte by byte,
-# so what the command wrote is passed on at once even while a background job keeps the pipe open
-# (`head` would hold it until end of file). Bash does not wait for a process substitution, so
+# With truncation, stdout goes through `dd iflag=count_bytes count=N` in a process substitution:
+# it passes on whatever each read returns at once, even while a background job keeps the pipe
+# open (`head` would hold it until end of file), and stops after N bytes. Bash does not wait for a process substitution, so
 # the EXIT trap closes stdout and waits a moment (at most 0.5 s) for `dd` to pass on the rest
 # before the server writes the end markers; a background job's later output shows up later, as
 # in a terminal.
 _INNER = (r"""cd -- "$(< /run/wl/cwd)" 2>/dev/null || cd -- "$3"; trap 'exit 143' TERM; __wl_cut=; """
           r"""trap 'printf %s "$PWD" > /run/wl/cwd; if [ -n "$__wl_cut" ]; then exec >&-; for _ in {1..50}; do """
           r"""kill -0 "$__wl_cut" 2>/dev/null || break; /usr/bin/sleep 0.01; done; fi' EXIT; """
-          r"""if [ "$2" -gt 0 ]; then exec > >(exec /usr/bin/dd bs=1 count="$2" status=none); __wl_cut=$!; fi; """
+          r"""if [ "$2" -gt 0 ]; then exec > >(exec /usr/bin/dd bs=64K iflag=count_bytes count="$2" status=none); __wl_cut=$!; fi; """
           'eval "$1"')
 
 _SERVER = r"""

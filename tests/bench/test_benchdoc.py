@@ -24,4 +24,4 @@ def test_write_section_replaces_one_section_and_keeps_the_others(tmp_path: Path)
 def test_load_note_says_whether_the_machine_was_shared(monkeypatch: pytest.MonkeyPatch, load: float, word: str) -> None:
     monkeypatch.setattr(benchdoc.os, "getloadavg", lambda: (load, 1.0, 1.0))
     assert benchdoc.load_note(own_cores=1.0) == f"load average (1/5/15 min) {load:.1f}/1.0/1.0 at the end ({word}" + (
-        ": wall-clock figures vary between rounds, compare the CPU figures)" if load > 1.5 else ")")
+        ": wall-clock figures vary between rounds)" if load > 1.5 else ")")

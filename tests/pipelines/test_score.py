@@ -138,12 +138,21 @@ def test_report_section(corpus: Path) -> None:
     assert "Conditional NLL" not in html  # no model tier yet
 
 
-def test_model_tier_scores_every_observation_once(tmp_path: Path, tiny_model_dir: Path) -> None:
+def test_model_tier_scores_every_observation_once(tmp_path: Path, tiny_model_dir: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """No cap, a window (256) smaller than some trajectories: every turn with an observation gets
-    exactly one model row; context turns get none."""
+    exactly one model row; context turns get none; the summary's tokens are those forwarded."""
     from pipelines.ingest import ingest
-    from pipelines.score_model import ModelScoreConfig
+    from pipelines.score_model import ModelScoreConfig, TurnScorer
 
+    forwarded = [0]
+    real_forward = TurnScorer._forward
+
+    def counting(self, model, jobs, device):  # noqa: ANN001, ANN202
+        forwarded[0] += sum(len(j.ids) for j in jobs)
+        return real_forward(self, model, jobs, device)
+
+    monkeypatch.setattr(TurnScorer, "_forward", counting)
     out = tmp_path / "c"
     ingest([ROOT / "data" / "sample" / "corpus" / "swe-agent"], out, progress=False)  # long sessions, long prompts
     s = score(out, ScoreConfig(model=ModelScoreConfig(model=str(tiny_model_dir), max_context=256, dtype="float32")),
@@ -154,6 +163,7 @@ def test_model_tier_scores_every_observation_once(tmp_path: Path, tiny_model_dir
         USING (trajectory_id, turn_index) WHERE s.cond_nll IS NOT NULL AND NOT s.truncated""")[1][0][0]
     assert 0 < s.uncond_shared <= repeats + s.truncated_turns
     assert f"{s.uncond_shared} repeated observations scored alone once" in s.render()
+    assert s.model_tokens == forwarded[0] > 0  # not the planned rows: the shared ones run once
     rows = run_query(out, """SELECT count(*) FILTER (WHERE category <> 'context'), count(cond_nll),
                                     count(*) FILTER (WHERE category = 'context' AND cond_nll IS NOT NULL),
                                     max(context_tokens + tokens), max(history_dropped) FROM turn_scores""")[1][0]

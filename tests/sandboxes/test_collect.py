@@ -176,10 +176,11 @@ def test_swe_tests_fail_before_and_pass_after_the_fix(images, task_id: str) -> N
 def test_whole_suite_with_and_without_every_perturbation(images, tmp_path: Path) -> None:
     """Every task once plain and once per perturbation (seed 0, as `make demo` runs it); the
     outcomes per perturbation are what the perturbations do to the suite's checks."""
-    from sandboxes.perturb import PERTURBATIONS
+    from sandboxes.collect import plan_jobs
+    from sandboxes.perturb import PERTURBATIONS, parse_list
 
     out = tmp_path / "corpus"
-    jobs = [Job(t, p) for t in TASKS.values() for p in [None, *(PerturbationSpec(n) for n in sorted(PERTURBATIONS))]]
+    jobs = plan_jobs(list(TASKS.values()), perturbations=parse_list(["all"]))
     s = collect(jobs, out, workers=2, echo=lambda m: None)
     assert (s.trajectories, s.quarantined, s.turns) == (319, 0, 1023), s.errors
     assert s.by_perturbation == {n: 29 for n in ["none", *PERTURBATIONS]}

@@ -103,8 +103,8 @@ def test_runaway_output_is_capped_and_the_session_goes_on(sb: Sandbox) -> None:
 
 
 def test_truncated_output_always_belongs_to_its_own_action(images) -> None:
-    """`head -c` in the sandbox runs after the command's shell: its bytes must still come before
-    the action's end markers, or they show up as the next action's output."""
+    """The truncating `dd` in the sandbox runs after the command's shell: its bytes must still come
+    before the action's end markers, or they show up as the next action's output."""
     cfg = SandboxConfig(image=images["terminal"], truncate_bytes=5)
     with Sandbox(cfg, Session()) as sb:
         outs = [(r.stdout, r.stderr) for r in (sb.run(f"printf 'hello world {i}'; echo err >&2") for i in range(40))]
