@@ -13,17 +13,25 @@ INTRO = (
 )
 
 
+def _span(text: str, heading: str) -> tuple[int, int] | None:
+    """(start of `heading`, start of the next `## ` heading or the end) in `text`, or None."""
+    start = text.find(heading)
+    if start < 0:
+        return None
+    nxt = re.search(r"^## ", text[start + len(heading):], flags=re.M)
+    return start, (start + len(heading) + nxt.start() if nxt else len(text))
+
+
 def write_section(path: Path, heading: str, body: str, intro: str = INTRO) -> None:
     """Replace the section that starts with `heading` (or append it), atomically."""
     text = path.read_text() if path.exists() else intro
     section = f"{heading}\n\n{body.strip()}\n"
-    start = text.find(heading)
-    if start < 0:
+    span = _span(text, heading)
+    if span is None:
         text = text.rstrip("\n") + "\n\n" + section
     else:
-        nxt = re.search(r"^## ", text[start + len(heading):], flags=re.M)
-        end = start + len(heading) + nxt.start() if nxt else len(text)
-        text = text[:start] + section + ("\n" + text[end:] if nxt else "")
+        start, end = span
+        text = text[:start] + section + ("\n" + text[end:] if end < len(text) else "")
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     tmp.write_text(text)
@@ -33,12 +41,8 @@ def write_section(path: Path, heading: str, body: str, intro: str = INTRO) -> No
 def section_body(path: Path, heading: str) -> str:
     """The text of the section under `heading` (without it), or "" when there is none."""
     text = path.read_text() if path.exists() else ""
-    start = text.find(heading)
-    if start < 0:
-        return ""
-    rest = text[start + len(heading):]
-    nxt = re.search(r"^## ", rest, flags=re.M)
-    return (rest[: nxt.start()] if nxt else rest).strip()
+    span = _span(text, heading)
+    return text[span[0] + len(heading):span[1]].strip() if span else ""
 
 
 def cpu_model() -> str:

@@ -17,7 +17,8 @@ What is measured:
 - naive: for every turn, one batch-1 forward over the rendered tokens up to the end of its
   observation, plus one batch-1 forward over the observation alone (unconditional); the hidden
   states at the observation's positions go through the LM head (the same head code as the
-  project, so the comparison isolates one-pass + batching).
+  project, so the comparison isolates one pass per window, batching and scoring a repeated
+  observation alone only once, `shared_unconditional`: the naive way runs every row).
 - project: `TurnScorer.score_plans` (conditional windows and unconditional rows, length-sorted
   into `--batch-tokens` batches).
 - both are timed over execution only; rendering and tokenization (identical work for both) are

@@ -5,6 +5,8 @@ from typing import Any
 
 import dagster as dg
 
+from pipelines.contracts import ContractResult
+
 
 def check_specs(contracts: Mapping[str, Callable[..., Any]], asset: Any) -> list[dg.AssetCheckSpec]:
     """One check per contract, described by the first line of its docstring."""
@@ -12,13 +14,13 @@ def check_specs(contracts: Mapping[str, Callable[..., Any]], asset: Any) -> list
             for name, fn in contracts.items()]
 
 
-def check_result(r: Any, key: dg.AssetKey, warn: bool = False) -> dg.AssetCheckResult:
-    """A `ContractResult` (or traces `CheckResult`) as an asset check result; lists and dicts in
-    its metadata become JSON metadata."""
+def check_result(r: ContractResult, key: dg.AssetKey) -> dg.AssetCheckResult:
+    """A `ContractResult` as an asset check result, with its severity; lists and dicts in its
+    metadata become JSON metadata."""
     meta = {k: dg.MetadataValue.json(v) if isinstance(v, list | dict) else v for k, v in r.metadata.items()}
     return dg.AssetCheckResult(passed=r.passed, check_name=r.name, asset_key=key, description=r.description,
                                metadata=meta,
-                               severity=dg.AssetCheckSeverity.WARN if warn else dg.AssetCheckSeverity.ERROR)
+                               severity=dg.AssetCheckSeverity.WARN if r.severity == "warn" else dg.AssetCheckSeverity.ERROR)
 
 
 def no_corpus(names: Iterable[str], key: dg.AssetKey, root: str, asset_name: str) -> Iterator[dg.AssetCheckResult]:

@@ -96,4 +96,4 @@ def turn_scores(context: dg.AssetExecutionContext, corpus: CorpusResource,
 ])
 def turn_scores_checks(corpus: CorpusResource):
     for r in score_contracts(corpus.root):
-        yield check_result(r, turn_scores.key, warn=r.name == "turn_scores_current")
+        yield check_result(r, turn_scores.key)

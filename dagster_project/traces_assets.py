@@ -121,4 +121,4 @@ def traces_checks(context: dg.AssetCheckExecutionContext, corpus: CorpusResource
     if mat is not None and "sft" in mat.metadata:  # the directory the last run really wrote
         out = Path(str(mat.metadata["sft"].value)).parent
     for r in check_traces(out):
-        yield check_result(r, thinking_traces.key, warn=r.severity != "error")
+        yield check_result(r, thinking_traces.key)

@@ -25,10 +25,12 @@ class ContractResult:
     passed: bool
     description: str
     metadata: dict[str, Any] = field(default_factory=dict)
+    severity: str = "error"  # error | warn: a failed `warn` contract is reported, not a broken contract
 
     def line(self) -> str:
         detail = ", ".join(f"{k}={v}" for k, v in self.metadata.items() if not isinstance(v, list | dict))
-        return f"{'PASS' if self.passed else 'FAIL'}  {self.name}: {self.description}" + (f" ({detail})" if detail else "")
+        verdict = "PASS" if self.passed else "FAIL" if self.severity == "error" else "WARN"
+        return f"{verdict}  {self.name}: {self.description}" + (f" ({detail})" if detail else "")
 
 
 def _q(con, sql: str) -> list[tuple]:
@@ -165,14 +167,16 @@ CONTRACTS = {
 
 
 def run_named(contracts: Mapping[str, Callable[[Any], ContractResult]], arg: Any) -> list[ContractResult]:
-    """Every contract on `arg` (a corpus or a connection); one that cannot run is a failed
-    contract saying why, and the others still run."""
+    """Every contract on `arg` (a corpus, a connection, an output directory); one that cannot
+    run is a failed contract saying why (with its docstring's first line), and the others still run."""
     out = []
     for name, fn in contracts.items():
         try:
             out.append(fn(arg))
         except Exception as e:  # noqa: BLE001 - a check that cannot run is a failed check, with why
-            out.append(ContractResult(name, False, "could not be evaluated", {"error": f"{type(e).__name__}: {e}"}))
+            doc = (fn.__doc__ or "").strip().splitlines()
+            out.append(ContractResult(name, False, doc[0] if doc else "could not be evaluated",
+                                      {"error": f"{type(e).__name__}: {e}"}))
     return out
 
 

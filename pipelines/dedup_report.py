@@ -10,48 +10,50 @@ from __future__ import annotations
 import duckdb
 
 from pipelines.query import views
-from pipelines.report import _bars, _rows, table_html
+from pipelines.report_html import query_bars, query_table, table_html
 
 
 def section_cleaning(con: duckdb.DuckDBPyConnection) -> str:
-    if "cleaning" not in views(con):
+    have = views(con)
+    if "cleaning" not in have:
         return "<h2>Cleaning</h2><p class=empty>no cleaning verdicts yet: run <code>worldline clean CORPUS</code></p>"
     out = ["<h2>Cleaning</h2>"]
-    out.append(_bars(con, "Trajectories dropped whole, by reason", """
+    out.append(query_bars(con, "Trajectories dropped whole, by reason", """
         SELECT reason, count(DISTINCT trajectory_id) FROM cleaning WHERE turn_index IS NULL GROUP BY 1 ORDER BY 2 DESC"""))
-    out.append(_bars(con, "Turns skipped in kept trajectories, by reason", """
+    out.append(query_bars(con, "Turns skipped in kept trajectories, by reason", """
         SELECT reason, count(*) FROM cleaning WHERE turn_index IS NOT NULL GROUP BY 1 ORDER BY 2 DESC"""))
-    out.append(_bars(con, "Kept trajectories per domain (% of the domain)", """
+    out.append(query_bars(con, "Kept trajectories per domain (% of the domain)", """
         SELECT t.domain, round(100.0 * count(*) FILTER (WHERE c.trajectory_id IS NULL) / count(*), 1)
         FROM trajectories t LEFT JOIN (SELECT DISTINCT trajectory_id FROM cleaning WHERE turn_index IS NULL) c USING (trajectory_id)
         GROUP BY 1 ORDER BY 2 DESC""", "%"))
-    if "redactions" in views(con):
-        out.append(_bars(con, "Secrets and PII that export redacts, by kind", "SELECT kind, sum(count) FROM redactions GROUP BY 1 ORDER BY 2 DESC"))
-    if "contamination" in views(con):
-        cols, rows = _rows(con, """SELECT eval_id, field, count(*) AS trajectories, round(max(overlap), 3) AS max_overlap
+    if "redactions" in have:
+        out.append(query_bars(con, "Secrets and PII that export redacts, by kind", "SELECT kind, sum(count) FROM redactions GROUP BY 1 ORDER BY 2 DESC"))
+    if "contamination" in have:
+        cols, rows = query_table(con, """SELECT eval_id, field, count(*) AS trajectories, round(max(overlap), 3) AS max_overlap
                                    FROM contamination GROUP BY 1, 2 ORDER BY 3 DESC, 1 LIMIT 50""")
         out.append("<h3>Evaluation items found in the corpus</h3>" + table_html(cols, rows))
     return "".join(out)
 
 
 def section_dedup(con: duckdb.DuckDBPyConnection) -> str:
-    if "duplicates" not in views(con):
+    have = views(con)
+    if "duplicates" not in have:
         return "<h2>Duplicates</h2><p class=empty>no dedup clusters yet: run <code>worldline dedup CORPUS</code></p>"
     out = ["<h2>Duplicates</h2>"]
-    out.append(_bars(con, "Duplicates dropped, by kind", """
+    out.append(query_bars(con, "Duplicates dropped, by kind", """
         SELECT kind, count(*) FROM duplicates WHERE NOT is_representative GROUP BY 1 ORDER BY 2 DESC"""))
-    out.append(_bars(con, "Clusters by size", """
+    out.append(query_bars(con, "Clusters by size", """
         SELECT CASE WHEN n = 2 THEN '2' WHEN n <= 4 THEN '3-4' WHEN n <= 9 THEN '5-9' WHEN n <= 99 THEN '10-99' ELSE '100+' END,
                count(*) FROM (SELECT cluster_id, any_value(cluster_size) AS n FROM duplicates GROUP BY 1) GROUP BY 1 ORDER BY min(n)"""))
-    out.append(_bars(con, "Duplicates per domain (% of the domain's trajectories)", """
+    out.append(query_bars(con, "Duplicates per domain (% of the domain's trajectories)", """
         SELECT t.domain, round(100.0 * count(d.trajectory_id) / count(*), 1)
         FROM trajectories t LEFT JOIN (SELECT trajectory_id FROM duplicates WHERE NOT is_representative) d USING (trajectory_id)
         GROUP BY 1 ORDER BY 2 DESC""", "%"))
-    if "shared_prefixes" in views(con):
-        out.append(_bars(con, "Turns in shared prefixes (counted for training once)", """
+    if "shared_prefixes" in have:
+        out.append(query_bars(con, "Turns in shared prefixes (counted for training once)", """
             SELECT CASE WHEN counts_for_training THEN 'counted (owner)' ELSE 'context only' END, count(*)
             FROM shared_prefixes GROUP BY 1 ORDER BY 1"""))
-    cols, rows = _rows(con, """
+    cols, rows = query_table(con, """
         SELECT d.cluster_id, any_value(d.cluster_size) AS size, any_value(d.representative_id) AS representative,
                string_agg(DISTINCT d.kind, ',') AS kinds, any_value(t.domain) AS domain
         FROM duplicates d JOIN trajectories t USING (trajectory_id) GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT 20""")

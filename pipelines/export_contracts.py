@@ -14,7 +14,7 @@ import numpy as np
 import orjson
 import pyarrow.parquet as pq
 
-from pipelines.contracts import ContractResult
+from pipelines.contracts import ContractResult, run_named
 from pipelines.sources import sha256_file
 
 MAX_LISTED = 20
@@ -172,4 +172,5 @@ def run_export_contracts(out: Path | str, corpus: Path | str | None = None) -> l
     if not (out / "manifest.json").exists():
         return [export_complete(out)] + [ContractResult(n, False, "needs a complete export", {"error": f"no manifest in {out}"})
                                          for n in list(EXPORT_CONTRACTS)[1:]]
-    return [fn(out, Path(corpus) if corpus is not None else None) for fn in EXPORT_CONTRACTS.values()]
+    c = Path(corpus) if corpus is not None else None
+    return run_named({n: (lambda o, fn=fn: fn(o, c)) for n, fn in EXPORT_CONTRACTS.items()}, out)

@@ -11,15 +11,15 @@ from __future__ import annotations
 import duckdb
 
 from pipelines.query import views
+from pipelines.report_html import query_bars, query_table, table_html
 
 
 def section_export(con: duckdb.DuckDBPyConnection) -> str:
-    from pipelines.report import _bars, _rows, table_html  # here: report.py may import this module at its top
 
     have = views(con)
     if "export_assignments" not in have:
         return "<h2>Export mix</h2><p class=empty>no export recorded for this corpus: run <code>worldline export</code></p>"
-    cols, rows = _rows(con, """
+    cols, rows = query_table(con, """
         SELECT * FROM (
             SELECT split, domain, source_format, count(*) AS trajectories, sum(copies) AS copies,
                    sum(copies * documents) AS documents, sum(copies * tokens) AS tokens,
@@ -31,16 +31,16 @@ def section_export(con: duckdb.DuckDBPyConnection) -> str:
         "<h2>Export mix</h2>"
         "<p class=note>Tokens as exported (after the mixture weights: a trajectory's documents times its copies); "
         "natural = one copy of each. Splits are by task, so no task is in two splits.</p>"
-        + _bars(con, "Train tokens per domain (realised mix)", """
+        + query_bars(con, "Train tokens per domain (realised mix)", """
             SELECT domain, sum(copies * tokens) FROM export_assignments WHERE split = 'train' GROUP BY 1 ORDER BY 2 DESC""")
-        + _bars(con, "Train tokens per domain (natural mix)", """
+        + query_bars(con, "Train tokens per domain (natural mix)", """
             SELECT domain, sum(tokens) FROM export_assignments WHERE split = 'train' GROUP BY 1 ORDER BY 2 DESC""")
-        + _bars(con, "Train tokens per source format (realised)", """
+        + query_bars(con, "Train tokens per source format (realised)", """
             SELECT source_format, sum(copies * tokens) FROM export_assignments WHERE split = 'train' GROUP BY 1 ORDER BY 2 DESC""")
-        + _bars(con, "Tokens per split", """
+        + query_bars(con, "Tokens per split", """
             SELECT * FROM (SELECT split, sum(copies * tokens) AS n FROM export_assignments GROUP BY 1)
             ORDER BY array_position(['train', 'validation', 'test'], split)""")
-        + _bars(con, "Masked-token fraction per split (% of tokens without loss)", """
+        + query_bars(con, "Masked-token fraction per split (% of tokens without loss)", """
             SELECT * FROM (SELECT split, round(100.0 * (1 - sum(copies * loss_tokens) / nullif(sum(copies * tokens), 0)), 1) AS pct
                            FROM export_assignments GROUP BY 1)
             ORDER BY array_position(['train', 'validation', 'test'], split)""", "%")

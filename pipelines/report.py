@@ -1,7 +1,8 @@
 """`worldline report`: one self-contained HTML page (inline SVG, no scripts, no network).
 
 The page is a list of sections; each section is a function of a DuckDB connection over the
-corpus views. Later stages add theirs to `SECTIONS` (dedup clusters, scores, masks, export mix).
+corpus views, listed in `SECTIONS` (each stage keeps its own in a `*_report` module; the HTML
+helpers they share are in `pipelines.report_html`).
 """
 
 from __future__ import annotations
@@ -15,59 +16,23 @@ from pathlib import Path
 import duckdb
 
 from collectors.mcp_report import section_mcp
+from pipelines.dedup_report import section_cleaning, section_dedup
+from pipelines.export_report import section_export
 from pipelines.query import connect
+from pipelines.report_html import query_bars, query_table, table_html
+from pipelines.score_report import section_scores
 from pipelines.store import Corpus
+from pipelines.traces_report import section_traces
 from sandboxes.report import section_sandbox
-
-PALETTE = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7"]
-
-
-def bar_chart(title: str, labels: list[str], values: list[float], unit: str = "", width: int = 640) -> str:
-    """A horizontal bar chart as inline SVG."""
-    if not labels:
-        return f"<figure><figcaption>{html.escape(title)}</figcaption><p class=empty>no data</p></figure>"
-    row, left = 22, max(60, min(260, 7 * max(len(str(label)) for label in labels) + 10))
-    h = row * len(labels) + 10
-    vmax = max(max(values), 1e-12)
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{h}" role="img" aria-label="{html.escape(title)}">']
-    for i, (lab, v) in enumerate(zip(labels, values, strict=True)):
-        y = 5 + i * row
-        w = (width - left - 90) * (v / vmax)
-        parts.append(f'<text x="{left - 6}" y="{y + 15}" text-anchor="end" font-size="12">{html.escape(str(lab))}</text>')
-        parts.append(f'<rect x="{left}" y="{y + 3}" width="{w:.1f}" height="{row - 6}" fill="{PALETTE[i % len(PALETTE)]}"/>')
-        txt = f"{v:,.0f}" if float(v).is_integer() else f"{v:,.2f}"
-        parts.append(f'<text x="{left + w + 5:.1f}" y="{y + 15}" font-size="12">{txt}{html.escape(unit)}</text>')
-    parts.append("</svg>")
-    return f"<figure><figcaption>{html.escape(title)}</figcaption>{''.join(parts)}</figure>"
-
-
-def table_html(columns: list[str], rows: list[tuple], limit: int = 50) -> str:
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
-    body = "".join(
-        "<tr>" + "".join(f"<td>{html.escape('NULL' if v is None else str(v)[:200])}</td>" for v in r) + "</tr>"
-        for r in rows[:limit]
-    )
-    more = f"<p class=note>{len(rows) - limit} more rows not shown</p>" if len(rows) > limit else ""
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{more}"
-
-
-def _rows(con: duckdb.DuckDBPyConnection, sql: str) -> tuple[list[str], list[tuple]]:
-    rel = con.sql(sql)
-    return list(rel.columns), rel.fetchall()
-
-
-def _bars(con: duckdb.DuckDBPyConnection, title: str, sql: str, unit: str = "") -> str:
-    _, rows = _rows(con, sql)
-    return bar_chart(title, [str(r[0]) for r in rows], [float(r[1] or 0) for r in rows], unit)
 
 
 def section_mix(con: duckdb.DuckDBPyConnection) -> str:
-    cols, rows = _rows(con, """SELECT domain, source_format, count(*) AS trajectories, sum(num_turns) AS turns
+    cols, rows = query_table(con, """SELECT domain, source_format, count(*) AS trajectories, sum(num_turns) AS turns
                                FROM trajectories GROUP BY ALL ORDER BY ALL""")
     return (
         "<h2>Domain and source mix</h2>"
-        + _bars(con, "Trajectories per domain", "SELECT domain, count(*) FROM trajectories GROUP BY 1 ORDER BY 2 DESC")
-        + _bars(con, "Turns per source format", "SELECT source_format, sum(num_turns) FROM trajectories GROUP BY 1 ORDER BY 2 DESC")
+        + query_bars(con, "Trajectories per domain", "SELECT domain, count(*) FROM trajectories GROUP BY 1 ORDER BY 2 DESC")
+        + query_bars(con, "Turns per source format", "SELECT source_format, sum(num_turns) FROM trajectories GROUP BY 1 ORDER BY 2 DESC")
         + table_html(cols, rows)
     )
 
@@ -75,15 +40,15 @@ def section_mix(con: duckdb.DuckDBPyConnection) -> str:
 def section_lengths(con: duckdb.DuckDBPyConnection) -> str:
     return (
         "<h2>Lengths</h2>"
-        + _bars(con, "Trajectories by number of turns", """
+        + query_bars(con, "Trajectories by number of turns", """
             SELECT CASE WHEN num_turns < 2 THEN '0-1' WHEN num_turns < 5 THEN '2-4' WHEN num_turns < 10 THEN '5-9'
                         WHEN num_turns < 20 THEN '10-19' WHEN num_turns < 50 THEN '20-49' ELSE '50+' END AS bucket,
                    count(*) FROM trajectories GROUP BY 1
             ORDER BY min(num_turns)""")
-        + _bars(con, "Median observation length (characters) per domain", """
+        + query_bars(con, "Median observation length (characters) per domain", """
             SELECT domain, quantile_disc(length(observation), 0.5) FROM turns
             WHERE observation IS NOT NULL GROUP BY 1 ORDER BY 2 DESC""")
-        + _bars(con, "Observations by length (characters)", """
+        + query_bars(con, "Observations by length (characters)", """
             SELECT CASE WHEN n < 100 THEN '<100' WHEN n < 1000 THEN '100-999' WHEN n < 10000 THEN '1k-10k'
                         WHEN n < 100000 THEN '10k-100k' ELSE '100k+' END, count(*)
             FROM (SELECT length(observation) AS n FROM turns WHERE observation IS NOT NULL)
@@ -92,15 +57,15 @@ def section_lengths(con: duckdb.DuckDBPyConnection) -> str:
 
 
 def section_errors(con: duckdb.DuckDBPyConnection) -> str:
-    cols, rows = _rows(con, "SELECT source, locator, reason, detail FROM quarantine ORDER BY source, locator LIMIT 200")
+    cols, rows = query_table(con, "SELECT source, locator, reason, detail FROM quarantine ORDER BY source, locator LIMIT 200")
     return (
         "<h2>Errors and quarantine</h2>"
-        + _bars(con, "Error rate per domain (% of turns with is_error)", """
+        + query_bars(con, "Error rate per domain (% of turns with is_error)", """
             SELECT domain, round(100.0 * count(*) FILTER (WHERE is_error) / count(*), 2) FROM turns GROUP BY 1 ORDER BY 2 DESC""", "%")
-        + _bars(con, "Exit codes (shell turns)", """
+        + query_bars(con, "Exit codes (shell turns)", """
             SELECT exit_code::VARCHAR, count(*) FROM turns WHERE exit_code IS NOT NULL GROUP BY 1 ORDER BY 2 DESC LIMIT 12""")
-        + _bars(con, "Quarantined records by reason", "SELECT reason, count(*) FROM quarantine GROUP BY 1 ORDER BY 2 DESC")
-        + _bars(con, "Quarantine rate (% of records in)", """
+        + query_bars(con, "Quarantined records by reason", "SELECT reason, count(*) FROM quarantine GROUP BY 1 ORDER BY 2 DESC")
+        + query_bars(con, "Quarantine rate (% of records in)", """
             SELECT 'all', round(100.0 * (SELECT count(*) FROM quarantine) /
                    nullif((SELECT count(*) FROM trajectories) + (SELECT count(*) FROM quarantine), 0), 2)""", "%")
         + "<h3>Quarantined records</h3>"
@@ -108,7 +73,9 @@ def section_errors(con: duckdb.DuckDBPyConnection) -> str:
     )
 
 
-SECTIONS: list[Callable[[duckdb.DuckDBPyConnection], str]] = [section_mix, section_lengths, section_errors, section_mcp, section_sandbox]
+SECTIONS: list[Callable[[duckdb.DuckDBPyConnection], str]] = [
+    section_mix, section_lengths, section_errors, section_mcp, section_sandbox,
+    section_cleaning, section_dedup, section_scores, section_export, section_traces]
 
 _CSS = """body{font:14px system-ui,sans-serif;margin:2em auto;max-width:980px;color:#222}
 h1{font-size:22px}h2{margin-top:2em;border-bottom:1px solid #ddd}figure{margin:1em 0}
@@ -140,12 +107,3 @@ def write_report(corpus_dir: Path | str, out: Path | str) -> Path:
     tmp.write_text(build_report(corpus_dir), encoding="utf-8")
     os.replace(tmp, out)
     return out
-
-
-# Later stages' sections import this module's helpers, so they are registered at the end.
-from pipelines.dedup_report import section_cleaning, section_dedup  # noqa: E402
-from pipelines.export_report import section_export  # noqa: E402
-from pipelines.score_report import section_scores  # noqa: E402
-from pipelines.traces_report import section_traces  # noqa: E402
-
-SECTIONS += [section_cleaning, section_dedup, section_scores, section_export, section_traces]

@@ -436,5 +436,5 @@ def score_contracts(corpus_dir: Path | str) -> list[Any]:
     current = ContractResult("turn_scores_current", entry.get("corpus_state") == now,
                              "computed from the corpus batches present now",
                              {"scored_batches": (entry.get("corpus_state") or {}).get("batches"), "corpus_batches": now["batches"],
-                              "rerun": f"worldline score {corpus.root}"})
+                              "rerun": f"worldline score {corpus.root}"}, severity="warn")
     return [cover, valid, current]

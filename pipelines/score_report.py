@@ -1,13 +1,13 @@
 """The corpus report's scoring section: categories and keep rates, loss-mask rates per domain, and
 the distributions of the surface and model scores. An entry of `pipelines.report.SECTIONS`; the
-report helpers are imported inside the functions so that `pipelines.report` can import this
-module at its top without a cycle."""
+report helpers come from `pipelines.report_html`."""
 
 from __future__ import annotations
 
 import duckdb
 
 from pipelines.query import views
+from pipelines.report_html import query_bars, query_table, table_html
 
 
 def _bucket_sql(col: str, edges: list[float]) -> str:
@@ -20,20 +20,16 @@ def _bucket_sql(col: str, edges: list[float]) -> str:
 
 
 def _hist(con: duckdb.DuckDBPyConnection, title: str, col: str, edges: list[float], where: str) -> str:
-    from pipelines.report import _bars
-
     b = _bucket_sql(col, edges)
-    return _bars(con, title, f"""SELECT {b} AS bin, count(*) FROM turn_scores WHERE {col} IS NOT NULL AND {where}
+    return query_bars(con, title, f"""SELECT {b} AS bin, count(*) FROM turn_scores WHERE {col} IS NOT NULL AND {where}
                                  GROUP BY 1 ORDER BY min({col})""")
 
 
 def section_scores(con: duckdb.DuckDBPyConnection) -> str:
     """Turn scores and loss masks: categories, keep and loss rates, score distributions."""
-    from pipelines.report import _bars, _rows, table_html
-
     if "turn_scores" not in views(con):
         return "<h2>Turn scores and loss masks</h2><p class=empty>not scored yet: <code>worldline score CORPUS</code></p>"
-    cols, rows = _rows(con, """
+    cols, rows = query_table(con, """
         SELECT category, count(*) AS turns, sum(keep::INT) AS kept, sum(loss_mask::INT) AS loss_on,
                round(avg(novelty), 3) AS novelty, round(avg(overlap), 3) AS overlap,
                count(cond_nll) AS model_scored, round(avg(cond_nll), 3) AS cond_nll, round(avg(uncond_nll), 3) AS uncond_nll,
@@ -44,12 +40,12 @@ def section_scores(con: duckdb.DuckDBPyConnection) -> str:
         "<h2>Turn scores and loss masks</h2>"
         f"<p class=note>{n_model[0]:,} of {n_model[1]:,} turns have model-tier scores "
         "(nats per token; info_gain = uncond − cond; ifd = cond / uncond).</p>"
-        + _bars(con, "Turns per surface category", "SELECT category, count(*) FROM turn_scores GROUP BY 1 ORDER BY 2 DESC")
-        + _bars(con, "Loss on (% of turns) per category", """
+        + query_bars(con, "Turns per surface category", "SELECT category, count(*) FROM turn_scores GROUP BY 1 ORDER BY 2 DESC")
+        + query_bars(con, "Loss on (% of turns) per category", """
             SELECT category, round(100.0 * sum(loss_mask::INT) / count(*), 1) FROM turn_scores GROUP BY 1 ORDER BY 2 DESC""", "%")
-        + _bars(con, "Loss on (% of turns) per domain", """
+        + query_bars(con, "Loss on (% of turns) per domain", """
             SELECT domain, round(100.0 * sum(loss_mask::INT) / count(*), 1) FROM turn_scores GROUP BY 1 ORDER BY 2 DESC""", "%")
-        + _bars(con, "Masked observation tokens (% of model-scored tokens) per domain", """
+        + query_bars(con, "Masked observation tokens (% of model-scored tokens) per domain", """
             SELECT domain, round(100.0 * sum(tokens) FILTER (WHERE NOT loss_mask) / sum(tokens), 1) FROM turn_scores
             WHERE tokens IS NOT NULL GROUP BY 1 ORDER BY 2 DESC""", "%")
         + _hist(con, "Novelty (surface)", "novelty", [0.2, 0.4, 0.6, 0.8], "category <> 'context'")

@@ -12,14 +12,14 @@ import duckdb
 import orjson
 
 from pipelines.query import views
-from pipelines.report import _bars, _rows, bar_chart, table_html
+from pipelines.report_html import bar_chart, query_bars, query_table, table_html
 
 
 def section_traces(con: duckdb.DuckDBPyConnection) -> str:
     head = "<h2>Thinking traces</h2>"
     if "traces" not in views(con):
         return head + "<p class=empty>no thinking traces yet (<code>worldline traces CORPUS --out DIR ...</code>)</p>"
-    cols, rows = _rows(con, """
+    cols, rows = query_table(con, """
         SELECT domain, count(*) AS queries, count(*) FILTER (WHERE kept) AS kept,
                round(100.0 * count(*) FILTER (WHERE kept) / count(*), 1) AS "retention %",
                sum(candidates) AS candidates, sum(parsed) AS parsed,
@@ -31,11 +31,11 @@ def section_traces(con: duckdb.DuckDBPyConnection) -> str:
     top = reasons.most_common()
     return (
         head
-        + _bars(con, "Retention per domain (% of queries with a kept trace)", """
+        + query_bars(con, "Retention per domain (% of queries with a kept trace)", """
             SELECT domain, round(100.0 * count(*) FILTER (WHERE kept) / count(*), 1) FROM traces GROUP BY 1 ORDER BY 1""", "%")
-        + _bars(con, "Retention per source format (%)", """
+        + query_bars(con, "Retention per source format (%)", """
             SELECT source_format, round(100.0 * count(*) FILTER (WHERE kept) / count(*), 1) FROM traces GROUP BY 1 ORDER BY 1""", "%")
-        + _bars(con, "Best candidate score per query (queries with a parsed candidate)", """
+        + query_bars(con, "Best candidate score per query (queries with a parsed candidate)", """
             SELECT CASE WHEN best_score < 0.2 THEN '[0, 0.2)' WHEN best_score < 0.4 THEN '[0.2, 0.4)'
                         WHEN best_score < 0.6 THEN '[0.4, 0.6)' WHEN best_score < 0.8 THEN '[0.6, 0.8)' ELSE '[0.8, 1]' END,
                    count(*) FROM traces WHERE best_score IS NOT NULL GROUP BY 1 ORDER BY min(best_score)""")

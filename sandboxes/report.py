@@ -2,13 +2,14 @@
 injected perturbation did to it (exit codes, errors, timeouts, durations, outcomes).
 
 A function of a DuckDB connection over the corpus views, like the other entries of
-`pipelines.report.SECTIONS`; report helpers are imported inside it so that `pipelines.report` can
-import this module at its top without a cycle.
+`pipelines.report.SECTIONS`; the report helpers come from `pipelines.report_html`.
 """
 
 from __future__ import annotations
 
 import duckdb
+
+from pipelines.report_html import query_bars, query_table, table_html
 
 _SB = "source_format = 'sandbox'"
 
@@ -16,27 +17,25 @@ _SB = "source_format = 'sandbox'"
 def section_sandbox(con: duckdb.DuckDBPyConnection) -> str:
     """Sandbox collection: trajectories per domain and image, outcomes, and per perturbation the
     error/timeout rates, typical exit codes and durations next to the unperturbed baseline."""
-    from pipelines.report import _bars, _rows, table_html
-
     n = con.sql(f"SELECT count(*) FROM trajectories WHERE {_SB}").fetchall()[0][0]
     if not n:
         return "<h2>Docker sandboxes</h2><p class=empty>no sandbox trajectories in this corpus</p>"
     turns = f"(SELECT u.* FROM turns u JOIN trajectories t USING (trajectory_id) WHERE t.{_SB})"
-    cols, rows = _rows(con, f"""
+    cols, rows = query_table(con, f"""
         SELECT domain, json_extract_string(env_fingerprint, '$.recipe') AS image,
                json_extract_string(metadata, '$.policy') AS policy, count(*) AS trajectories,
                sum(num_turns) AS turns, count(*) FILTER (WHERE outcome = 'success') AS success,
                count(*) FILTER (WHERE outcome = 'failure') AS failure, count(*) FILTER (WHERE outcome = 'error') AS error,
                round(median(CAST(json_extract(metadata, '$.seconds') AS DOUBLE)), 2) AS median_s
         FROM trajectories WHERE {_SB} GROUP BY ALL ORDER BY ALL""")
-    pcols, prows = _rows(con, f"""
+    pcols, prows = query_table(con, f"""
         SELECT coalesce(perturbation, 'none') AS perturbation, count(*) AS turns,
                round(100.0 * count(*) FILTER (WHERE is_error) / count(*), 1) AS error_pct,
                count(*) FILTER (WHERE json_extract(metadata, '$.timed_out')::BOOLEAN) AS timeouts,
                string_agg(DISTINCT CAST(exit_code AS VARCHAR), ' ' ORDER BY CAST(exit_code AS VARCHAR)) AS exit_codes,
                round(median(duration_s), 3) AS median_s, round(max(duration_s), 2) AS max_s
         FROM {turns} GROUP BY 1 ORDER BY (coalesce(perturbation, 'none') != 'none'), 1""")
-    ocols, orows = _rows(con, f"""
+    ocols, orows = query_table(con, f"""
         SELECT coalesce(json_extract_string(metadata, '$.perturbation.name'), 'none') AS perturbation,
                count(*) AS trajectories, round(100.0 * count(*) FILTER (WHERE outcome = 'success') / count(*), 1) AS success_pct,
                count(*) FILTER (WHERE outcome = 'error') AS ended_by_error
@@ -47,16 +46,16 @@ def section_sandbox(con: duckdb.DuckDBPyConnection) -> str:
         f"<p>{n:,} trajectories collected live in locked-down containers (source format <code>sandbox</code>): "
         "scripted task specs, replays of imported trajectories and agents behind an OpenAI-compatible endpoint.</p>"
         + table_html(cols, rows)
-        + _bars(con, "Task success rate per perturbation (%)", f"""
+        + query_bars(con, "Task success rate per perturbation (%)", f"""
             SELECT coalesce(json_extract_string(metadata, '$.perturbation.name'), 'none'),
                    round(100.0 * count(*) FILTER (WHERE outcome = 'success') / count(*), 1)
             FROM trajectories WHERE {_SB} AND outcome IN ('success', 'failure', 'error') GROUP BY 1 ORDER BY 2 DESC""", "%")
-        + _bars(con, "Error turns per perturbation (%)", f"""
+        + query_bars(con, "Error turns per perturbation (%)", f"""
             SELECT coalesce(perturbation, 'none'), round(100.0 * count(*) FILTER (WHERE is_error) / count(*), 1)
             FROM {turns} GROUP BY 1 ORDER BY 2 DESC""", "%")
         + "<h3>What each perturbation did to the turns</h3>" + table_html(pcols, prows)
         + "<h3>Outcomes per perturbation</h3>" + table_html(ocols, orows)
-        + _bars(con, "Median action duration per image (ms)", f"""
+        + query_bars(con, "Median action duration per image (ms)", f"""
             SELECT json_extract_string(t.env_fingerprint, '$.recipe'), round(1000 * median(u.duration_s), 1)
             FROM turns u JOIN trajectories t USING (trajectory_id) WHERE t.{_SB} AND u.perturbation IS NULL
             GROUP BY 1 ORDER BY 2 DESC""", " ms")

@@ -8,27 +8,17 @@ from __future__ import annotations
 
 import io
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pyarrow.parquet as pq
 
+from pipelines.contracts import ContractResult, run_named
 from pipelines.sources import sha256_file
 from pipelines.traces.form import assistant_content, parse_candidate
 
-
-@dataclass
-class CheckResult:
-    name: str
-    passed: bool
-    description: str
-    metadata: dict[str, Any] = field(default_factory=dict)
-    severity: str = "error"  # error | warn
-
-    def line(self) -> str:
-        return f"{'PASS' if self.passed else 'FAIL' if self.severity == 'error' else 'WARN'} {self.name}: {self.description}"
+CheckResult = ContractResult  # the traces checks are contracts like the other stages' (severity included)
 
 
 def read_sft_jsonl(path: Path | str) -> list[dict[str, Any]]:
@@ -155,10 +145,4 @@ def check_traces(out_dir: Path | str, min_retention: float = 0.0) -> list[CheckR
         o = _Out(out)
     except (OSError, orjson.JSONDecodeError) as e:
         return [CheckResult(n, False, (fn.__doc__ or n).strip(), {"error": f"{out}: {e}"}) for n, fn in TRACE_CHECKS.items()]
-    results = []
-    for name, fn in TRACE_CHECKS.items():
-        try:
-            results.append(fn(o, min_retention) if name == "retention_floor" else fn(o))
-        except Exception as e:  # noqa: BLE001 - a check that cannot run fails, with the reason
-            results.append(CheckResult(name, False, (fn.__doc__ or name).strip(), {"error": f"{type(e).__name__}: {e}"}))
-    return results
+    return run_named({**TRACE_CHECKS, "retention_floor": lambda x: check_retention(x, min_retention)}, o)

@@ -56,6 +56,8 @@ def test_surface_tier_via_cli(corpus: Path, capsys: pytest.CaptureFixture) -> No
                                        count(*) FILTER (WHERE loss_mask <> keep) FROM turn_scores""")[1][0]
     assert rows == (n_turns, n_turns, 0, 0)  # one row per turn; no model tier; mask = keep
     assert all(r.passed for r in score_contracts(corpus)), [r.line() for r in score_contracts(corpus) if not r.passed]
+    assert [(r.name, r.severity) for r in score_contracts(corpus)] == [  # a stale table warns; a wrong one fails
+        ("turn_scores_cover_turns", "error"), ("turn_scores_valid", "error"), ("turn_scores_current", "warn")]
 
 
 def test_model_tier_with_cap_and_carry_over(corpus: Path, tiny_model_dir: Path) -> None:
