@@ -225,10 +225,6 @@ def _as_list(batch: list) -> list:
     return batch
 
 
-def write_doc(path: Path, body: str) -> None:
-    write_section(path, SECTION, body)
-
-
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--corpus", type=Path)
@@ -310,7 +306,7 @@ def main(argv: list[str]) -> int:
     body = "\n".join(lines)
     print(body)
     if not a.no_doc:
-        write_doc(a.doc, body)
+        write_section(a.doc, SECTION, body)
         print(f"\nwritten to {a.doc}")
     return 0
 

@@ -565,10 +565,6 @@ def table(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def write_doc(path: Path, body: str) -> None:
-    write_section(path, SECTION, body)
-
-
 def generate_main(argv: list[str]) -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--workdir", type=Path, required=True)
@@ -772,7 +768,7 @@ on 2 cores anything above ~0.2 slows the runs, most of all `workers=auto`).
 """
     print(body)
     if not a.no_doc:
-        write_doc(a.doc, body)
+        write_section(a.doc, SECTION, body)
         print(f"updated {a.doc}", file=sys.stderr)
     return 1 if problems else 0
 

@@ -295,10 +295,6 @@ def render(rows: list[dict], layer_us: dict[str, float], argv: list[str]) -> str
     ])
 
 
-def write_doc(path: Path, body: str) -> None:
-    write_section(path, SECTION, body)
-
-
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--calls", type=int, default=400, help="tool calls per session (default 400)")
@@ -312,7 +308,7 @@ def main(argv: list[str]) -> int:
     body = render(rows, layer_us, argv)
     print(body)
     if not a.no_doc:
-        write_doc(a.doc, body)
+        write_section(a.doc, SECTION, body)
         print(f"written to {a.doc}", file=sys.stderr)
     cpu = [r["overhead_cpu"] for r in rows if r["overhead_cpu"] is not None]
     return 0 if cpu and max(cpu) < 0.20 else 1

@@ -80,10 +80,6 @@ def stats(url: str) -> dict:
         return json.loads(r.read())
 
 
-def write_doc(path: Path, body: str) -> None:
-    write_section(path, SECTION, body)
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--queries", type=int, default=8)
@@ -175,7 +171,7 @@ def main() -> None:
     body = "\n".join(lines)
     print(body)
     if not a.no_doc:
-        write_doc(DOC, body)
+        write_section(DOC, SECTION, body)
 
 
 if __name__ == "__main__":

@@ -177,7 +177,7 @@ class PartWriter:
 
 
 class DomainBuffers:
-    """Per-domain column buffers that flush to a PartWriter when they grow large."""
+    """Per-domain row buffers (`TrajectoryBuffer`) that flush to a PartWriter when they grow large."""
 
     def __init__(self, out: PartWriter, flush_rows: int = 16_384, flush_bytes: int = 64 << 20):
         self.out, self.flush_rows, self.flush_bytes = out, flush_rows, flush_bytes

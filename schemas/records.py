@@ -1,7 +1,8 @@
 """Python records that importers and collectors yield, and their columnar conversion to Arrow.
 
-Records are plain dataclasses (cheap, picklable); `ColumnBuffer` appends them column-wise so a
-batch of many thousand turns becomes Arrow arrays without an intermediate list of dicts.
+Records are plain dataclasses (cheap, picklable); `RowBuffer` keeps them as tuples in schema
+column order, so a batch of many thousand turns becomes Arrow arrays without an intermediate
+list of dicts.
 """
 
 from __future__ import annotations
@@ -113,26 +114,6 @@ class RecordError(ValueError):
 
 
 _TURN_FIELDS = [f.name for f in fields(Turn)]
-_Q_FIELDS = [f.name for f in fields(QuarantineRecord)]
-
-
-class ColumnBuffer:
-    """Accumulates records column-wise and hands out Arrow record batches."""
-
-    def __init__(self, schema: pa.Schema):
-        self.schema = schema
-        self.cols: dict[str, list] = {f.name: [] for f in schema}
-        self.nbytes = 0
-
-    def __len__(self) -> int:
-        return len(next(iter(self.cols.values())))
-
-    def take(self) -> pa.RecordBatch:
-        arrays = [pa.array(self.cols[f.name], type=f.type) for f in self.schema]
-        self.cols = {f.name: [] for f in self.schema}
-        self.nbytes = 0
-        return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
-
 
 class RowBuffer:
     """Rows as tuples in schema column order, transposed into Arrow columns on `take()`: one
@@ -159,13 +140,15 @@ if _TURN_COLS[:3] != ["trajectory_id", "turn_index", "domain"] or sorted(_TURN_C
     raise RuntimeError("schemas.tables.TURNS no longer matches the Turn record; update TrajectoryBuffer")
 _TURN_GET = operator.attrgetter(*_TURN_COLS[3:])
 _TEXT_GET = operator.attrgetter("action", "thought", "observation")
-# TrajectoryBuffer.add builds trajectory rows in this column order
-_TRAJ_ROW = ["trajectory_id", "schema_version", "domain", "source_format", "source", "locator", "native_id", "task",
-             "action_space", "initial_state", "agent", "model", "outcome", "reward", "env_fingerprint", "collected_at",
-             "license", "num_turns", "importer", "importer_version", "metadata"]
-if TRAJECTORIES.names != _TRAJ_ROW:
-    raise RuntimeError("schemas.tables.TRAJECTORIES changed its columns; update TrajectoryBuffer.add")
-_TRAJ_MID = operator.attrgetter(*_TRAJ_ROW[5:17])
+# TrajectoryBuffer.add fills the first five and the last four trajectory columns itself; the
+# ones between are the Trajectory record's fields of the same names
+_TRAJ_COLS = TRAJECTORIES.names
+if (_TRAJ_COLS[:5] != ["trajectory_id", "schema_version", "domain", "source_format", "source"]
+        or _TRAJ_COLS[-4:] != ["num_turns", "importer", "importer_version", "metadata"]
+        or not set(_TRAJ_COLS[5:-4]) <= {f.name for f in fields(Trajectory)}):
+    raise RuntimeError("schemas.tables.TRAJECTORIES no longer matches TrajectoryBuffer.add; update it")
+_TRAJ_MID = operator.attrgetter(*_TRAJ_COLS[5:-4])
+_Q_GET = operator.attrgetter(*QUARANTINE.names)
 
 
 class TrajectoryBuffer:
@@ -187,8 +170,6 @@ class TrajectoryBuffer:
 
 
 def quarantine_batch(records: list[QuarantineRecord]) -> pa.RecordBatch:
-    buf = ColumnBuffer(QUARANTINE)
-    for r in records:
-        for name in _Q_FIELDS:
-            buf.cols[name].append(getattr(r, name))
+    buf = RowBuffer(QUARANTINE)
+    buf.rows = list(map(_Q_GET, records))
     return buf.take()

@@ -25,3 +25,15 @@ def test_load_note_says_whether_the_machine_was_shared(monkeypatch: pytest.Monke
     monkeypatch.setattr(benchdoc.os, "getloadavg", lambda: (load, 1.0, 1.0))
     assert benchdoc.load_note(own_cores=1.0) == f"load average (1/5/15 min) {load:.1f}/1.0/1.0 at the end ({word}" + (
         ": wall-clock figures vary between rounds)" if load > 1.5 else ")")
+
+
+def test_the_scoring_bench_replaces_only_its_own_device_subsection(tmp_path: Path) -> None:
+    import bench.score as bs
+
+    doc = tmp_path / "b.md"
+    write_section(doc, "## Other", "kept")
+    bs.write_doc(doc, "CPU: x", "one")
+    bs.write_doc(doc, "CUDA: y", "two")
+    bs.write_doc(doc, "CPU: x", "three")
+    assert section_body(doc, bs.SECTION) == bs.PREFACE.strip() + "\n\n### CPU: x\n\nthree\n\n### CUDA: y\n\ntwo"
+    assert section_body(doc, "## Other") == "kept"
