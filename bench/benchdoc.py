@@ -58,14 +58,16 @@ def cpu_model() -> str:
     return platform.processor() or "?"
 
 
-def load_note(own_cores: float = 1.0) -> str:
-    """Load averages with a word on whether other jobs shared the machine (`own_cores`: what
-    the benchmark itself keeps busy)."""
+def load_note(own_cores: float = 1.0, before: float | None = None) -> str:
+    """Load averages with a word on whether other jobs shared the machine: judged from the
+    1-minute load `before` the run when given (a benchmark whose own load is hard to bound, such
+    as containers and their engine), else from the load at the end less `own_cores`, what the
+    benchmark itself keeps busy."""
     one, five, fifteen = os.getloadavg()
-    busy = one > own_cores + 0.5
+    busy = before > 1.0 if before is not None else one > own_cores + 0.5
     return (
-        f"load average (1/5/15 min) {one:.1f}/{five:.1f}/{fifteen:.1f} at the end ("
-        + ("other jobs shared the machine: wall-clock figures vary between rounds"
-           if busy else "no other jobs of note")
+        f"load average (1/5/15 min) {one:.1f}/{five:.1f}/{fifteen:.1f} at the end"
+        + (f", {before:.1f} (1 min) before the run" if before is not None else "") + " ("
+        + ("other jobs shared the machine: wall-clock figures vary between rounds" if busy else "no other jobs of note")
         + ")"
     )

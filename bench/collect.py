@@ -229,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     args_shown = [x for x in (argv if argv is not None else sys.argv[1:]) if x != "--no-write"]
     engine = ensure_engine().version().get("Version")
     build("swe")
-    res: dict = {"engine": engine, "workloads": {}}
+    res: dict = {"engine": engine, "workloads": {}, "load_before": os.getloadavg()[0]}
     for name, (jobs, naive) in workloads(a.only, a.rounds, a.replay_limit).items():
         r: dict = {"trajectories": len(jobs), "turns": len(naive), "naive": {}, "project": {}}
         for w in (1, 2):
@@ -248,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     with Sandbox(SandboxConfig(image=tag), Session()) as sb:
         per = [sb.run("true").duration_s for _ in range(50)]
     res["latency"] = {"runs": a.latency_runs, "project_s": lat_p, "naive_s": lat_n, "action_s": statistics.median(per)}
-    res["load"] = load_note(own_cores=2.0)  # two workers and the engine
+    res["load"] = load_note(before=res["load_before"])  # containers and the engine: judged by the load before
     res["when"] = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     text = render(res, args_shown)
     print(text)

@@ -25,6 +25,9 @@ def test_load_note_says_whether_the_machine_was_shared(monkeypatch: pytest.Monke
     monkeypatch.setattr(benchdoc.os, "getloadavg", lambda: (load, 1.0, 1.0))
     assert benchdoc.load_note(own_cores=1.0) == f"load average (1/5/15 min) {load:.1f}/1.0/1.0 at the end ({word}" + (
         ": wall-clock figures vary between rounds)" if load > 1.5 else ")")
+    # judged by the load before the run when the benchmark's own load cannot be bounded
+    assert benchdoc.load_note(before=0.4) == f"load average (1/5/15 min) {load:.1f}/1.0/1.0 at the end, 0.4 (1 min) " \
+        "before the run (no other jobs of note)"
 
 
 def test_the_scoring_bench_replaces_only_its_own_device_subsection(tmp_path: Path) -> None:
