@@ -137,16 +137,21 @@ def baseline(corpus: Path, out: Path, cfg: Any, tok: Any) -> tuple[int, int, int
 def ensure_corpus(path: Path | None) -> Path:
     """The bundled sample corpus as the pipeline leaves it before export: ingested, cleaned (with
     its redaction scan), deduplicated and scored by the surface tier (the model tier takes too long
-    on a CPU to run here). Built once under build/bench/export/ (delete it to rebuild)."""
+    on a CPU to run here). Built once under build/bench/export/, and again when its redaction scan
+    no longer matches the rules (an edit of `pipelines/redact.py`): a stale scan would make the
+    export redact every text, which is not what a pipeline run does."""
     if path is not None:
         return path
     from pipelines.clean import clean
     from pipelines.dedup import dedup
+    from pipelines.export import ExportConfig, scan_usable
     from pipelines.ingest import IngestConfig, ingest
     from pipelines.score import ScoreConfig, score
+    from pipelines.store import Corpus
 
     corpus = ROOT / "build" / "bench" / "export" / "corpus-v2"
-    if not (corpus / "side" / "turn_scores" / "data.parquet").exists():  # the last step's committed table
+    done = (corpus / "side" / "turn_scores" / "data.parquet").exists()  # the last step's committed table
+    if not done or not scan_usable(Corpus(corpus), ExportConfig().redact):
         shutil.rmtree(corpus, ignore_errors=True)
         ingest([ROOT / "data" / "sample" / "corpus"], corpus, IngestConfig(), progress=False)
         clean(corpus, progress=False, echo=lambda m: None)
