@@ -60,9 +60,7 @@ class SweAgentImporter(Importer):
         return Trajectory(
             domain=ctx.domain("terminal" if is_ctf else "swe"),
             source_format=self.name,
-            native_id=(replay.get("env", {}) or {}).get("deployment", {}).get("instance_id")
-            if isinstance(replay, dict) and isinstance(replay.get("env"), dict)
-            else None,
+            native_id=self._instance_id(replay),
             record_digest=ctx.record_digest(locator),
             turns=turns,
             task=task,
@@ -73,6 +71,15 @@ class SweAgentImporter(Importer):
             metadata=dumps(meta),
             locator=locator,
         )
+
+    @staticmethod
+    def _instance_id(replay: Any) -> str | None:
+        """SWE-agent 1.x names the instance in `replay_config.problem_statement.id`; older files
+        do not carry it (only their file name does)."""
+        problem = replay.get("problem_statement") if isinstance(replay, dict) else None
+        if isinstance(problem, dict) and problem.get("id") is not None:
+            return str(problem["id"])
+        return None
 
     @staticmethod
     def _task(history: list) -> str | None:

@@ -1,0 +1,171 @@
+"""SWE-agent `.traj` files from versions other than the sample corpus, read through `read_path`.
+
+Expected values were read from the raw files with `json.load`, independently of the importer
+(origins in tests/data/swe-agent/README.md):
+- ctf_crypto_katy.traj (0.x CTF demonstration): 4 `trajectory[]` steps, 4 assistant messages
+  without `tool_calls`, `state` is a JSON string, step 1 has an empty action and observation,
+  no `execution_time`, no `replay_config`; `info.exit_status` = "submitted".
+- sweagenttestrepo_function_calling_v1.traj (1.0 function calling): 5 steps, 4 assistant messages
+  whose `tool_calls` are real JSON lists (the final `submit` step has no assistant message in
+  `history`); `state` is an object; `execution_time` per step; `replay_config.agent.model.name`
+  = "gpt-4o"; `replay_config.problem_statement.id` = "SWE-agent__test-repo-i1".
+- marshmallow-1867__function_calling_replace_from_source__step0.traj (1.x, SUBSET): 1 step that
+  carries its own `messages` list; no `info`; `environment` is the last key.
+The format has no exit codes, error flags or timestamps per step, so those stay empty.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pipelines.reader import read_path
+from schemas.records import Trajectory
+from tests.collectors.support import assert_schema_valid, one_trajectory
+
+DATA = Path(__file__).resolve().parent.parent / "data" / "swe-agent"
+KATY = DATA / "ctf_crypto_katy.traj"
+FC_V1 = DATA / "sweagenttestrepo_function_calling_v1.traj"
+FROM_SOURCE = DATA / "marshmallow-1867__function_calling_replace_from_source__step0.traj"
+
+
+@pytest.mark.parametrize(
+    "path, turns, domain, outcome, model",
+    [
+        (KATY, 4, "terminal", "submitted", None),
+        (FC_V1, 5, "swe", "submitted", "gpt-4o"),
+        (FROM_SOURCE, 1, "swe", None, None),
+    ],
+)
+def test_counts_domain_and_outcome(path: Path, turns: int, domain: str, outcome: str | None, model: str | None) -> None:
+    t = one_trajectory(path)
+    assert t.source_format == "swe-agent" and t.agent == "swe-agent"
+    assert t.locator == "$"
+    assert t.domain == domain
+    assert len(t.turns) == turns
+    assert [u.locator for u in t.turns] == [f"trajectory[{i}]" for i in range(turns)]
+    assert {u.kind for u in t.turns} == {"env"}
+    assert t.outcome == outcome
+    assert t.model == model
+    # no per-step exit code, error flag or timestamp in any SWE-agent version
+    for u in t.turns:
+        assert u.exit_code is None and u.is_error is None and u.started_at is None
+    assert_schema_valid([t])
+
+
+def test_ctf_v0_text_commands() -> None:
+    t = one_trajectory(KATY)
+    assert t.task.startswith(
+        "We're currently solving the following CTF challenge. The CTF challenge is a cryptography problem named \"Katy\""
+    )
+    assert "\u2026" in t.task  # `\u2026` escapes in the file decode to the ellipsis
+    assert [u.action for u in t.turns] == [
+        "ls cat ~/ctf_files/release",
+        "",
+        "strings ~/ctf_files/release | grep flag",
+        "submit flag{xxxxxxxxxxxxxx}",
+    ]
+    assert [u.observation for u in t.turns] == [
+        "ls: cannot access 'cat': No such file or directory\nls: cannot access '/root/ctf_files/release': No such file or directory",
+        "",
+        "strings: '/root/ctf_files/release': No such file",
+        "\nflag{xxxxxxxxxxxxxx}\n",
+    ]
+    assert [u.observation_kind for u in t.turns] == ["stdout"] * 4
+    assert t.turns[0].thought == "First we need to check the file under the docker container\n"
+    assert {u.tool_name for u in t.turns} == {None} and {u.tool_call_id for u in t.turns} == {None}
+    assert {u.duration_s for u in t.turns} == {None}
+    # `state` is a JSON string in 0.x files; it is parsed and re-serialised
+    assert json.loads(t.turns[0].state) == {
+        "open_file": "n/a",
+        "working_dir": "/__home__minghao__projects__LLM_CTF_Dataset_Dev__2016__CSAW-Finals__crypto__Katy",
+    }
+    meta = json.loads(t.metadata)
+    assert meta["environment"] == "swe_main"
+    assert meta["submission"] == "\nflag{xxxxxxxxxxxxxx}\n"
+    assert meta["model_stats"]["api_calls"] == 0
+    assert t.action_space is None
+
+
+def test_function_calling_v1_tool_calls() -> None:
+    t = one_trajectory(FC_V1)
+    assert t.task.startswith(
+        "We're currently solving the following issue within our repository. Here's the issue text:\nISSUE:\n"
+        "SyntaxError: invalid syntax\n"
+    )
+    assert [u.action for u in t.turns] == [
+        "find_file missing_colon.py",
+        'open "/SWE-agent__test-repo/tests/missing_colon.py"',
+        "edit 'def division(a: float, b: float) -> float' 'def division(a: float, b: float) -> float:' False",
+        "python3 /SWE-agent__test-repo/tests/missing_colon.py",
+        "submit",
+    ]
+    assert [u.tool_name for u in t.turns] == ["find_file", "open", "edit", "bash", None]
+    assert [u.tool_call_id for u in t.turns] == [
+        "call_fJuazlMUN5fQDQ73G6XSpYpx",
+        "call_OhmPHGZp0XJ6JRnNkQaYcBMs",
+        "call_DVnbJcFrvwPsrPt3KfIMf7OH",
+        "call_dcF76aXH6e1pzqRwGxOwpuxb",
+        None,
+    ]
+    assert json.loads(t.turns[0].tool_args) == {"file_name": "missing_colon.py"}
+    assert json.loads(t.turns[2].tool_args) == {
+        "search": "def division(a: float, b: float) -> float",
+        "replace": "def division(a: float, b: float) -> float:",
+        "replace-all": False,
+    }
+    assert json.loads(t.turns[3].tool_args) == {"command": "python3 /SWE-agent__test-repo/tests/missing_colon.py"}
+    assert t.turns[4].tool_args is None
+    assert [u.observation_kind for u in t.turns] == ["stdout", "file_view", "file_view", "stdout", "stdout"]
+    assert t.turns[0].observation == (
+        'Found 1 matches for "missing_colon.py" in /SWE-agent__test-repo:\r\n/SWE-agent__test-repo/tests/missing_colon.py'
+    )
+    assert t.turns[3].observation == "8.2"
+    assert t.turns[4].observation.startswith("\r\ndiff --git a/tests/missing_colon.py b/tests/missing_colon.py\r\n")
+    assert [u.duration_s for u in t.turns] == pytest.approx(
+        [0.2814128329991945, 0.29675291599960474, 0.4935787079994043, 0.2925790000008419, 0.2691650420001679]
+    )
+    assert json.loads(t.turns[0].state) == {"open_file": "n/a", "working_dir": "/SWE-agent__test-repo"}
+    assert json.loads(t.turns[1].state)["open_file"] == "/SWE-agent__test-repo/tests/missing_colon.py"
+    assert t.turns[1].thought.startswith("The file `missing_colon.py` is located in the `tests` directory.")
+    bundles = [b["path"] for b in json.loads(t.action_space)["bundles"]]
+    assert bundles == ["tools/defaults", "tools/search", "tools/edit_replace", "tools/submit"]
+    meta = json.loads(t.metadata)
+    assert meta["environment"] == "main"
+    assert meta["model_stats"] == {
+        "instance_cost": 0.019520000000000006,
+        "tokens_sent": 7141,
+        "tokens_received": 243,
+        "api_calls": 5,
+    }
+    assert meta["submission"].startswith("\r\ndiff --git a/tests/missing_colon.py")
+
+
+def test_step_with_own_messages_v1() -> None:
+    t = one_trajectory(FROM_SOURCE)
+    (u,) = t.turns
+    assert u.action == "ls -F"
+    assert u.observation.startswith("AUTHORS.rst\t    LICENSE\t RELEASING.md\t")
+    assert u.observation.endswith("CONTRIBUTING.rst    README.rst\t examples/\t      setup.py")
+    assert u.tool_name == "bash" and json.loads(u.tool_args) == {"command": "ls -F"}
+    assert u.tool_call_id == "call_9diWc1DYm4RLmPfHgIaP2wd"
+    assert u.duration_s == pytest.approx(0.11605553800109192)
+    assert json.loads(u.state) == {"open_file": "n/a", "working_dir": "/testbed"}
+    assert t.task.startswith("We're currently solving the following issue within our repository.")
+    assert "TimeDelta serialization precision" in t.task
+    assert json.loads(t.metadata) == {"environment": "main", "model_stats": None, "submission": None}
+
+
+@pytest.mark.parametrize(
+    "path, instance_id",
+    [(FC_V1, "SWE-agent__test-repo-i1"), (FROM_SOURCE, "marshmallow-code__marshmallow-1867")],
+)
+def test_native_id_from_problem_statement(path: Path, instance_id: str) -> None:
+    assert one_trajectory(path).native_id == instance_id
+
+
+def test_domain_override() -> None:
+    recs = list(read_path(KATY, domain_override="swe"))
+    assert [r.domain for r in recs if isinstance(r, Trajectory)] == ["swe"]
