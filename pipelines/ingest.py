@@ -214,12 +214,26 @@ def ingest(
     )
     # One pool for hashing and converting: hashing every input in the parent first was a serial
     # pre-pass of about 1/10 of the run at 2 workers. With another `runner` (Beam) it only hashes.
-    pool = ProcessPoolExecutor(max_workers=workers) if workers > 1 else None
+    pool = None
+    if workers > 1:
+        preload_for_workers()
+        pool = ProcessPoolExecutor(max_workers=workers)
     try:
         return _ingest(units, sizes, workers, pool, corpus, summary, config, progress, echo, t0, runner)
     finally:
         if pool is not None:
             pool.shutdown()
+
+
+def preload_for_workers() -> None:
+    """Do once, before the pool forks, what every worker would otherwise do on its first batch:
+    pyarrow imports pandas lazily the first time it converts Python objects (`pa.array`), which
+    made each worker's first task ~0.3 s slower (measured: 1.7 s against 1.35 s for 67 MB); a
+    forked worker inherits the import instead. With a start method other than fork this only
+    costs the parent the import (~0.15 s)."""
+    import pyarrow as pa
+
+    pa.array([], pa.int32())
 
 
 def _unit_sha(unit: InputUnit) -> str:
