@@ -73,5 +73,7 @@ def validate(table: pa.Table, name: str) -> list[Violation]:
 
 
 def _rows(mask: pa.ChunkedArray | pa.Array) -> list[int]:
+    if len(mask) == 0:  # pyarrow 25 crashes (SIGSEGV) in indices_nonzero on a chunked array with no chunks
+        return []
     idx = pc.indices_nonzero(pc.fill_null(mask, False))
     return idx.to_pylist()[:_MAX_REPORTED]

@@ -46,6 +46,15 @@ def test_missing_extra_and_mistyped_columns() -> None:
     assert ("bogus", "column not in schema") in rules
 
 
+def test_empty_tables_have_no_violations() -> None:
+    # a trajectory without turns (a single uiautomator dump) gives an empty turns table; pyarrow
+    # 25 crashes the process in indices_nonzero on a chunked array with no chunks
+    empty = pa.Table.from_batches([], schema=TURNS)
+    assert empty.column("domain").num_chunks == 0
+    assert validate(empty, "turns") == []
+    assert validate(pa.Table.from_batches([], schema=TRAJECTORIES), "trajectories") == []
+
+
 def test_null_in_required_column() -> None:
     t = _turns(kind=pa.array([None], pa.string()))
     assert [str(x) for x in validate(t, "turns")] == ["turns.kind row 0: null in a required column"]
