@@ -32,7 +32,8 @@ from schemas.records import RecordError, Trajectory, Turn, dumps
 _MAX_JSON_BYTES = 64 << 20  # one event or state file; larger ones are not DroidBot's
 _SNIFF_BYTES = 1 << 20
 # Files DroidBot writes next to events/ and states/ (report page, UTG, environment, logs).
-_TOP_FILES = ("utg.js", "index.html", "droidbot_env.json", "logcat.txt", "droidbot.log")
+_TOP_FILES = ("utg.js", "index.html", "droidbot_env.json", "logcat.txt", "droidbot.log", "user_input.txt")
+_TOP_GLOBS = ("dumpsys_package_*.txt",)  # DroidBot's dump of the app under test, one per report
 _SUBDIRS = ("events", "states", "views", "stylesheets", "temp")
 
 _FLAGS = {
@@ -170,6 +171,7 @@ class DroidBotImporter(Importer):
 
     def consumes(self, directory: Path) -> list[Path]:
         files = [directory / n for n in _TOP_FILES if (directory / n).is_file()]
+        files += [p for g in _TOP_GLOBS for p in directory.glob(g) if p.is_file()]
         for sub in _SUBDIRS:
             if (directory / sub).is_dir():
                 files.extend(p for p in (directory / sub).rglob("*") if p.is_file())

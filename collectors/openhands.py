@@ -515,7 +515,7 @@ class OpenHandsOutputImporter(Importer):
     def sniff(self, row: Any) -> bool:
         if not isinstance(row, dict) or not isinstance(row.get("history"), list):
             return False
-        if not ("instance_id" in row or "issue" in row):
+        if not any(k in row for k in ("instance_id", "task_id", "issue")):  # task_id: HumanEvalFix, BIRD
             return False
         if not any(k in row for k in ("instruction", "test_result", "git_patch", "metadata")):
             return False
@@ -531,7 +531,7 @@ class OpenHandsOutputImporter(Importer):
         meta_in = row.get("metadata") if isinstance(row.get("metadata"), dict) else {}
         llm = meta_in.get("llm_config") if isinstance(meta_in.get("llm_config"), dict) else {}
         issue = row.get("issue") if isinstance(row.get("issue"), dict) else None
-        native = row.get("instance_id")
+        native = row["instance_id"] if row.get("instance_id") is not None else row.get("task_id")
         if native is None and issue:
             native = (
                 "/".join(str(issue[k]) for k in ("owner", "repo", "number") if issue.get(k) is not None)
@@ -554,7 +554,7 @@ class OpenHandsOutputImporter(Importer):
             task=_text(row.get("instruction")) or s.task,
             action_space=s.action_space(),
             agent=AGENT,
-            model=llm.get("model") or row.get("model") or s.model,
+            model=llm.get("model") or meta_in.get("model_name") or row.get("model") or s.model,
             outcome=outcome,
             reward=reward,
             env_fingerprint=dumps(fingerprint) if fingerprint else None,
