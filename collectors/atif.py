@@ -41,30 +41,19 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import orjson
 
-from collectors.base import ImportContext, Importer, as_text, require
+from collectors.base import ImportContext, Importer, as_text, parse_time, require
 from schemas.records import RecordError, Trajectory, Turn, dumps
 
 _TOKEN_ARRAYS = ("prompt_token_ids", "completion_token_ids", "logprobs")
 _RETURNCODE = re.compile(r"^\s*<returncode>(-?\d+)</returncode>")
 _SHELLISH = re.compile(r"bash|shell|terminal|command|exec|run_cmd|tmux", re.I)
 _MAX_COMPANION = 16 << 20
-
-
-def parse_time(value: Any) -> datetime | None:
-    """ISO 8601 text -> aware UTC datetime (naive times are taken as UTC); None when absent or unreadable."""
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        t = datetime.fromisoformat(value.replace("Z", "+00:00") if value.endswith("Z") else value)
-    except ValueError:
-        return None
-    return t.replace(tzinfo=UTC) if t.tzinfo is None else t.astimezone(UTC)
 
 
 def _metrics(m: Any) -> Any:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any, ClassVar
 
@@ -104,6 +105,19 @@ def loose_json(value: Any) -> Any:
         return ast.literal_eval(s)
     except (ValueError, SyntaxError, MemoryError, RecursionError):
         return value
+
+
+def parse_time(value: Any) -> datetime | None:
+    """ISO 8601 text -> aware UTC datetime; None when absent or unreadable. Naive times are taken
+    as UTC: the harnesses that write them (OpenHands, tau2-bench, ...) run on UTC machines, and a
+    guess of the local zone would differ from machine to machine."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        t = datetime.fromisoformat(value.replace("Z", "+00:00") if value.endswith("Z") else value)
+    except ValueError:
+        return None
+    return t.replace(tzinfo=UTC) if t.tzinfo is None else t.astimezone(UTC)
 
 
 def to_float(value: Any) -> float | None:

@@ -11,6 +11,12 @@ command, a SQL statement or Python code and reads what the interpreter prints, w
 terminal domain models; none is a repository-level software task ("swe"). `ingest --domain`
 overrides it.
 
+Two other published layouts hold the same runs: plan-solve-refine logs wrap the records as
+`{meta, logs: {task_index: record}}` (split under `logs`, locator `logs/key:<k>`, the run's `meta`
+kept in each trajectory's metadata), and human-play logs store
+`{task_index: {environment, query_idx, query, gold, reward, trajectory: [{action, observation}]}}`
+(a turn per `trajectory` step, locator `trajectory[i]`; no per-turn reward or validity).
+
 SQL observations are stored by InterCode as the text of Python's `str(rows)`; a result kept as a
 JSON list of rows is rendered the same way (rows as tuples), so both read alike and identically
 on every run.
@@ -52,19 +58,31 @@ class InterCodeImporter(Importer):
     container = "json"
 
     def sniff(self, doc: Any) -> bool:
+        if isinstance(doc, dict) and isinstance(doc.get("logs"), dict) and isinstance(doc.get("meta"), dict):
+            doc = doc["logs"]  # plan-solve-refine: {meta, logs: {task_index: record}}
         if not isinstance(doc, dict) or not doc:
             return False
         first = next(iter(doc.values()))
         if not isinstance(first, dict):
             return False
         th = first.get("turn_history")
-        return isinstance(th, dict) and isinstance(th.get("actions"), list) and "observations" in th
+        if isinstance(th, dict):
+            return isinstance(th.get("actions"), list) and "observations" in th
+        steps = first.get("trajectory")  # human play
+        return (str(first.get("environment", "")).startswith("ic_") and isinstance(steps, list)
+                and all(isinstance(s, dict) and "action" in s and "observation" in s for s in steps[:3]))
 
     def split(self, doc: dict, ctx: ImportContext):
+        if isinstance(doc.get("logs"), dict) and isinstance(doc.get("meta"), dict):
+            for k, rec in doc["logs"].items():
+                yield f"logs/key:{k}", {**rec, "run_meta": doc["meta"]} if isinstance(rec, dict) else rec
+            return
         for k, rec in doc.items():
             yield f"key:{k}", rec
 
     def convert(self, rec: Any, locator: str, ctx: ImportContext) -> Trajectory:
+        if isinstance(rec, dict) and "turn_history" not in rec and isinstance(rec.get("trajectory"), list):
+            return self._human(rec, locator, ctx)
         th = require(rec, "turn_history", locator)
         if not isinstance(th, dict):
             raise RecordError("malformed_record", f"{locator}: 'turn_history' is not an object")
@@ -101,7 +119,7 @@ class InterCodeImporter(Importer):
         return Trajectory(
             domain=ctx.domain("terminal"),
             source_format=self.name,
-            native_id=str(task_id) if task_id is not None else locator.removeprefix("key:"),
+            native_id=str(task_id) if task_id is not None else locator.rsplit("key:", 1)[-1],
             record_digest=ctx.record_digest(locator),
             turns=turns,
             task=rec.get("query") if isinstance(rec.get("query"), str) else None,
@@ -109,6 +127,32 @@ class InterCodeImporter(Importer):
             outcome=None if reward is None else ("success" if reward >= 1.0 else "failure"),
             reward=reward,
             metadata=dumps(meta),
+            locator=locator,
+        )
+
+    def _human(self, rec: dict, locator: str, ctx: ImportContext) -> Trajectory:
+        turns = []
+        for i, step in enumerate(rec["trajectory"]):
+            if not isinstance(step, dict):
+                raise RecordError("malformed_record", f"{locator} trajectory[{i}]: expected an object")
+            cols = {"actions": [require(step, "action", f"{locator} trajectory[{i}]")],
+                    "observations": [require(step, "observation", f"{locator} trajectory[{i}]")]}
+            t = self._turn(cols, 0, locator)
+            t.locator = f"trajectory[{i}]"
+            turns.append(t)
+        reward = to_float(rec.get("reward"))
+        native = rec.get("query_idx", rec.get("task_id"))
+        return Trajectory(
+            domain=ctx.domain("terminal"),
+            source_format=self.name,
+            native_id=str(native) if native is not None else locator.rsplit("key:", 1)[-1],
+            record_digest=ctx.record_digest(locator),
+            turns=turns,
+            task=rec.get("query") if isinstance(rec.get("query"), str) else None,
+            agent="human",
+            outcome=None if reward is None else ("success" if reward >= 1.0 else "failure"),
+            reward=reward,
+            metadata=dumps({k: v for k, v in rec.items() if k not in ("trajectory", "query")}),
             locator=locator,
         )
 

@@ -25,10 +25,10 @@ UTC); they are read as UTC.
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
-from collectors.base import ImportContext, Importer, as_text, loose_json
+from collectors.base import ImportContext, Importer, as_text, loose_json, parse_time
 from schemas.records import RecordError, Trajectory, Turn, dumps
 
 AGENT = "openhands"
@@ -62,16 +62,6 @@ _ARG_NOISE = {
 }
 
 
-
-
-def _timestamp(value: Any) -> datetime | None:
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        ts = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return ts.replace(tzinfo=UTC) if ts.tzinfo is None else ts.astimezone(UTC)
 
 
 def _int(value: Any) -> int | None:
@@ -305,7 +295,7 @@ class _Stream:
                 self._orphan(ev, loc)
 
     def _note(self, ev: dict) -> None:
-        ts = _timestamp(ev.get("timestamp"))
+        ts = parse_time(ev.get("timestamp"))
         if ts is not None and (self.first_ts is None or ts < self.first_ts):
             self.first_ts = ts
         if self.model is None:
@@ -366,14 +356,14 @@ class _Stream:
             tool_args=dumps(tool_args) if tool_args is not None else None,
             tool_call_id=call_id,
             thought=thought,
-            started_at=_timestamp(ev.get("timestamp")),
+            started_at=parse_time(ev.get("timestamp")),
             locator=loc,
             observation_kind="none",
         )
         if obs is not None and env:
             self._fill(turn, obs, meta)
             turn.locator = f"{loc}+{obs_loc}"
-            a_ts, o_ts = turn.started_at, _timestamp(obs.get("timestamp"))
+            a_ts, o_ts = turn.started_at, parse_time(obs.get("timestamp"))
             if a_ts is not None and o_ts is not None and o_ts >= a_ts:
                 turn.duration_s = (o_ts - a_ts).total_seconds()
         elif obs is not None:  # an acknowledgement: keep it, but it is not environment output
@@ -425,7 +415,7 @@ class _Stream:
             return
         if otype in _ACK_OBS:
             return
-        turn = Turn(kind="env", started_at=_timestamp(ev.get("timestamp")), locator=loc)
+        turn = Turn(kind="env", started_at=parse_time(ev.get("timestamp")), locator=loc)
         meta: dict[str, Any] = {"unpaired": True, "source": ev.get("source"), "cause": ev.get("cause")}
         self._fill(turn, ev, meta)
         turn.metadata = dumps(meta)
@@ -558,7 +548,7 @@ class OpenHandsOutputImporter(Importer):
             outcome=outcome,
             reward=reward,
             env_fingerprint=dumps(fingerprint) if fingerprint else None,
-            collected_at=s.first_ts or _timestamp(meta_in.get("start_time")),
+            collected_at=s.first_ts or parse_time(meta_in.get("start_time")),
             metadata=dumps(meta),
             locator=locator,
         )

@@ -22,6 +22,7 @@ _ORDER = [
     "collectors.openhands:OpenHandsEventsImporter",
     "collectors.intercode:InterCodeImporter",
     "collectors.tau_bench:TauBenchImporter",
+    "collectors.tau2_bench:Tau2BenchImporter",
     "collectors.fireact:FireActTrajsImporter",
     "collectors.atif:AtifImporter",
     # JSON lines

@@ -1,0 +1,153 @@
+"""tau2-bench results (https://github.com/sierra-research/tau2-bench): one JSON document
+`{timestamp, info, tasks, simulations: [{id, task_id, trial, reward_info, messages, ...}]}`, one
+trajectory per simulation (locator `simulations[i]`).
+
+The successor of tau-bench keeps its environment (domain tools and a simulated user, see
+`collectors.tau_bench`) but not its file: tool calls are flat `{id, name, arguments, requestor}`
+with `arguments` an object, a tool result is a `role: tool` message carrying the call's `id` and an
+`error` flag (which sets `is_error`), and the harness's fixed greeting opens every conversation, so
+the first user message (the simulated user's request) is the `task` and the greeting stays a
+`message` turn. As in tau-bench, an assistant tool call with its result is a turn
+(`tool_result`), and an assistant text is a `respond` turn answered by the user's next message
+(`user_reply`). In domains where the user has tools too (telecom), the user's own calls and their
+results happen inside the user's reply: they go to that turn's metadata (`user_tool_calls`).
+
+The task's `user_scenario` (the user simulator's hidden instructions), when the document's `tasks`
+lists the task, is the `initial_state`; `info.environment_info.tool_defs` is the action space.
+Timestamps are written without a zone (`datetime.now()`); they are read as UTC. A tool turn's
+duration runs from the call's message to its result's.
+
+Domain: "mcp", as for tau-bench (customer-service tool use through JSON function schemas).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from collectors.base import ImportContext, Importer, as_text, parse_time, require, to_float
+from collectors.tau_bench import RESPOND, _loads
+from schemas.records import RecordError, Trajectory, Turn, dumps
+
+
+class Tau2BenchImporter(Importer):
+    name = "tau2-bench"
+    container = "json"
+
+    def sniff(self, doc: Any) -> bool:
+        if not isinstance(doc, dict) or not isinstance(doc.get("simulations"), list):
+            return False
+        sims = doc["simulations"]
+        return isinstance(doc.get("info"), dict) and (
+            not sims or (isinstance(sims[0], dict) and "task_id" in sims[0] and isinstance(sims[0].get("messages"), list))
+        )
+
+    def split(self, doc: dict, ctx: ImportContext):
+        info = doc.get("info") if isinstance(doc.get("info"), dict) else {}
+        tasks = {str(t.get("id")): t for t in doc.get("tasks") or [] if isinstance(t, dict)}
+        for i, sim in enumerate(doc["simulations"]):
+            task = tasks.get(str(sim.get("task_id"))) if isinstance(sim, dict) else None
+            yield f"simulations[{i}]", {"simulation": sim, "info": info, "task": task}
+
+    def convert(self, rec: Any, locator: str, ctx: ImportContext) -> Trajectory:
+        sim, info, task_def = rec["simulation"], rec["info"], rec["task"]
+        if not isinstance(sim, dict):
+            raise RecordError("malformed_record", f"{locator}: expected an object, got {type(sim).__name__}")
+        messages = require(sim, "messages", locator)
+        if not isinstance(messages, list):
+            raise RecordError("malformed_record", f"{locator}: 'messages' is not a list")
+        system, task, turns = _turns(messages, locator)
+        reward_info = sim.get("reward_info") if isinstance(sim.get("reward_info"), dict) else {}
+        reward = to_float(reward_info.get("reward"))
+        env = info.get("environment_info") if isinstance(info.get("environment_info"), dict) else {}
+        agent_info = info.get("agent_info") if isinstance(info.get("agent_info"), dict) else {}
+        scenario = task_def.get("user_scenario") if isinstance(task_def, dict) else None
+        task_id, trial = sim.get("task_id"), sim.get("trial")
+        meta = {k: v for k, v in sim.items() if k != "messages"}
+        meta.update({"system_prompt": system, "domain_name": env.get("domain_name"),
+                     "agent_info": agent_info or None, "user_info": info.get("user_info"),
+                     "evaluation_criteria": task_def.get("evaluation_criteria") if isinstance(task_def, dict) else None})
+        return Trajectory(
+            domain=ctx.domain("mcp"),
+            source_format=self.name,
+            native_id=None if task_id is None else (f"{task_id}" if trial is None else f"{task_id}:{trial}"),
+            record_digest=ctx.record_digest(locator),
+            turns=turns,
+            task=task,
+            action_space=dumps(env["tool_defs"]) if env.get("tool_defs") else None,
+            initial_state=dumps(scenario) if scenario else None,
+            agent="tau2-bench",
+            model=agent_info.get("llm") if isinstance(agent_info.get("llm"), str) else None,
+            outcome=None if reward is None else ("success" if reward >= 1.0 else "failure"),
+            reward=reward,
+            collected_at=parse_time(sim.get("start_time")),
+            metadata=dumps({k: v for k, v in meta.items() if v is not None}),
+            locator=locator,
+        )
+
+
+def _turns(messages: list, locator: str) -> tuple[str | None, str | None, list[Turn]]:
+    system: str | None = None
+    task: str | None = None
+    turns: list[Turn] = []
+    open_calls: dict[str, tuple[Turn, Any]] = {}  # call id -> (turn, its message's time)
+    awaiting: Turn | None = None  # a `respond` turn waiting for the user's reply
+    user_calls: list[dict] = []  # the user's own tool activity since the last user text
+    for j, m in enumerate(messages):
+        where, loc = f"{locator} messages[{j}]", f"messages[{j}]"
+        if not isinstance(m, dict):
+            raise RecordError("malformed_record", f"{where}: expected a message object")
+        role = require(m, "role", where)
+        content = as_text(m.get("content"))
+        by_user = m.get("requestor") == "user"
+        if role == "system":
+            system = content if system is None else f"{system}\n\n{content}"
+        elif role == "assistant":
+            calls = m.get("tool_calls") or []
+            if not isinstance(calls, list):
+                raise RecordError("malformed_record", f"{where}: 'tool_calls' is not a list")
+            for k, tc in enumerate(calls):
+                if not isinstance(tc, dict) or not isinstance(tc.get("name"), str):
+                    raise RecordError("malformed_record", f"{where}: tool_calls[{k}] has no name")
+                args = _loads(tc.get("arguments"))
+                t = Turn(kind="message", action=f"{tc['name']} {dumps(args) if not isinstance(args, str) else args}",
+                         tool_name=tc["name"], tool_args=dumps(args) if args is not None else None,
+                         tool_call_id=tc.get("id"), thought=content if k == 0 else None, observation_kind="none",
+                         started_at=parse_time(m.get("timestamp")), locator=f"{loc}.tool_calls[{k}]")
+                turns.append(t)
+                open_calls[str(tc.get("id"))] = (t, t.started_at)
+            if not calls:
+                awaiting = Turn(kind="message", action=content, tool_name=RESPOND, tool_args=dumps({"content": content}),
+                                observation_kind="none", started_at=parse_time(m.get("timestamp")), locator=loc)
+                turns.append(awaiting)
+        elif role == "tool" and by_user:
+            user_calls.append({"result_of": m.get("id"), "content": content, "error": m.get("error")})
+        elif role == "tool":
+            t, called = open_calls.pop(str(m.get("id")), (None, None))
+            if t is None:
+                raise RecordError("unpaired_tool_result", f"{where}: tool result {m.get('id')!r} answers no open tool call")
+            done = parse_time(m.get("timestamp"))
+            t.kind, t.observation, t.observation_kind = "env", content, "tool_result"
+            t.is_error = m["error"] if isinstance(m.get("error"), bool) else None
+            t.duration_s = (done - called).total_seconds() if done is not None and called is not None else None
+            t.locator = f"{t.locator}+{loc}"
+        elif role == "user":
+            for tc in m.get("tool_calls") or []:
+                if isinstance(tc, dict):
+                    user_calls.append({"id": tc.get("id"), "name": tc.get("name"), "arguments": tc.get("arguments")})
+            if content is None:
+                continue  # only tool calls: the user's reply comes in a later message
+            if task is None and not any(t.kind == "env" for t in turns):
+                task = content  # the user's request, after the harness's greeting
+                awaiting = None
+            elif awaiting is not None:
+                awaiting.kind, awaiting.observation, awaiting.observation_kind = "env", content, "user_reply"
+                awaiting.locator = f"{awaiting.locator}+{loc}"
+                if user_calls:
+                    awaiting.metadata = dumps({"user_tool_calls": user_calls})
+                awaiting = None
+            else:
+                turns.append(Turn(kind="user", action=content, observation_kind="none", locator=loc))
+            user_calls = []
+        else:
+            raise RecordError("malformed_record", f"{where}: unknown role {role!r}")
+    return system, task, turns
