@@ -442,6 +442,10 @@ class AsciicastImporter(Importer):
         if version == 3 and isinstance(header["term"].get("type"), str):
             env = {**(env or {}), "TERM": header["term"]["type"]}
         fingerprint = {"width": width, "height": height, "env": env}
+        if version == 3 and header["term"].get("version") is not None:
+            fingerprint["term_version"] = header["term"]["version"]  # the recording terminal's version
+        used = {"version", "width", "height", "timestamp", "env", "term", "title", "command", "duration",
+                "idle_time_limit", "tags"}
         meta = {
             "asciicast_version": version,
             "title": header.get("title"),
@@ -450,6 +454,9 @@ class AsciicastImporter(Importer):
             "idle_time_limit": header.get("idle_time_limit"),
             "tags": header.get("tags"),
             "truncated_last_line": pending_error.detail if pending_error else None,
+            # header fields this reader has no column for (v2 `theme`, v3 `term.theme`, ...), kept as written
+            "header_other": {k: v for k, v in header.items() if k not in used} or None,
+            "term_theme": header["term"].get("theme") if version == 3 else None,
             **extra,
         }
         return Trajectory(

@@ -43,6 +43,7 @@ def test_asciinema_server_v2_full() -> None:
     }
     m = _meta(t)
     assert m["command"] == "/bin/bash -l" and m["idle_time_limit"] == 2.5
+    assert m["header_other"]["theme"]["fg"] == "#aaaaaa"  # no column for it: kept as written
     assert t.initial_state == "foo bar"  # output before the first keystroke
     (u,) = t.turns  # one Enter
     assert u.action == "" and _meta(u)["submitted"] is True
@@ -62,7 +63,9 @@ def test_asciinema_server_v3_full_relative_times_and_resize() -> None:
         "width": 96,
         "height": 26,
         "env": {"TERM": "xterm-ghostty", "SHELL": "/usr/bin/fish"},
+        "term_version": "ghostty 1.1.3-889478f-nix",
     }
+    assert _meta(t)["term_theme"]["bg"] == "#bbbbbb" and "header_other" not in _meta(t)
     (u,) = t.turns
     t_enter = 1.234567 + 1.0
     t_last = t_enter + 4.678987 + 1.0 + 2.456789
