@@ -10,6 +10,11 @@ with `name`); top-level `tools` (or legacy `functions`) is the action space.
 ShareGPT form (LLaMA-Factory and similar): `from` in system/human/gpt/function_call/observation/tool,
 `value` text; a `function_call` value is JSON `{name, arguments}` (a list for parallel calls) and is
 paired with the `observation` that follows it; top-level `system` and `tools` are honoured.
+Hermes/Qwen text tool calls (either form): `<tool_call>{"name", "arguments"}</tool_call>` blocks in an
+assistant message are its calls (the text around them is the thought), and `<tool_response>` blocks in a
+tool message are their results, in order (the JSON inside, without the tags).
+The same records as one JSON array (LLaMA-Factory's `data/*.json` files) are read by `ChatArrayImporter`
+(locator `[i]`), after every other whole-document format had its chance.
 
 Turns (the conventions of the other chat-shaped importers, e.g. tau-bench):
 - each tool call with its result is one `env` turn (`observation_kind` "tool_result"); its action is
@@ -29,6 +34,7 @@ function calls, so the default is "mcp"; `ingest --domain` overrides it (`ctx.do
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import orjson
@@ -53,6 +59,41 @@ def _loads(value: Any) -> Any:
             except orjson.JSONDecodeError:
                 return value
     return value
+
+
+_HERMES_CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.S)
+_HERMES_RESULT = re.compile(r"<tool_response>\s*(.*?)\s*</tool_response>", re.S)
+
+
+def _hermes_calls(text: str | None) -> tuple[str | None, list[dict]] | None:
+    """Hermes / Qwen text tool calls: `<tool_call>{"name", "arguments"}</tool_call>` blocks in an assistant
+    message -> (the text around them, the calls); None when the text holds no parsable block."""
+    if not text or "<tool_call>" not in text:
+        return None
+    calls = [_loads(m) for m in _HERMES_CALL.findall(text)]
+    if not calls or not all(isinstance(c, dict) and "name" in c for c in calls):
+        return None
+    rest = _HERMES_CALL.sub("", text).strip()
+    return (rest or None), calls
+
+
+def _hermes_call_turns(b: _Builder, hermes: tuple[str | None, list[dict]], reasoning: str | None, loc: str) -> None:
+    thought, calls = hermes
+    thought = _join(reasoning, thought)
+    for k, c in enumerate(calls):
+        b.call(c.get("name"), c.get("arguments"), c.get("id"), thought if k == 0 else None,
+               loc if len(calls) == 1 else f"{loc}[{k}]")
+
+
+def _hermes_results(b: _Builder, text: str | None, loc: str) -> bool:
+    """Hermes `<tool_response>` blocks: one result each, in call order (the JSON inside, without the
+    tags); False when the text holds none."""
+    blocks = _HERMES_RESULT.findall(text or "")
+    for k, r in enumerate(blocks):
+        parsed = _loads(r)
+        name = parsed.get("name") if isinstance(parsed, dict) and isinstance(parsed.get("name"), str) else None
+        b.result(r, None, name, loc if len(blocks) == 1 else f"{loc}[{k}]")
+    return bool(blocks)
 
 
 def _join(*parts: str | None) -> str | None:
@@ -192,10 +233,14 @@ def _openai_messages(msgs: list, field: str, b: _Builder) -> None:
                         extra["type"] = c.get("type")
                     b.call(fn.get("name"), fn.get("arguments"), c.get("id"), thought if k == 0 else None,
                            f"{loc}.tool_calls[{k}]", extra or None)
+            elif (hermes := _hermes_calls(text)) is not None:
+                _hermes_call_turns(b, hermes, reasoning, loc)
             else:
                 b.message(text, reasoning, loc)
         elif role in _RESULT:
             err = m.get("is_error") if isinstance(m.get("is_error"), bool) else None
+            if m.get("tool_call_id") is None and _hermes_results(b, text, loc):
+                continue
             b.result(text, m.get("tool_call_id"), m.get("name"), loc, err)
         else:
             raise RecordError("malformed_record", f"{b.where} {loc}: unknown role {role!r}")
@@ -216,7 +261,11 @@ def _sharegpt(conv: list, field: str, b: _Builder) -> None:
         elif who in _USER:
             b.user_text(text or "", loc)
         elif who in _ASSISTANT:
-            b.message(text, None, loc)
+            hermes = _hermes_calls(text)
+            if hermes is None:
+                b.message(text, None, loc)
+            else:
+                _hermes_call_turns(b, hermes, None, loc)
         elif who in _CALL:
             parsed = _loads(value)
             calls = parsed if isinstance(parsed, list) else [parsed]
@@ -229,6 +278,8 @@ def _sharegpt(conv: list, field: str, b: _Builder) -> None:
                     b.call(None, None, None, None, cloc, {"unparsed_call": True})
                     b.turns[-1].action = as_text(c)
         elif who in _RESULT:
+            if _hermes_results(b, text, loc):
+                continue
             parsed = _loads(value)
             if isinstance(parsed, list) and len(b.open_calls) > 1 and len(parsed) == len(b.open_calls):
                 for k, r in enumerate(parsed):
@@ -300,3 +351,22 @@ class ChatImporter(Importer):
             metadata=dumps(meta),
             locator=locator,
         )
+
+
+class ChatArrayImporter(ChatImporter):
+    """The same records as one JSON array (LLaMA-Factory's `data/*.json` layout): one trajectory per element."""
+
+    name = "chat-array"
+    container = "json"
+
+    def sniff(self, sample: Any) -> bool:
+        return isinstance(sample, list) and bool(sample) and super().sniff(sample[0])
+
+    def split(self, doc: Any, ctx: ImportContext):
+        for i, rec in enumerate(doc):
+            yield f"[{i}]", rec
+
+    def convert(self, record: Any, locator: str, ctx: ImportContext) -> Trajectory:
+        traj = super().convert(record, locator, ctx)
+        traj.source_format = ChatImporter.name  # the same format, in another container
+        return traj

@@ -1,0 +1,123 @@
+"""Generic chat importer against published tool-calling chat files (origins in tests/data/chat-variants/README.md).
+
+Expected values come from reading the raw files (json, not the importer):
+- LLaMA-Factory glaive demo subset, per conversation: turns = function_call + gpt + (human - 1)
+  = 3+4+1 = 8, 1+3+2 = 6, 2+2+1 = 5; every function_call is followed by its observation (3, 1, 2).
+- Foundry stock subset: each line is system, user, then one assistant message holding one tool call
+  (lines 1-2, no result: fine-tuning targets end at the call) or a plain answer (line 3).
+- Hermes ShareGPT: one `<tool_call>` in a gpt message, one `<tool_response>` in the tool message after it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from pipelines.reader import read_path
+from schemas.records import QuarantineRecord, Trajectory
+from tests.collectors.support import assert_schema_valid
+
+DATA = Path(__file__).resolve().parent.parent / "data" / "chat-variants"
+GLAIVE_JSONL = DATA / "llamafactory_glaive_toolcall_en_demo.subset.jsonl"
+GLAIVE_ARRAY = DATA / "llamafactory_glaive_toolcall_en_demo.subset.json"
+HERMES = DATA / "hermes_sharegpt_toolcall.jsonl"
+
+# (tool name, arguments, observation text) per conversation, as written in the file
+GLAIVE_CALLS = [
+    [
+        ("calculate_area", {"shape": "rectangle", "dimensions": [5, 3]}, '{"area": 15}'),
+        ("calculate_area", {"shape": "circle", "dimensions": [4]}, '{"area": 50.24}'),
+        ("calculate_area", {"shape": "square", "dimensions": [7]}, '{"area": 49}'),
+    ],
+    [("search_recipes", {"ingredients": ["chicken", "bell peppers", "rice"]}, None)],
+    [
+        ("get_movie_details", {"movie_id": "12345"}, None),
+        ("get_movie_details", {"movie_id": "67890"}, None),
+    ],
+]
+GLAIVE_KINDS = [
+    ["env", "message", "user", "env", "message", "user", "env", "message"],
+    ["message", "user", "env", "message", "user", "message"],
+    ["env", "message", "user", "env", "message"],
+]
+
+
+def _trajs(path: Path, **kw) -> list[Trajectory]:
+    recs = list(read_path(path, **kw))
+    bad = [r for r in recs if isinstance(r, QuarantineRecord)]
+    assert not bad, [(q.locator, q.reason, q.detail) for q in bad]
+    return recs
+
+
+def _check_glaive(trajs: list[Trajectory], raw: list[dict]) -> None:
+    assert len(trajs) == 3
+    assert [len(t.turns) for t in trajs] == [8, 6, 5]
+    assert [[u.kind for u in t.turns] for t in trajs] == GLAIVE_KINDS
+    for t, rec, calls in zip(trajs, raw, GLAIVE_CALLS, strict=True):
+        conv = rec["conversations"]
+        assert t.source_format == "chat" and t.domain == "mcp"
+        assert t.task == conv[0]["value"]
+        assert json.loads(t.action_space) == json.loads(rec["tools"])
+        envs = [u for u in t.turns if u.kind == "env"]
+        observations = [m["value"] for m in conv if m["from"] == "observation"]
+        assert [u.observation for u in envs] == observations  # verbatim, in order
+        assert [(u.tool_name, json.loads(u.tool_args)) for u in envs] == [(n, a) for n, a, _ in calls]
+        for u, (_, _, obs) in zip(envs, calls, strict=True):
+            assert u.observation_kind == "tool_result" and u.is_error is None
+            if obs is not None:
+                assert u.observation == obs
+        gpt = [m["value"] for m in conv if m["from"] == "gpt"]
+        assert [u.action for u in t.turns if u.kind == "message"] == gpt
+        humans = [m["value"] for m in conv if m["from"] == "human"][1:]
+        assert [u.action for u in t.turns if u.kind == "user"] == humans
+    first = trajs[0].turns[0]
+    assert first.action == 'calculate_area {"dimensions":[5,3],"shape":"rectangle"}'
+    assert first.locator == "conversations[1]+conversations[2]"
+    assert [s["name"] for s in json.loads(trajs[0].action_space)] == ["calculate_area", "calculate_discount"]
+    assert json.loads(trajs[2].turns[3].observation)["title"] == "The Shawshank Redemption"
+    assert_schema_valid(trajs)
+
+
+def test_llamafactory_glaive_sharegpt_jsonl() -> None:
+    raw = [json.loads(line) for line in GLAIVE_JSONL.read_text().splitlines()]
+    trajs = _trajs(GLAIVE_JSONL)
+    _check_glaive(trajs, raw)
+    assert [t.locator for t in trajs] == ["line:1", "line:2", "line:3"]
+    assert {json.loads(t.metadata)["form"] for t in trajs} == {"sharegpt"}
+
+
+def test_llamafactory_glaive_domain_override() -> None:
+    assert {t.domain for t in _trajs(GLAIVE_JSONL, domain_override="web")} == {"web"}
+
+
+def test_llamafactory_glaive_sharegpt_json_array() -> None:
+    raw = json.loads(GLAIVE_ARRAY.read_text())
+    _check_glaive(_trajs(GLAIVE_ARRAY), raw)
+
+
+def test_hermes_sharegpt_tool_call_tags() -> None:
+    (t,) = _trajs(HERMES)
+    assert t.task == "Can you help me generate a random password with a length of 8 characters?"
+    assert json.loads(t.metadata)["system"] == "You are a helpful assistant with access to functions. Use them if required"
+    assert [u.kind for u in t.turns] == ["env", "message"]
+    call = t.turns[0]
+    assert call.tool_name == "generate_password" and json.loads(call.tool_args) == {"length": 8}
+    assert call.observation_kind == "tool_result"
+    assert json.loads(call.observation) == {"name": "generate_password", "content": {"password": "aB3$kL9!"}}
+    assert call.metadata is None
+    assert t.turns[1].action == "Here is your new password: aB3$kL9!"
+
+
+def test_hermes_tags_in_openai_messages(tmp_path: Path) -> None:
+    """The same Hermes call and result in OpenAI `messages` form (role/content), as Qwen-style chat
+    logs are exported: the call is read from the assistant text, the result paired in order."""
+    (src,) = [json.loads(line) for line in HERMES.read_text().splitlines()]
+    roles = {"system": "system", "human": "user", "gpt": "assistant", "tool": "tool"}
+    line = {"messages": [{"role": roles[m["from"]], "content": m["value"]} for m in src["conversations"]]}
+    (tmp_path / "hermes_openai.jsonl").write_text(json.dumps(line) + "\n")
+    (t,) = _trajs(tmp_path / "hermes_openai.jsonl")
+    assert [u.kind for u in t.turns] == ["env", "message"]
+    call = t.turns[0]
+    assert call.tool_name == "generate_password" and json.loads(call.tool_args) == {"length": 8}
+    assert call.locator == "messages[2]+messages[3]" and call.thought is None
+    assert json.loads(call.observation)["content"] == {"password": "aB3$kL9!"}
