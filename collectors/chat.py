@@ -81,7 +81,7 @@ def _hermes_call_turns(b: _Builder, hermes: tuple[str | None, list[dict]], reaso
     thought, calls = hermes
     thought = _join(reasoning, thought)
     for k, c in enumerate(calls):
-        b.call(c.get("name"), c.get("arguments"), c.get("id"), thought if k == 0 else None,
+        b.call(c.get("name"), c.get("arguments", c.get("parameters")), c.get("id"), thought if k == 0 else None,
                loc if len(calls) == 1 else f"{loc}[{k}]")
 
 
@@ -89,6 +89,8 @@ def _hermes_results(b: _Builder, text: str | None, loc: str) -> bool:
     """Hermes `<tool_response>` blocks: one result each, in call order (the JSON inside, without the
     tags); False when the text holds none."""
     blocks = _HERMES_RESULT.findall(text or "")
+    if not blocks or _HERMES_RESULT.sub("", text).strip():
+        return False  # text outside the blocks: keep the message whole, as one result
     for k, r in enumerate(blocks):
         parsed = _loads(r)
         name = parsed.get("name") if isinstance(parsed, dict) and isinstance(parsed.get("name"), str) else None
@@ -360,7 +362,11 @@ class ChatArrayImporter(ChatImporter):
     container = "json"
 
     def sniff(self, sample: Any) -> bool:
-        return isinstance(sample, list) and bool(sample) and super().sniff(sample[0])
+        if not (isinstance(sample, list) and sample and super().sniff(sample[0])):
+            return False
+        from collectors.registry import IMPORTERS  # a more specific line format claims the records itself
+
+        return not any(i.container == "jsonl" and type(i) is not ChatImporter and i.sniff(sample[0]) for i in IMPORTERS)
 
     def split(self, doc: Any, ctx: ImportContext):
         for i, rec in enumerate(doc):

@@ -119,7 +119,7 @@ class InterCodeImporter(Importer):
         return Trajectory(
             domain=ctx.domain("terminal"),
             source_format=self.name,
-            native_id=str(task_id) if task_id is not None else locator.rsplit("key:", 1)[-1],
+            native_id=str(task_id) if task_id is not None else locator.split("key:", 1)[-1],
             record_digest=ctx.record_digest(locator),
             turns=turns,
             task=rec.get("query") if isinstance(rec.get("query"), str) else None,
@@ -137,7 +137,7 @@ class InterCodeImporter(Importer):
                 raise RecordError("malformed_record", f"{locator} trajectory[{i}]: expected an object")
             cols = {"actions": [require(step, "action", f"{locator} trajectory[{i}]")],
                     "observations": [require(step, "observation", f"{locator} trajectory[{i}]")]}
-            t = self._turn(cols, 0, locator)
+            t = self._turn(cols, 0, f"{locator} trajectory[{i}]")
             t.locator = f"trajectory[{i}]"
             turns.append(t)
         reward = to_float(rec.get("reward"))
@@ -145,7 +145,7 @@ class InterCodeImporter(Importer):
         return Trajectory(
             domain=ctx.domain("terminal"),
             source_format=self.name,
-            native_id=str(native) if native is not None else locator.rsplit("key:", 1)[-1],
+            native_id=str(native) if native is not None else locator.split("key:", 1)[-1],
             record_digest=ctx.record_digest(locator),
             turns=turns,
             task=rec.get("query") if isinstance(rec.get("query"), str) else None,

@@ -55,7 +55,7 @@ class Tau2BenchImporter(Importer):
         messages = require(sim, "messages", locator)
         if not isinstance(messages, list):
             raise RecordError("malformed_record", f"{locator}: 'messages' is not a list")
-        system, task, turns = _turns(messages, locator)
+        system, task, turns, loose_calls = _turns(messages, locator)
         reward_info = sim.get("reward_info") if isinstance(sim.get("reward_info"), dict) else {}
         reward = to_float(reward_info.get("reward"))
         env = info.get("environment_info") if isinstance(info.get("environment_info"), dict) else {}
@@ -64,6 +64,7 @@ class Tau2BenchImporter(Importer):
         task_id, trial = sim.get("task_id"), sim.get("trial")
         meta = {k: v for k, v in sim.items() if k != "messages"}
         meta.update({"system_prompt": system, "domain_name": env.get("domain_name"),
+                     "user_tool_calls": loose_calls or None,  # the user's tool activity no reply turn holds
                      "agent_info": agent_info or None, "user_info": info.get("user_info"),
                      "evaluation_criteria": task_def.get("evaluation_criteria") if isinstance(task_def, dict) else None})
         return Trajectory(
@@ -85,13 +86,14 @@ class Tau2BenchImporter(Importer):
         )
 
 
-def _turns(messages: list, locator: str) -> tuple[str | None, str | None, list[Turn]]:
+def _turns(messages: list, locator: str) -> tuple[str | None, str | None, list[Turn], list[dict]]:
     system: str | None = None
     task: str | None = None
     turns: list[Turn] = []
-    open_calls: dict[str, tuple[Turn, Any]] = {}  # call id -> (turn, its message's time)
+    open_calls: dict[str, list[Turn]] = {}  # call id -> its open turns, oldest first (ids may repeat: default "")
     awaiting: Turn | None = None  # a `respond` turn waiting for the user's reply
     user_calls: list[dict] = []  # the user's own tool activity since the last user text
+    loose: list[dict] = []  # user tool activity with no `respond` turn to hold it (before the task, at the end)
     for j, m in enumerate(messages):
         where, loc = f"{locator} messages[{j}]", f"messages[{j}]"
         if not isinstance(m, dict):
@@ -109,12 +111,13 @@ def _turns(messages: list, locator: str) -> tuple[str | None, str | None, list[T
                 if not isinstance(tc, dict) or not isinstance(tc.get("name"), str):
                     raise RecordError("malformed_record", f"{where}: tool_calls[{k}] has no name")
                 args = _loads(tc.get("arguments"))
-                t = Turn(kind="message", action=f"{tc['name']} {dumps(args) if not isinstance(args, str) else args}",
+                t = Turn(kind="message", action=tc["name"] if args is None else
+                         f"{tc['name']} {dumps(args) if not isinstance(args, str) else args}",
                          tool_name=tc["name"], tool_args=dumps(args) if args is not None else None,
                          tool_call_id=tc.get("id"), thought=content if k == 0 else None, observation_kind="none",
                          started_at=parse_time(m.get("timestamp")), locator=f"{loc}.tool_calls[{k}]")
                 turns.append(t)
-                open_calls[str(tc.get("id"))] = (t, t.started_at)
+                open_calls.setdefault(str(tc.get("id")), []).append(t)
             if not calls:
                 awaiting = Turn(kind="message", action=content, tool_name=RESPOND, tool_args=dumps({"content": content}),
                                 observation_kind="none", started_at=parse_time(m.get("timestamp")), locator=loc)
@@ -122,13 +125,14 @@ def _turns(messages: list, locator: str) -> tuple[str | None, str | None, list[T
         elif role == "tool" and by_user:
             user_calls.append({"result_of": m.get("id"), "content": content, "error": m.get("error")})
         elif role == "tool":
-            t, called = open_calls.pop(str(m.get("id")), (None, None))
+            waiting = open_calls.get(str(m.get("id")))
+            t = waiting.pop(0) if waiting else None
             if t is None:
                 raise RecordError("unpaired_tool_result", f"{where}: tool result {m.get('id')!r} answers no open tool call")
             done = parse_time(m.get("timestamp"))
             t.kind, t.observation, t.observation_kind = "env", content, "tool_result"
             t.is_error = m["error"] if isinstance(m.get("error"), bool) else None
-            t.duration_s = (done - called).total_seconds() if done is not None and called is not None else None
+            t.duration_s = (done - t.started_at).total_seconds() if done is not None and t.started_at is not None else None
             t.locator = f"{t.locator}+{loc}"
         elif role == "user":
             for tc in m.get("tool_calls") or []:
@@ -139,6 +143,7 @@ def _turns(messages: list, locator: str) -> tuple[str | None, str | None, list[T
             if task is None and not any(t.kind == "env" for t in turns):
                 task = content  # the user's request, after the harness's greeting
                 awaiting = None
+                loose += user_calls
             elif awaiting is not None:
                 awaiting.kind, awaiting.observation, awaiting.observation_kind = "env", content, "user_reply"
                 awaiting.locator = f"{awaiting.locator}+{loc}"
@@ -146,8 +151,9 @@ def _turns(messages: list, locator: str) -> tuple[str | None, str | None, list[T
                     awaiting.metadata = dumps({"user_tool_calls": user_calls})
                 awaiting = None
             else:
-                turns.append(Turn(kind="user", action=content, observation_kind="none", locator=loc))
+                turns.append(Turn(kind="user", action=content, observation_kind="none", locator=loc,
+                                  metadata=dumps({"user_tool_calls": user_calls}) if user_calls else None))
             user_calls = []
         else:
             raise RecordError("malformed_record", f"{where}: unknown role {role!r}")
-    return system, task, turns
+    return system, task, turns, loose + user_calls

@@ -6,6 +6,7 @@ that cannot be read, so that `records in = accepted + quarantined` holds for eve
 
 from __future__ import annotations
 
+import errno
 import io
 import os
 import shutil
@@ -121,11 +122,14 @@ def _entry_name(e: os.DirEntry) -> str:
 
 
 def _is(test: Callable[[], bool]) -> bool:
-    """`DirEntry.is_dir`/`is_file`, False where the entry cannot be examined (as `Path.is_dir`)."""
+    """`DirEntry.is_dir`/`is_file`, False where the entry is missing or a symlink loop (as `Path.is_dir`);
+    other errors (EACCES) raise, as they did, instead of dropping the input unseen."""
     try:
         return test()
-    except OSError:
-        return False
+    except OSError as e:
+        if e.errno in (errno.ENOENT, errno.ENOTDIR, errno.EBADF, errno.ELOOP):
+            return False
+        raise
 
 
 def read_unit(

@@ -121,3 +121,24 @@ def test_hermes_tags_in_openai_messages(tmp_path: Path) -> None:
     assert call.tool_name == "generate_password" and json.loads(call.tool_args) == {"length": 8}
     assert call.locator == "messages[2]+messages[3]" and call.thought is None
     assert json.loads(call.observation)["content"] == {"password": "aB3$kL9!"}
+
+
+def test_tool_message_with_text_outside_the_tags_is_kept_whole(tmp_path: Path) -> None:
+    text = '<tool_response>\n{"name": "get_weather", "content": "18C"}\n</tool_response>\nNote: 2 calls left.'
+    line = {"messages": [{"role": "user", "content": "Weather?"},
+                         {"role": "assistant", "content": '<tool_call>\n{"name": "get_weather", "parameters": {"city": "Oslo"}}\n</tool_call>'},
+                         {"role": "tool", "content": text}]}
+    (tmp_path / "c.jsonl").write_text(json.dumps(line) + "\n")
+    (t,) = _trajs(tmp_path / "c.jsonl")
+    (call,) = t.turns
+    assert call.tool_name == "get_weather" and json.loads(call.tool_args) == {"city": "Oslo"}
+    assert call.observation == text
+
+
+def test_json_array_of_fireact_chat_records_is_not_taken_as_generic_chat(tmp_path: Path) -> None:
+    # FireAct's line format parses ReAct text; as an array no importer knows the records: quarantined, not misread
+    sample = Path(__file__).resolve().parents[2] / "data" / "sample" / "corpus" / "fireact" / "finetune_gpt_format_hotpotqa.jsonl"
+    records = [json.loads(x) for x in sample.read_text().splitlines()[:3]]
+    (tmp_path / "a.json").write_text(json.dumps(records, indent=1))
+    (q,) = list(read_path(tmp_path / "a.json"))
+    assert getattr(q, "reason", None) == "unknown_format"

@@ -249,3 +249,41 @@ def test_intercode_human_play() -> None:
     assert t.reward == 0.0 and t.outcome == "failure" and t.domain == "terminal"
     assert json.loads(t.metadata)["gold"].startswith("SELECT T2.Language FROM country AS T1 JOIN")
     assert_schema_valid([t])
+
+
+def test_tau2_user_tools_outside_a_reply_and_repeated_call_ids(tmp_path: Path) -> None:
+    doc = _tau2_doc([
+        {"role": "assistant", "content": "Hi! How can I help you today?"},
+        {"role": "user", "content": None, "tool_calls": [{"id": "u0", "name": "check_status_bar", "arguments": {}, "requestor": "user"}]},
+        {"role": "tool", "id": "u0", "content": "No signal", "requestor": "user"},
+        {"role": "user", "content": "My phone has no signal."},
+        # two parallel calls with tau2's default id "": paired with their results in order
+        {"role": "assistant", "content": None, "tool_calls": [{"id": "", "name": "get_line", "arguments": {"n": 1}},
+                                                              {"id": "", "name": "get_line", "arguments": None}]},
+        {"role": "tool", "id": "", "content": "line 1"},
+        {"role": "tool", "id": "", "content": "line 2"},
+        {"role": "assistant", "content": "Please reboot."},
+        {"role": "user", "content": None, "tool_calls": [{"id": "u1", "name": "reboot", "arguments": {}, "requestor": "user"}]},
+        {"role": "tool", "id": "u1", "content": "Rebooted", "requestor": "user"},
+    ])
+    (tmp_path / "results.json").write_text(json.dumps(doc, indent=1))
+    (t,) = list(read_path(tmp_path / "results.json"))
+    assert isinstance(t, Trajectory), t
+    greet, first, second, reboot = t.turns
+    assert [first.observation, second.observation] == ["line 1", "line 2"]
+    assert second.action == "get_line" and second.tool_args is None
+    assert reboot.kind == "message" and reboot.observation is None  # the run ended before the user answered
+    # the user's tool use before the request and after the last agent message is kept on the trajectory
+    assert json.loads(t.metadata)["user_tool_calls"] == [
+        {"id": "u0", "name": "check_status_bar", "arguments": {}},
+        {"result_of": "u0", "content": "No signal", "error": None},
+        {"id": "u1", "name": "reboot", "arguments": {}},
+        {"result_of": "u1", "content": "Rebooted", "error": None},
+    ]
+
+
+def test_intercode_native_id_keeps_keys_that_contain_key(tmp_path: Path) -> None:
+    raw = json.loads((DATA / SQL_HUMAN).read_text())
+    (tmp_path / "human.json").write_text(json.dumps({"monkey:7": raw["809"] | {"query_idx": None}}, indent=1))
+    (t,) = list(read_path(tmp_path / "human.json"))
+    assert t.native_id == "monkey:7"

@@ -251,3 +251,20 @@ def test_cli_exit_codes_and_json_query(inbox: Path, tmp_path: Path, capsys) -> N
     assert "does not exist" in capsys.readouterr().err
     assert main(["stats", str(out)]) == 0
     assert "unknown_format" in capsys.readouterr().out
+
+
+def test_discover_skips_vanished_entries_but_raises_on_unreadable_ones() -> None:
+    # as Path.is_dir: a missing entry or a symlink loop is simply not a directory; EACCES must not
+    # drop an input unseen (it would be in no count and no quarantine row)
+    import errno
+
+    from pipelines.reader import _is
+
+    def failing(code: int):
+        def test() -> bool:
+            raise OSError(code, os.strerror(code))
+        return test
+
+    assert _is(failing(errno.ENOENT)) is False and _is(failing(errno.ELOOP)) is False
+    with pytest.raises(PermissionError):
+        _is(failing(errno.EACCES))
