@@ -10,7 +10,9 @@ the first user message (the simulated user's request) is the `task` and the gree
 `message` turn. As in tau-bench, an assistant tool call with its result is a turn
 (`tool_result`), and an assistant text is a `respond` turn answered by the user's next message
 (`user_reply`). In domains where the user has tools too (telecom), the user's own calls and their
-results happen inside the user's reply: they go to that turn's metadata (`user_tool_calls`).
+results happen inside the user's reply: they go to that turn's metadata (`user_tool_calls`), or to
+the trajectory's where no reply turn holds them (before the request, after the last agent message).
+Parallel calls may share an id (tau2's default is ""): results are paired with them in order.
 
 The task's `user_scenario` (the user simulator's hidden instructions), when the document's `tasks`
 lists the task, is the `initial_state`; `info.environment_info.tool_defs` is the action space.
