@@ -116,14 +116,18 @@ class InterCodeImporter(Importer):
         extra_cols = {k: v for k, v in th.items() if k not in _LISTS}
         if extra_cols:
             meta["turn_history_extra"] = extra_cols
+        return self._trajectory(rec, locator, ctx, turns, reward, task_id, "intercode", meta)
+
+    def _trajectory(self, rec: dict, locator: str, ctx: ImportContext, turns: list[Turn], reward: float | None,
+                    native: Any, agent: str, meta: dict) -> Trajectory:
         return Trajectory(
             domain=ctx.domain("terminal"),
             source_format=self.name,
-            native_id=str(task_id) if task_id is not None else locator.split("key:", 1)[-1],
+            native_id=str(native) if native is not None else locator.split("key:", 1)[-1],
             record_digest=ctx.record_digest(locator),
             turns=turns,
             task=rec.get("query") if isinstance(rec.get("query"), str) else None,
-            agent="intercode",
+            agent=agent,
             outcome=None if reward is None else ("success" if reward >= 1.0 else "failure"),
             reward=reward,
             metadata=dumps(meta),
@@ -140,21 +144,9 @@ class InterCodeImporter(Importer):
             t = self._turn(cols, 0, f"{locator} trajectory[{i}]")
             t.locator = f"trajectory[{i}]"
             turns.append(t)
-        reward = to_float(rec.get("reward"))
-        native = rec.get("query_idx", rec.get("task_id"))
-        return Trajectory(
-            domain=ctx.domain("terminal"),
-            source_format=self.name,
-            native_id=str(native) if native is not None else locator.split("key:", 1)[-1],
-            record_digest=ctx.record_digest(locator),
-            turns=turns,
-            task=rec.get("query") if isinstance(rec.get("query"), str) else None,
-            agent="human",
-            outcome=None if reward is None else ("success" if reward >= 1.0 else "failure"),
-            reward=reward,
-            metadata=dumps({k: v for k, v in rec.items() if k not in ("trajectory", "query")}),
-            locator=locator,
-        )
+        meta = {k: v for k, v in rec.items() if k not in ("trajectory", "query")}
+        return self._trajectory(rec, locator, ctx, turns, to_float(rec.get("reward")),
+                                rec.get("query_idx", rec.get("task_id")), "human", meta)
 
     @staticmethod
     def _turn(cols: dict[str, list], i: int, locator: str) -> Turn:
