@@ -168,7 +168,9 @@ class PartWriter:
     def _close(self, key: tuple[str, str]) -> None:
         w, rel, n = self._writers.pop(key)
         w.close()
-        self.files.append({"path": str(rel), "rows": n, "table": key[0], "domain": key[1] or None})
+        # checksummed here, in the worker, while the file is in the page cache, not serially at commit
+        self.files.append({"path": str(rel), "rows": n, "table": key[0], "domain": key[1] or None,
+                           "sha256": sha256_file(self.staging / rel)})
 
     def close(self) -> list[dict]:
         for key in list(self._writers):
@@ -230,11 +232,12 @@ class CorpusWriter:
         return p
 
     def commit(self, batch_id: str, files: list[dict], inputs: dict[str, dict], info: dict) -> dict:
-        """Checksum the staged files, record the batch as committing, move files into place,
-        mark it committed. Returns the batch entry."""
+        """Checksum the staged files (those their writer has not), record the batch as committing,
+        move files into place, mark it committed. Returns the batch entry."""
         staging = self.corpus.root / f".staging-{batch_id}"
         for f in files:
-            f["sha256"] = sha256_file(staging / f["path"])
+            if "sha256" not in f:
+                f["sha256"] = sha256_file(staging / f["path"])
         m = self.corpus.manifest()
         batch = {"id": batch_id, "state": "committing", "files": sorted(files, key=lambda f: f["path"]), **info}
         m["batches"].append(batch)
