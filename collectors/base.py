@@ -51,6 +51,9 @@ class Importer:
     name: ClassVar[str]
     version: ClassVar[str] = "1"
     container: ClassVar[str]
+    # True for an importer that takes any record of a common shape (generic chat): the reader tries
+    # it only after every specific importer, of either container, has declined a record
+    generic: ClassVar[bool] = False
 
     def sniff(self, sample: Any) -> bool:
         raise NotImplementedError

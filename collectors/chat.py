@@ -1,8 +1,9 @@
 """Generic tool-using chat logs: OpenAI `{"messages": [...]}` and ShareGPT `{"conversations": [...]}` lines.
 
-This is the last JSON-lines importer in sniff order: it claims any line with a `messages` list of role
-dicts or a `conversations` list, after the specific formats (FireAct, AgentWorldBench, OpenHands) had
-their chance.
+A generic importer (`generic = True`): it claims any line with a `messages` list of role dicts or a
+`conversations` list, so the reader offers it a line only after the specific line formats (FireAct,
+AgentWorldBench, OpenHands) and the whole-document formats (a document written on one line, e.g. a
+mini-swe-agent file) have declined it.
 
 OpenAI form: assistant `tool_calls[{id, type: "function", function: {name, arguments}}]` (or the legacy
 single `function_call`), results as `role: "tool"` with `tool_call_id` (or legacy `role: "function"`
@@ -299,6 +300,7 @@ class ChatImporter(Importer):
 
     name = "chat"
     container = "jsonl"
+    generic = True
 
     def sniff(self, sample: Any) -> bool:
         if not isinstance(sample, dict):
@@ -366,7 +368,7 @@ class ChatArrayImporter(ChatImporter):
             return False
         from collectors.registry import IMPORTERS  # a more specific line format claims the records itself
 
-        return not any(i.container == "jsonl" and type(i) is not ChatImporter and i.sniff(sample[0]) for i in IMPORTERS)
+        return not any(i.container == "jsonl" and not i.generic and i.sniff(sample[0]) for i in IMPORTERS)
 
     def split(self, doc: Any, ctx: ImportContext):
         for i, rec in enumerate(doc):

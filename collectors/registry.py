@@ -19,6 +19,7 @@ _ORDER = [
     "collectors.uiautomator:UiAutomatorImporter",
     # whole JSON documents
     "collectors.swe_agent:SweAgentImporter",
+    "collectors.mini_swe_agent:MiniSweAgentImporter",
     "collectors.openhands:OpenHandsEventsImporter",
     "collectors.intercode:InterCodeImporter",
     "collectors.tau_bench:TauBenchImporter",

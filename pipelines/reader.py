@@ -217,7 +217,7 @@ def _read_json(stream: IO[bytes], ctx: ImportContext, limits: ReadLimits) -> Ite
         return
     # The first line is complete JSON: JSON lines (one record per line), or a one-line document.
     # Records of whole-document formats may also come one per line.
-    imp = _sniff(_BY_CONTAINER.get("jsonl", []), first_obj) or _sniff(_BY_CONTAINER.get("json", []), first_obj)
+    imp = _sniff_line(first_obj)
     if imp is None:
         yield _q(ctx, f"line:{first_no}", "unknown_format", f"{ctx.source} line {first_no}: JSON matches no known trace format", first_line), None
         return
@@ -251,7 +251,7 @@ def _read_jsonl(lines: Iterator[tuple[int, bytes | None, int]], ctx: ImportConte
             yield _bad_json(ctx, loc, f"{ctx.source} line {lineno}", line, e), None
             continue
         if imp is None:
-            imp = _sniff(_BY_CONTAINER.get("jsonl", []), obj) or _sniff(_BY_CONTAINER.get("json", []), obj)
+            imp = _sniff_line(obj)
             if imp is None:
                 yield _q(ctx, loc, "unknown_format", f"{ctx.source} line {lineno}: JSON matches no known trace format", line), None
                 continue
@@ -289,6 +289,14 @@ def _sniff(importers: list[Importer], sample: Any) -> Importer | None:
         except Exception:  # a sniffer must never take the run down  # noqa: BLE001
             continue
     return None
+
+
+def _sniff_line(obj: Any) -> Importer | None:
+    """The importer of one parsed line: specific line formats, then whole-document formats (a
+    document written on one line), then the generic ones (chat), which take any record of their shape."""
+    lines = _BY_CONTAINER.get("jsonl", [])
+    return (_sniff([i for i in lines if not i.generic], obj) or _sniff(_BY_CONTAINER.get("json", []), obj)
+            or _sniff([i for i in lines if i.generic], obj))
 
 
 def _convert_all(imp: Importer, records: Iterator[tuple[str, Any]], ctx: ImportContext, split_locator: str) -> Iterator[Item]:

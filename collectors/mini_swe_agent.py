@@ -1,0 +1,312 @@
+"""mini-swe-agent `*.traj.json` files: `{info, messages, trajectory_format: "mini-swe-agent-1*"}`.
+
+One trajectory per file; the turns are read from the chat in `messages`, the only record of what ran.
+Two output formats exist and are read alike:
+- "mini-swe-agent-1" (mini 1.x): the agent writes THOUGHT text and one ```` ```bash ```` block; the
+  next user message is the harness's reply, rendered
+  from the config's templates: `<returncode>N</returncode>` + `<output>...</output>` (or an elided
+  `<warning>`/`<output_head>`/`<output_tail>` form), the timeout template, the format-error template
+  (no or several blocks), or, for the submit command, the submission itself.
+- "mini-swe-agent-1.1" (mini 2.x): assistant messages carry their parsed commands in `extra.actions`
+  (text models, ```` ```mswea_bash_command ```` blocks) or as `tool_calls` (tool-call models, one or
+  more `bash` calls answered by `role: "tool"` messages with `tool_call_id`); every result keeps
+  `extra.returncode` and the untruncated `extra.raw_output`; a format error is a user message with
+  `extra.interrupt_type: "FormatError"` (text models put the rejected reply in `extra.model_response`
+  instead of an assistant message); the run ends with a `role: "exit"` message whose content is the
+  submission.
+
+Turns:
+- each executed command with its result is one `env` turn (locator `messages[i]+messages[j]`): action =
+  the command, thought = the assistant text around the block (the whole text for tool calls, on the
+  first call of a message only), observation = the output (`extra.raw_output`, else the text inside
+  `<output>`, else the reply verbatim with `metadata.output_elided`), `observation_kind` "stdout",
+  `exit_code` from `extra.returncode` or `<returncode>`, `is_error` when it is non-zero; a timeout
+  reply keeps its text, no exit code, `is_error` and `metadata.timeout`;
+- the submit command (`echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT`, or the older
+  `MINI_SWE_AGENT_FINAL_OUTPUT`) is the last env turn, its observation the submission (the v1 user
+  reply or the v2 exit message), `metadata.submitted`; mini does not record its exit code;
+- a reply that the harness rejected (format error) is a `message` turn keeping the assistant text in
+  `action`, with `metadata.format_error`, the number of commands found and the harness's reply;
+- a call whose result never arrives is a `message` turn that keeps the call (`metadata.result_missing`);
+- the first user message is the task; later user messages that answer nothing (errors the harness
+  reported, a non-empty exit message) are `user` turns; system messages are not kept (the config holds
+  them).
+
+Domain: "swe" when the file names a SWE-bench instance (`instance_id`, written by the batch runners) or
+runs in a SWE-bench image (`info.config.environment.image`); otherwise "terminal": the `mini` command
+line runs any task in a shell, and Harbor/Terminal-Bench runs of the agent carry no instance id.
+`ingest --domain` overrides it.
+
+A config's own `action_regex` is not run: a pattern taken from the input could backtrack without end
+on a long reply and stall the worker. Blocks are found with mini's default pattern (which 2.x files do
+not need: they keep the harness's parse in `extra.actions`); a custom pattern is kept in metadata.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from collectors.base import ImportContext, Importer, as_text, loose_json, to_float
+from schemas.records import RecordError, Trajectory, Turn, dumps
+
+_ROLES = {"system", "user", "assistant", "tool", "exit"}
+_SUBMIT = ("COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT", "MINI_SWE_AGENT_FINAL_OUTPUT")
+_ACTION_RE = r"```(?:bash|mswea_bash_command)\s*\n(.*?)\n```"  # mini 1.x default, and 2.x text models
+_ACTION_PATTERN = re.compile(_ACTION_RE, re.S)
+_TIMEOUT_PREFIX = "The last command <command>"  # mini's default timeout_template
+_OBS = re.compile(
+    r"\A(?:<exception>(?P<exc>.*?)</exception>\n)?<returncode>(?P<rc>-?\d+)</returncode>\n(?P<rest>.*)\Z", re.S
+)
+_OUTPUT = re.compile(r"\A<output>\n(?P<out>.*)</output>\s*\Z", re.S)
+
+
+def _prefix(template: Any, default: str) -> str:
+    """The literal start of a Jinja template (the text before its first tag): how a reply rendered
+    from it is recognised."""
+    if not isinstance(template, str):
+        return default
+    return re.split(r"\{\{|\{%", template, maxsplit=1)[0]
+
+
+@dataclass
+class _Call:
+    assistant: int
+    command: str | None
+    call_id: str | None = None
+    tool_name: str | None = None
+    tool_args: Any = None
+    thought: str | None = None
+    started_at: datetime | None = None
+
+
+@dataclass
+class _Run:
+    """Reads `messages` in order, pairing each command with the reply that answers it."""
+
+    action_re: re.Pattern[str]
+    timeout_prefix: str
+    task: str | None = None
+    turns: list[Turn] = field(default_factory=list)
+    open: list[_Call] = field(default_factory=list)
+    rejected: tuple[int, str | None, int] | None = None  # (index, text, n_actions) awaiting a format-error reply
+    started: bool = False  # an assistant message was seen
+
+    def read(self, msgs: list) -> None:
+        for j, m in enumerate(msgs):
+            where = f"messages[{j}]"
+            if not isinstance(m, dict):
+                raise RecordError("malformed_record", f"{where}: expected an object, got {type(m).__name__}")
+            role = m.get("role")
+            if role not in _ROLES:
+                raise RecordError("malformed_record", f"{where}: unknown role {role!r}")
+            content = m.get("content")
+            if content is not None and not isinstance(content, (str, list)):
+                raise RecordError("malformed_record", f"{where}: content must be text, got {type(content).__name__}")
+            extra = m.get("extra") if isinstance(m.get("extra"), dict) else {}
+            if role == "assistant":
+                self._close()
+                self.started = True
+                self._assistant(j, m, extra)
+            elif role == "system":
+                continue
+            elif self.task is None and role == "user" and not self.started:
+                self.task = as_text(content)
+            else:
+                self._reply(j, m, role, extra)
+        self._close()
+
+    def _assistant(self, i: int, m: dict, extra: dict) -> None:
+        text = as_text(m.get("content"))
+        started = _unix(extra.get("timestamp"))
+        tool_calls = m.get("tool_calls")
+        if tool_calls:
+            if not isinstance(tool_calls, list):
+                raise RecordError("malformed_record", f"messages[{i}]: tool_calls must be a list")
+            for k, c in enumerate(tool_calls):
+                fn = c.get("function") if isinstance(c, dict) else None
+                if not isinstance(fn, dict):
+                    raise RecordError("malformed_record", f"messages[{i}].tool_calls[{k}]: no function object")
+                args = loose_json(fn.get("arguments"))
+                command = args.get("command") if isinstance(args, dict) else None
+                self.open.append(_Call(i, command, c.get("id"), fn.get("name"), args, text if k == 0 else None, started))
+            return
+        blocks = list(self.action_re.finditer(text or ""))
+        actions = extra.get("actions")
+        if isinstance(actions, list):  # mini 2.x text models: the harness's own parse
+            commands = []
+            for k, a in enumerate(actions):
+                if not (isinstance(a, dict) and isinstance(a.get("command"), str)):
+                    raise RecordError("malformed_record", f"messages[{i}].extra.actions[{k}]: no command")
+                commands.append(a["command"])
+        else:
+            commands = [b.group(1).strip() for b in blocks]
+        if len(commands) != 1:
+            self.rejected = (i, text, len(commands))
+            return
+        thought = text
+        if len(blocks) == 1:
+            thought = ((text or "")[: blocks[0].start()] + (text or "")[blocks[0].end():]).strip() or None
+        self.open.append(_Call(i, commands[0], thought=thought, started_at=started))
+
+    def _reply(self, j: int, m: dict, role: str, extra: dict) -> None:
+        text = as_text(m.get("content"))
+        if extra.get("interrupt_type") == "FormatError" or (self.rejected and role == "user"):
+            self._format_error(j, text, extra)
+            return
+        call = None
+        if role == "tool":
+            cid = m.get("tool_call_id")
+            call = next((c for c in self.open if c.call_id == cid), None)
+            if call is None:
+                raise RecordError("malformed_record", f"messages[{j}]: result for tool call {cid!r}, which no open call made")
+        elif role == "user" and self.open and self.open[0].call_id is None:
+            call = self.open[0]
+        elif role == "exit":
+            call = next((c for c in self.open if c.command and any(s in c.command for s in _SUBMIT)), None)
+        if call is None:
+            if text and text.strip():
+                meta = dumps({"role": role}) if role != "user" else None
+                self.turns.append(Turn(kind="user", action=text, observation_kind="none", locator=f"messages[{j}]",
+                                       metadata=meta))
+            return
+        self.open.remove(call)
+        if role == "exit":
+            obs, rc, meta = text, None, {"submitted": True, "exit_status": extra.get("exit_status")}
+        else:
+            obs, rc, meta = self._observe(j, text, extra, call.command)
+        self.turns.append(Turn(
+            kind="env",
+            action=call.command,
+            observation=obs,
+            observation_kind="stdout",
+            tool_name=call.tool_name,
+            tool_args=dumps(call.tool_args) if call.tool_args is not None else None,
+            tool_call_id=call.call_id,
+            thought=call.thought,
+            exit_code=rc,
+            is_error=(rc != 0) if rc is not None else (True if meta.get("timeout") else None),
+            started_at=call.started_at,
+            locator=f"messages[{call.assistant}]+messages[{j}]",
+            metadata=dumps(meta) if meta else None,
+        ))
+
+    def _observe(self, j: int, text: str | None, extra: dict, command: str | None) -> tuple[str | None, int | None, dict]:
+        """(observation, exit code, metadata) of one reply to an executed command."""
+        meta: dict[str, Any] = {}
+        parsed = _OBS.match(text or "")
+        if "returncode" in extra:  # mini 2.x keeps the result unrendered
+            rc = extra["returncode"]
+            if rc is not None and (isinstance(rc, bool) or not isinstance(rc, int)):
+                raise RecordError("malformed_record", f"messages[{j}]: extra.returncode is not an integer: {rc!r}")
+            if extra.get("exception_info"):
+                meta["exception"] = extra["exception_info"]
+            raw = extra.get("raw_output")
+            if isinstance(raw, str):
+                return raw, rc, meta
+            if parsed is None:
+                return text, rc, meta
+        if parsed is not None:
+            out = _OUTPUT.match(parsed["rest"])
+            if parsed["exc"]:
+                meta["exception"] = parsed["exc"]
+            if out is None:
+                meta["output_elided"] = True
+            return (out["out"] if out else parsed["rest"]), int(parsed["rc"]), meta
+        if self.timeout_prefix and (text or "").startswith(self.timeout_prefix):
+            return text, None, {"timeout": True}
+        if command and any(s in command for s in _SUBMIT):
+            return text, None, {"submitted": True}
+        return text, None, {"unparsed_reply": True}
+
+    def _format_error(self, j: int, reply: str | None, extra: dict) -> None:
+        if self.rejected is not None:
+            i, text, n = self.rejected
+            locator = f"messages[{i}]+messages[{j}]"
+            self.rejected = None
+        else:  # mini 2.x text models: the rejected reply is only in the error message
+            text, n, locator = as_text(extra.get("model_response")), extra.get("n_actions"), f"messages[{j}]"
+            for c in self.open:  # a tool-call reply the harness could not parse never ran
+                self._missing(c)
+            self.open = []
+        meta = {"format_error": True, "n_actions": n, "reply": reply}
+        self.turns.append(Turn(kind="message", action=text, observation_kind="none", locator=locator,
+                               metadata=dumps(meta)))
+
+    def _missing(self, c: _Call) -> None:
+        self.turns.append(Turn(
+            kind="message", action=c.command, observation_kind="none", tool_name=c.tool_name,
+            tool_args=dumps(c.tool_args) if c.tool_args is not None else None, tool_call_id=c.call_id,
+            thought=c.thought, started_at=c.started_at, locator=f"messages[{c.assistant}]",
+            metadata=dumps({"result_missing": True}),
+        ))
+
+    def _close(self) -> None:
+        """Before the next assistant message (or at the end): what got no reply is kept as a message."""
+        for c in self.open:
+            self._missing(c)
+        self.open = []
+        if self.rejected is not None:
+            i, text, n = self.rejected
+            self.turns.append(Turn(kind="message", action=text, observation_kind="none", locator=f"messages[{i}]",
+                                   metadata=dumps({"format_error": True, "n_actions": n, "reply": None})))
+            self.rejected = None
+
+
+def _unix(value: Any) -> datetime | None:
+    t = to_float(value)
+    return datetime.fromtimestamp(t, UTC) if t is not None and not isinstance(value, bool) else None
+
+
+class MiniSweAgentImporter(Importer):
+    name = "mini-swe-agent"
+    container = "json"
+
+    def sniff(self, doc: Any) -> bool:
+        return (
+            isinstance(doc, dict)
+            and isinstance(doc.get("trajectory_format"), str)
+            and doc["trajectory_format"].startswith("mini-swe-agent")
+            and isinstance(doc.get("messages"), list)
+        )
+
+    def convert(self, doc: Any, locator: str, ctx: ImportContext) -> Trajectory:
+        if not isinstance(doc, dict):
+            raise RecordError("malformed_record", f"{locator}: expected an object, got {type(doc).__name__}")
+        msgs = doc.get("messages")
+        if not isinstance(msgs, list):
+            raise RecordError("malformed_record", f"{locator}: 'messages' must be a list")
+        info = doc.get("info") if isinstance(doc.get("info"), dict) else {}
+        config = info.get("config") if isinstance(info.get("config"), dict) else {}
+        agent_cfg = config.get("agent") if isinstance(config.get("agent"), dict) else {}
+        model_cfg = config.get("model") if isinstance(config.get("model"), dict) else {}
+        env_cfg = config.get("environment") if isinstance(config.get("environment"), dict) else {}
+        custom = agent_cfg.get("action_regex") or model_cfg.get("action_regex")
+        run = _Run(_ACTION_PATTERN, _prefix(agent_cfg.get("timeout_template"), _TIMEOUT_PREFIX))
+        run.read(msgs)
+        instance = doc.get("instance_id")
+        image = str(env_cfg.get("image") or "")
+        is_swe = instance is not None or "swebench" in image or "sweb.eval" in image
+        meta = {
+            "trajectory_format": doc["trajectory_format"] if isinstance(doc.get("trajectory_format"), str) else None,
+            "mini_version": info.get("mini_version"),
+            "model_stats": info.get("model_stats"),
+            "submission": info.get("submission"),
+            # not run: a pattern taken from the input could backtrack without end (see the module docstring)
+            "custom_action_regex": custom if isinstance(custom, str) and custom != _ACTION_RE else None,
+        }
+        return Trajectory(
+            domain=ctx.domain("swe" if is_swe else "terminal"),
+            source_format=self.name,
+            native_id=str(instance) if instance is not None else None,
+            record_digest=ctx.record_digest(locator),
+            turns=run.turns,
+            task=run.task,
+            agent="mini-swe-agent",
+            model=model_cfg.get("model_name") if isinstance(model_cfg.get("model_name"), str) else None,
+            outcome=info.get("exit_status") if isinstance(info.get("exit_status"), str) else None,
+            metadata=dumps(meta),
+            locator=locator,
+        )

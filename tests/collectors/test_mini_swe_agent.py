@@ -1,0 +1,217 @@
+"""mini-swe-agent `.traj.json` files, read through `read_path`.
+
+Expected values were read from the raw files with `json.load`, independently of the importer
+(origins in tests/data/mini-swe-agent/README.md):
+- django__django-11099_v1_subset.traj.json ("mini-swe-agent-1", mini 1.15.0): 10 messages: system,
+  task, then 4 assistant messages each with one ```` ```bash ```` block, each answered by a user
+  message: three `<returncode>0</returncode>\n<output>\n...</output>` replies (the third output
+  empty) and, for the submit command, the submission itself (equal to `info.submission`);
+  `instance_id` "django__django-11099", model "google/gemini-3-pro-preview", exit "Submitted".
+- django__django-11039_v2_toolcall_subset.traj.json ("mini-swe-agent-1.1", mini 2.2.7): 8 messages:
+  system, task, 3 assistant messages with one `bash` tool call each; the first two answered by
+  `role: "tool"` messages (`extra.returncode` 0, `extra.raw_output`), the submit call by the final
+  `role: "exit"` message; model "deepseek/deepseek-chat".
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from pipelines.reader import read_path
+from schemas.records import QuarantineRecord, Trajectory
+from tests.collectors.support import assert_schema_valid, one_trajectory
+
+DATA = Path(__file__).resolve().parent.parent / "data" / "mini-swe-agent"
+V1 = DATA / "django__django-11099_v1_subset.traj.json"
+V2 = DATA / "django__django-11039_v2_toolcall_subset.traj.json"
+
+
+@pytest.mark.parametrize(
+    "path, turns, native_id, model, version",
+    [
+        (V1, 4, "django__django-11099", "google/gemini-3-pro-preview", "1.15.0"),
+        (V2, 3, "django__django-11039", "deepseek/deepseek-chat", "2.2.7"),
+    ],
+)
+def test_counts_and_trajectory_fields(path: Path, turns: int, native_id: str, model: str, version: str) -> None:
+    raw = json.loads(path.read_text())
+    t = one_trajectory(path)
+    assert t.source_format == "mini-swe-agent" and t.agent == "mini-swe-agent"
+    assert t.locator == "$"
+    assert t.domain == "swe"
+    assert t.native_id == native_id
+    assert t.model == model
+    assert t.outcome == "Submitted"
+    assert len(t.turns) == turns
+    assert {u.kind for u in t.turns} == {"env"}
+    assert {u.observation_kind for u in t.turns} == {"stdout"}
+    assert t.task == raw["messages"][1]["content"]
+    meta = json.loads(t.metadata)
+    assert meta["mini_version"] == version
+    assert meta["trajectory_format"] == raw["trajectory_format"]
+    assert meta["model_stats"] == raw["info"]["model_stats"]
+    assert meta["submission"] == raw["info"]["submission"]
+    # the last turn is the submission, observed as the submitted patch
+    assert "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT" in t.turns[-1].action
+    assert t.turns[-1].observation == raw["info"]["submission"]
+    assert json.loads(t.turns[-1].metadata)["submitted"] is True
+    assert t.turns[-1].exit_code is None and t.turns[-1].is_error is None
+    assert_schema_valid([t])
+
+
+def test_v1_text_actions() -> None:
+    t = one_trajectory(V1)
+    assert t.task.startswith(
+        "<pr_description>\nConsider the following PR description:\nUsernameValidator allows trailing newline in usernames\n"
+    )
+    assert t.task.endswith("You cannot continue working (reading, editing, testing) in any way on this task after submitting.\n</instructions>")
+    assert [u.action for u in t.turns] == [
+        "ls -R | grep -i validators",
+        'find . -name "validators.py" | grep "contrib/auth"',
+        "rm reproduce_issue.py test_valid_usernames.py",
+        "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT && git add -A && git diff --cached",
+    ]
+    assert [u.locator for u in t.turns] == [
+        "messages[2]+messages[3]", "messages[4]+messages[5]", "messages[6]+messages[7]", "messages[8]+messages[9]",
+    ]
+    assert [u.exit_code for u in t.turns] == [0, 0, 0, None]
+    assert [u.is_error for u in t.turns] == [False, False, False, None]
+    assert t.turns[0].observation == (
+        "validators.py\n0007_alter_validators_add_error_messages.py\nvalidators.py\nvalidators.py\nvalidators.txt\n"
+        "validators.txt\nvalidators\ntest_validators.py\ntest_validators.py\ntest_validators.py\n./tests/validators:\n"
+    )
+    assert t.turns[1].observation == "./django/contrib/auth/validators.py\n"
+    assert t.turns[2].observation == ""
+    # the thought is the text around the code block
+    assert t.turns[0].thought == (
+        "THOUGHT: I need to locate the `contrib.auth.validators` module mentioned in the PR description. "
+        "I'll start by listing the files in the current directory to understand the project structure."
+    )
+    assert t.turns[3].thought == "THOUGHT: I'm now ready to submit."
+    assert {u.tool_name for u in t.turns} == {None} and {u.started_at for u in t.turns} == {None}
+
+
+def test_v2_tool_calls() -> None:
+    raw = json.loads(V2.read_text())
+    t = one_trajectory(V2)
+    assert [u.action for u in t.turns] == [
+        "pwd && ls -la",
+        'find . -type f -name "*.py" | xargs grep -l "sqlmigrate" | head -20',
+        "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT && cat patch.txt",
+    ]
+    assert [u.locator for u in t.turns] == ["messages[2]+messages[3]", "messages[4]+messages[5]", "messages[6]+messages[7]"]
+    assert [u.tool_name for u in t.turns] == ["bash"] * 3
+    assert [u.tool_call_id for u in t.turns] == [
+        "call_00_hufAxpEjOzreH1EwXImTuqj5", "call_00_imhW6auGF5alml3R52flaprm", "call_00_CiobqTgSnuPjioNNbc2G3M7c",
+    ]
+    assert json.loads(t.turns[0].tool_args) == {"command": "pwd && ls -la"}
+    assert [u.exit_code for u in t.turns] == [0, 0, None]
+    assert [u.is_error for u in t.turns] == [False, False, None]
+    # observations are the untruncated `extra.raw_output`
+    assert t.turns[0].observation == raw["messages"][3]["extra"]["raw_output"]
+    assert t.turns[0].observation.startswith("/testbed\ntotal 172\n")
+    assert t.turns[1].observation == (
+        "./django/core/management/commands/sqlmigrate.py\n./django/core/management/__init__.py\n"
+        "./tests/bash_completion/tests.py\n./tests/migrations/test_commands.py\n"
+    )
+    assert t.turns[0].thought == raw["messages"][2]["content"]
+    assert t.turns[0].started_at == datetime.fromtimestamp(1775803413.1965265, UTC)
+    assert json.loads(t.turns[2].metadata) == {"submitted": True, "exit_status": "Submitted"}
+
+
+def _variant(tmp_path: Path, src: Path, edit) -> Path:
+    doc = json.loads(src.read_text())
+    edit(doc)
+    out = tmp_path / src.name
+    out.write_text(json.dumps(doc, indent=2))
+    return out
+
+
+def test_v1_format_error_and_failed_command(tmp_path: Path) -> None:
+    """The real file with one reply changed to mini's format-error reply (the file's own
+    `format_error_template`, rendered for two blocks) and one to a failing command."""
+    def edit(doc: dict) -> None:
+        msgs = doc["messages"]
+        msgs[4]["content"] += "\n\nAnd then:\n\n```bash\nls\n```"
+        msgs[5]["content"] = (
+            "Please always provide EXACTLY ONE action in triple backticks, found 2 actions.\n\n"
+            "Please format your action in triple backticks as shown in <response_example>."
+        )
+        msgs[7]["content"] = "<returncode>1</returncode>\n<output>\nrm: cannot remove 'x': No such file\n</output>"
+
+    t = one_trajectory(_variant(tmp_path, V1, edit))
+    assert [u.kind for u in t.turns] == ["env", "message", "env", "env"]
+    bad = t.turns[1]
+    assert bad.locator == "messages[4]+messages[5]"
+    assert bad.action.endswith("```bash\nls\n```") and bad.observation is None and bad.exit_code is None
+    meta = json.loads(bad.metadata)
+    assert meta["format_error"] is True and meta["n_actions"] == 2
+    assert meta["reply"].startswith("Please always provide EXACTLY ONE action")
+    assert t.turns[2].exit_code == 1 and t.turns[2].is_error is True
+    assert t.turns[2].observation == "rm: cannot remove 'x': No such file\n"
+    assert_schema_valid([t])
+
+
+def test_v1_timeout_reply(tmp_path: Path) -> None:
+    def edit(doc: dict) -> None:
+        doc["messages"][3]["content"] = (
+            "The last command <command>ls -R | grep -i validators</command> timed out and has been killed.\n"
+            "The output of the command was:\n <output>\n\n</output>\nPlease try another command"
+        )
+
+    u = one_trajectory(_variant(tmp_path, V1, edit)).turns[0]
+    assert u.kind == "env" and u.exit_code is None and u.is_error is True
+    assert json.loads(u.metadata) == {"timeout": True}
+
+
+def test_domain_terminal_without_instance(tmp_path: Path) -> None:
+    t = one_trajectory(_variant(tmp_path, V1, lambda d: d.pop("instance_id")))
+    assert t.domain == "terminal" and t.native_id is None
+
+
+@pytest.mark.parametrize(
+    "edit, detail",
+    [
+        (lambda d: d["messages"].__setitem__(3, "oops"), "messages[3]: expected an object"),
+        (lambda d: d["messages"][4].__setitem__("role", "robot"), "messages[4]: unknown role 'robot'"),
+        (lambda d: d["messages"][5].__setitem__("tool_call_id", "call_x"), "messages[5]: result for tool call 'call_x'"),
+        (lambda d: d["messages"][3]["extra"].__setitem__("returncode", "0"), "messages[3]: extra.returncode"),
+        (lambda d: d["messages"][2].__setitem__("tool_calls", [{"id": "c"}]), "messages[2].tool_calls[0]"),
+    ],
+)
+def test_malformed_record_is_quarantined(tmp_path: Path, edit, detail: str) -> None:
+    recs = list(read_path(_variant(tmp_path, V2, edit)))
+    assert len(recs) == 1 and isinstance(recs[0], QuarantineRecord)
+    assert recs[0].importer == "mini-swe-agent"
+    assert detail in recs[0].detail
+
+
+@pytest.mark.parametrize("path", [V1, V2])
+def test_claimed_before_generic_readers(path: Path) -> None:
+    from collectors.chat import ChatImporter
+    from collectors.swe_agent import SweAgentImporter
+
+    doc = json.loads(path.read_text())
+    assert not SweAgentImporter().sniff(doc)
+    assert ChatImporter().sniff(doc)  # the generic chat reader would take it: the order matters
+    recs = list(read_path(path))
+    assert isinstance(recs[0], Trajectory) and recs[0].source_format == "mini-swe-agent"
+
+
+def test_domain_override() -> None:
+    recs = list(read_path(V1, domain_override="terminal"))
+    assert [r.domain for r in recs if isinstance(r, Trajectory)] == ["terminal"]
+
+
+def test_a_file_written_on_one_line_is_still_mini_swe_agent(tmp_path: Path) -> None:
+    # a one-line document goes through the JSON-lines path, where the generic chat importer would
+    # take any `{"messages": [...]}`: whole-document formats are asked first
+    src = next(p for p in DATA.iterdir() if p.name.endswith(".traj.json"))
+    one_line = tmp_path / "compact.traj.json"
+    one_line.write_text(json.dumps(json.loads(src.read_text())) + "\n")
+    (t,) = list(read_path(one_line))
+    assert t.source_format == "mini-swe-agent"
