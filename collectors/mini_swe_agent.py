@@ -39,7 +39,8 @@ line runs any task in a shell, and Harbor/Terminal-Bench runs of the agent carry
 
 A config's own `action_regex` is not run: a pattern taken from the input could backtrack without end
 on a long reply and stall the worker. Blocks are found with mini's default pattern (which 2.x files do
-not need: they keep the harness's parse in `extra.actions`); a custom pattern is kept in metadata.
+not need: they keep the harness's parse in `extra.actions`). In a 1.x run with its own pattern a reply
+the harness answered with a return code still ran: its turn keeps the text, with no action.
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ _ROLES = {"system", "user", "assistant", "tool", "exit"}
 _SUBMIT = ("COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT", "MINI_SWE_AGENT_FINAL_OUTPUT")
 _ACTION_RE = r"```(?:bash|mswea_bash_command)\s*\n(.*?)\n```"  # mini 1.x default, and 2.x text models
 _ACTION_PATTERN = re.compile(_ACTION_RE, re.S)
+_NOT_EXECUTED = "action was not executed"  # mini 2.x format_toolcall_observation_messages
 _TIMEOUT_PREFIX = "The last command <command>"  # mini's default timeout_template
 _OBS = re.compile(
     r"\A(?:<exception>(?P<exc>.*?)</exception>\n)?<returncode>(?P<rc>-?\d+)</returncode>\n(?P<rest>.*)\Z", re.S
@@ -99,6 +101,8 @@ class _Run:
             where = f"messages[{j}]"
             if not isinstance(m, dict):
                 raise RecordError("malformed_record", f"{where}: expected an object, got {type(m).__name__}")
+            if "role" not in m:
+                m = _from_responses(m)
             role = m.get("role")
             if role not in _ROLES:
                 raise RecordError("malformed_record", f"{where}: unknown role {role!r}")
@@ -114,6 +118,9 @@ class _Run:
                 continue
             elif self.task is None and role == "user" and not self.started:
                 self.task = as_text(content)
+            elif role == "user" and isinstance(extra.get("actions"), list):  # mini 2.x human mode: a user-issued command
+                self._close()
+                self._assistant(j, m, extra)
             else:
                 self._reply(j, m, role, extra)
         self._close()
@@ -133,7 +140,9 @@ class _Run:
                 command = args.get("command") if isinstance(args, dict) else None
                 self.open.append(_Call(i, command, c.get("id"), fn.get("name"), args, text if k == 0 else None, started))
             return
-        blocks = list(self.action_re.finditer(text or ""))
+        text_ = text or ""
+        end = text_.rfind("\n```")  # no block ends past the last fence: without the bound each unclosed opener rescans to the end
+        blocks = list(self.action_re.finditer(text_, 0, end + 4)) if end >= 0 else []
         actions = extra.get("actions")
         if isinstance(actions, list):  # mini 2.x text models: the harness's own parse
             commands = []
@@ -153,6 +162,12 @@ class _Run:
 
     def _reply(self, j: int, m: dict, role: str, extra: dict) -> None:
         text = as_text(m.get("content"))
+        if (self.rejected and role == "user" and not extra.get("interrupt_type")
+                and ("returncode" in extra or _OBS.match(text or ""))):
+            # the harness ran a command (its own action_regex found one): not a format error
+            i, atext, _ = self.rejected
+            self.rejected = None
+            self.open.append(_Call(i, None, thought=atext))
         if extra.get("interrupt_type") == "FormatError" or (self.rejected and role == "user"):
             self._format_error(j, text, extra)
             return
@@ -162,6 +177,8 @@ class _Run:
             call = next((c for c in self.open if c.call_id == cid), None)
             if call is None:
                 raise RecordError("malformed_record", f"messages[{j}]: result for tool call {cid!r}, which no open call made")
+            if extra.get("exception_info") == _NOT_EXECUTED:  # padding for a call that never ran (submit, rejection)
+                return
         elif role == "user" and self.open and self.open[0].call_id is None:
             call = self.open[0]
         elif role == "exit":
@@ -203,6 +220,8 @@ class _Run:
                 raise RecordError("malformed_record", f"messages[{j}]: extra.returncode is not an integer: {rc!r}")
             if extra.get("exception_info"):
                 meta["exception"] = extra["exception_info"]
+            if extra.get("exception_type") == "TimeoutExpired":  # mini 2.x: a timeout is returncode -1 with this
+                meta["timeout"] = True
             raw = extra.get("raw_output")
             if isinstance(raw, str):
                 return raw, rc, meta
@@ -216,7 +235,8 @@ class _Run:
                 meta["output_elided"] = True
             return (out["out"] if out else parsed["rest"]), int(parsed["rc"]), meta
         if self.timeout_prefix and (text or "").startswith(self.timeout_prefix):
-            return text, None, {"timeout": True}
+            s, e = text.find("<output>\n"), text.rfind("\n</output>")
+            return (text[s + 9:e] if 0 <= s and s + 9 <= e else text), None, {"timeout": True}
         if command and any(s in command for s in _SUBMIT):
             return text, None, {"submitted": True}
         return text, None, {"unparsed_reply": True}
@@ -255,9 +275,28 @@ class _Run:
             self.rejected = None
 
 
+def _from_responses(m: dict) -> dict:
+    """mini 2.x Responses-API models: the response object is the assistant turn, `function_call_output` its result."""
+    if m.get("object") == "response":
+        items = [it for it in m.get("output") or [] if isinstance(it, dict)]
+        text = "".join(str(p.get("text", "")) for it in items if it.get("type") == "message"
+                       for p in it.get("content") or [] if isinstance(p, dict))
+        calls = [{"id": it.get("call_id") or it.get("id"), "function": {"name": it.get("name"), "arguments": it.get("arguments")}}
+                 for it in items if it.get("type") == "function_call"]
+        return {"role": "assistant", "content": text or None, "tool_calls": calls, "extra": m.get("extra")}
+    if m.get("type") == "function_call_output":
+        return {"role": "tool", "tool_call_id": m.get("call_id"), "content": m.get("output"), "extra": m.get("extra")}
+    return m
+
+
 def _unix(value: Any) -> datetime | None:
     t = to_float(value)
-    return datetime.fromtimestamp(t, UTC) if t is not None and not isinstance(value, bool) else None
+    if t is None or isinstance(value, bool):
+        return None
+    try:
+        return datetime.fromtimestamp(t, UTC)
+    except (OverflowError, OSError, ValueError):
+        return None
 
 
 class MiniSweAgentImporter(Importer):
@@ -283,7 +322,6 @@ class MiniSweAgentImporter(Importer):
         agent_cfg = config.get("agent") if isinstance(config.get("agent"), dict) else {}
         model_cfg = config.get("model") if isinstance(config.get("model"), dict) else {}
         env_cfg = config.get("environment") if isinstance(config.get("environment"), dict) else {}
-        custom = agent_cfg.get("action_regex") or model_cfg.get("action_regex")
         run = _Run(_ACTION_PATTERN, _prefix(agent_cfg.get("timeout_template"), _TIMEOUT_PREFIX))
         run.read(msgs)
         instance = doc.get("instance_id")
@@ -294,8 +332,6 @@ class MiniSweAgentImporter(Importer):
             "mini_version": info.get("mini_version"),
             "model_stats": info.get("model_stats"),
             "submission": info.get("submission"),
-            # not run: a pattern taken from the input could backtrack without end (see the module docstring)
-            "custom_action_regex": custom if isinstance(custom, str) and custom != _ACTION_RE else None,
         }
         return Trajectory(
             domain=ctx.domain("swe" if is_swe else "terminal"),

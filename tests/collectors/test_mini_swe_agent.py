@@ -16,6 +16,7 @@ Expected values were read from the raw files with `json.load`, independently of 
 from __future__ import annotations
 
 import json
+import re
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -215,3 +216,128 @@ def test_a_file_written_on_one_line_is_still_mini_swe_agent(tmp_path: Path) -> N
     one_line.write_text(json.dumps(json.loads(src.read_text())) + "\n")
     (t,) = list(read_path(one_line))
     assert t.source_format == "mini-swe-agent"
+
+
+# Shapes mini-swe-agent writes that the two real files do not show (from its own agent and model code:
+# InteractiveAgent, human mode, Responses-API models, timeouts); each built from a real file by one edit.
+
+
+def test_v2_placeholder_result_of_a_call_that_never_ran(tmp_path: Path) -> None:
+    # on a submit mini 2.x still writes a result for the call, `returncode: -1`, "action was not executed";
+    # the run's real answer is the exit message
+    def edit(doc: dict) -> None:
+        msgs = doc["messages"]
+        cid = msgs[6]["tool_calls"][0]["id"]
+        msgs.insert(7, {"role": "tool", "tool_call_id": cid,
+                        "content": "<exception>action was not executed</exception>\n<returncode>-1</returncode>\n<output>\n</output>",
+                        "extra": {"raw_output": "", "returncode": -1, "exception_info": "action was not executed"}})
+
+    t = one_trajectory(_variant(tmp_path, V2, edit))
+    last = t.turns[-1]
+    assert last.locator == "messages[6]+messages[8]" and last.exit_code is None
+    assert last.observation.startswith("diff --git") and json.loads(last.metadata)["submitted"] is True
+    assert [u.kind for u in t.turns] == ["env", "env", "env"]
+
+
+def test_v2_human_mode_command(tmp_path: Path) -> None:
+    def edit(doc: dict) -> None:
+        doc["messages"][6:6] = [
+            {"role": "user", "content": "User command: \n```bash\ngit status --short\n```",
+             "extra": {"actions": [{"command": "git status --short"}]}},
+            {"role": "user", "content": "<returncode>128</returncode>\n<output>\nfatal: not a git repository\n</output>",
+             "extra": {"raw_output": "fatal: not a git repository\n", "returncode": 128}},
+        ]
+
+    u = one_trajectory(_variant(tmp_path, V2, edit)).turns[2]
+    assert (u.kind, u.locator, u.action) == ("env", "messages[6]+messages[7]", "git status --short")
+    assert (u.observation, u.exit_code, u.is_error) == ("fatal: not a git repository\n", 128, True)
+
+
+def test_v1_run_with_its_own_action_pattern(tmp_path: Path) -> None:
+    # the pattern is not run (input-supplied regex); the replies with a return code still show the commands ran
+    def edit(doc: dict) -> None:
+        doc["info"]["config"]["agent"]["action_regex"] = r"<bash_code>(.*?)</bash_code>"
+        for m in doc["messages"]:
+            if m["role"] == "assistant":
+                m["content"] = re.sub(r"```bash\s*\n(.*?)\n```", lambda x: f"<bash_code>{x.group(1)}</bash_code>",
+                                      m["content"], flags=re.S)
+
+    t = one_trajectory(_variant(tmp_path, V1, edit))
+    ran = [u for u in t.turns if u.kind == "env"]
+    assert len(ran) == 3 and all(u.exit_code == 0 and u.action is None for u in ran)
+    assert "<bash_code>" in ran[0].thought
+
+
+def test_timeout_observation_is_the_partial_output(tmp_path: Path) -> None:
+    def edit(doc: dict) -> None:
+        doc["messages"][3]["content"] = (
+            "The last command <command>ls -R | grep -i validators</command> timed out and has been killed.\n"
+            "The output of the command was:\n<output>\npartial line 1\npartial line 2\n</output>\n"
+            "Please try another command and make sure to avoid those requiring interactive input.\n")
+
+    u = one_trajectory(_variant(tmp_path, V1, edit)).turns[0]
+    assert u.observation == "partial line 1\npartial line 2" and json.loads(u.metadata) == {"timeout": True}
+
+
+@pytest.mark.parametrize("stamp", [1e20, "nan", -1e15])
+def test_unusable_timestamp_is_dropped_not_the_record(tmp_path: Path, stamp: object) -> None:
+    def edit(doc: dict) -> None:
+        doc["messages"][4]["extra"]["timestamp"] = stamp
+
+    t = one_trajectory(_variant(tmp_path, V2, edit))
+    assert len(t.turns) == 3 and t.turns[1].started_at is None
+
+
+def test_v2_responses_api_messages(tmp_path: Path) -> None:
+    def edit(doc: dict) -> None:
+        msgs = doc["messages"]
+        new = msgs[:2]
+        for a, r in ((msgs[2], msgs[3]), (msgs[4], msgs[5])):
+            tc = a["tool_calls"][0]
+            new.append({"id": "resp_1", "object": "response", "status": "completed", "output": [
+                {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": a["content"]}]},
+                {"type": "function_call", "call_id": tc["id"], "name": "bash", "arguments": tc["function"]["arguments"]}],
+                "extra": {"actions": a["extra"]["actions"]}})
+            new.append({"type": "function_call_output", "call_id": tc["id"], "output": r["content"], "extra": r["extra"]})
+        doc["messages"] = new
+
+    raw = json.loads(V2.read_text())
+    t = one_trajectory(_variant(tmp_path, V2, edit))
+    assert [(u.kind, u.exit_code) for u in t.turns] == [("env", 0), ("env", 0)]
+    assert t.turns[0].observation == raw["messages"][3]["extra"]["raw_output"]
+
+
+def test_quadratic_block_search_is_bounded(tmp_path: Path) -> None:
+    # 200 kB of unclosed ```bash openers: each used to rescan to the end (18 s); bounded by the last fence
+    import time
+
+    def edit(doc: dict) -> None:
+        doc["messages"][2]["content"] = "```bash\n" * 25_000
+
+    p = _variant(tmp_path, V1, edit)
+    t0 = time.perf_counter()
+    one_trajectory(p)
+    assert time.perf_counter() - t0 < 2.0
+
+
+def test_v2_timeout_is_marked(tmp_path: Path) -> None:
+    def edit(doc: dict) -> None:
+        doc["messages"][3]["extra"] |= {"returncode": -1, "exception_type": "TimeoutExpired"}
+
+    u = one_trajectory(_variant(tmp_path, V2, edit)).turns[0]
+    assert u.exit_code == -1 and u.is_error is True and json.loads(u.metadata)["timeout"] is True
+
+
+def test_exit_code_int32_cannot_hold_quarantines_the_record(tmp_path: Path) -> None:
+    # left in, it would fail the whole Arrow batch of its worker (every other record with it)
+    from pipelines.ingest import IngestConfig, ingest
+
+    def edit(doc: dict) -> None:
+        doc["messages"][3]["extra"]["returncode"] = 99_999_999_999
+
+    bad = _variant(tmp_path, V2, edit)
+    (q,) = list(read_path(bad))
+    assert isinstance(q, QuarantineRecord) and q.reason == "bad_value"
+    assert "turn 0 (messages[2]+messages[3]): exit code 99999999999" in q.detail
+    s = ingest([bad, V1], tmp_path / "corpus", IngestConfig(workers=1), progress=False)
+    assert (s.records, s.trajectories, s.quarantined) == (2, 1, 1)
