@@ -17,12 +17,14 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import pyarrow as pa
+
 from pipelines.gcpause import fewer_gc_passes
 from pipelines.progress import StatusLine
 from pipelines.reader import InputUnit, discover, read_unit
 from pipelines.sources import ReadLimits
 from pipelines.store import Corpus, DomainBuffers, PartWriter
-from schemas.records import QuarantineRecord
+from schemas.records import QuarantineRecord, Trajectory, record_problem
 from schemas.tables import DOMAINS, SCHEMA_VERSION
 
 MAX_MESSAGES = 1000  # one-line messages per task; every quarantined record still gets its row
@@ -107,13 +109,23 @@ GroupResult = tuple[list[dict], dict[str, InputStats], list[str]]  # part files,
 
 def process_group(units: Group, staging: str, tag: str, config: IngestConfig) -> GroupResult:
     """Read a group of inputs into Parquet parts under `staging` (runs in a worker: a process of the
-    pool, or a Beam worker)."""
+    pool, or a Beam worker).
+
+    Records are not type-checked one by one (that would cost more than converting them): when Arrow
+    refuses a batch (an importer passed a value of the wrong type or range, e.g. an integer tool-call
+    id), the group's files are deleted and the group is read again with every record checked
+    (`schemas.records.record_problem`), those Arrow cannot hold going to quarantine."""
     with fewer_gc_passes():
-        return _convert_group(units, staging, tag, config)
+        writer = PartWriter(Path(staging), tag)
+        try:
+            return _convert_group(units, writer, config, careful=False)
+        except (pa.ArrowException, OverflowError, TypeError):
+            writer.abort()
+            return _convert_group(units, PartWriter(Path(staging), tag), config, careful=True)
 
 
-def _convert_group(units: Group, staging: str, tag: str, config: IngestConfig) -> GroupResult:
-    out = DomainBuffers(PartWriter(Path(staging), tag))
+def _convert_group(units: Group, writer: PartWriter, config: IngestConfig, careful: bool) -> GroupResult:
+    out = DomainBuffers(writer)
     stats: dict[str, InputStats] = {}
     messages: list[str] = []
     for unit, sha in units:
@@ -122,6 +134,10 @@ def _convert_group(units: Group, staging: str, tag: str, config: IngestConfig) -
         reasons: Counter[str] = Counter()
         for rec, imp in read_unit(unit, sha, config.limits, config.domain_override):
             st.records += 1
+            if careful and isinstance(rec, Trajectory) and (problem := record_problem(rec)) is not None:
+                source = rec.source or unit.source
+                rec = QuarantineRecord(source, rec.locator, "bad_value", f"{source} {rec.locator}: {problem}",
+                                       imp.name if imp else None, sha)
             if isinstance(rec, QuarantineRecord):
                 st.quarantined += 1
                 reasons[rec.reason] += 1
@@ -231,8 +247,6 @@ def preload_for_workers() -> None:
     made each worker's first task ~0.3 s slower (measured: 1.7 s against 1.35 s for 67 MB); a
     forked worker inherits the import instead. With a start method other than fork this only
     costs the parent the import (~0.15 s)."""
-    import pyarrow as pa
-
     pa.array([], pa.int32())
 
 

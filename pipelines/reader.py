@@ -328,18 +328,7 @@ def _convert_one(imp: Importer, record: Any, locator: str, ctx: ImportContext) -
     if traj.domain not in DOMAINS:
         yield _q(ctx, locator, "bad_domain", f"{ctx.source} {locator}: domain {traj.domain!r} is not one of {list(DOMAINS)}", importer=imp), None
         return
-    for i, turn in enumerate(traj.turns):
-        # exit codes come from the input as any integer; one that int32 cannot hold would fail the
-        # whole batch when it becomes Arrow, so it is this record that goes to quarantine
-        code = turn.exit_code
-        if code is not None and (type(code) is not int or not _INT32_MIN <= code <= _INT32_MAX):
-            yield _q(ctx, locator, "bad_value", f"{ctx.source} {locator} turn {i} ({turn.locator}): exit code {code!r} "
-                     "is not a 32-bit integer", importer=imp, excerpt=record), None
-            return
     yield traj, imp
-
-
-_INT32_MIN, _INT32_MAX = -(1 << 31), (1 << 31) - 1
 
 
 def _read_tar(stream: IO[bytes], ctx: ImportContext, limits: ReadLimits) -> Iterator[Item]:

@@ -177,6 +177,19 @@ class PartWriter:
             self._close(key)
         return self.files
 
+    def abort(self) -> None:
+        """Close and delete every file this writer made (a group that will be written again)."""
+        for w, rel, _ in self._writers.values():
+            try:
+                w.close()
+            except Exception:  # noqa: BLE001 - the file goes anyway
+                pass
+            (self.staging / rel).unlink(missing_ok=True)
+        self._writers = {}
+        for f in self.files:
+            (self.staging / f["path"]).unlink(missing_ok=True)
+        self.files = []
+
 
 class DomainBuffers:
     """Per-domain row buffers (`TrajectoryBuffer`) that flush to a PartWriter when they grow large."""

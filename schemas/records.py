@@ -169,6 +169,42 @@ class TrajectoryBuffer:
         self.turns.nbytes += sum(map(len, filter(None, chain.from_iterable(map(_TEXT_GET, turns)))))
 
 
+def _checker(typ: pa.DataType) -> tuple[str, Any]:
+    if pa.types.is_string(typ):
+        return "text", lambda v: type(v) is str
+    if pa.types.is_int32(typ):
+        return "a 32-bit integer", lambda v: type(v) is int and -(1 << 31) <= v < (1 << 31)
+    if pa.types.is_boolean(typ):
+        return "true or false", lambda v: type(v) is bool
+    if pa.types.is_floating(typ):
+        return "a number", lambda v: type(v) in (float, int)
+    if pa.types.is_timestamp(typ):
+        return "a datetime", lambda v: isinstance(v, datetime)
+    raise TypeError(f"no check for Arrow type {typ}")
+
+
+_TURN_CHECKS = [(name, *_checker(TURNS.field(name).type)) for name in _TURN_FIELDS]
+_TRAJ_CHECKS = [(name, *_checker(TRAJECTORIES.field(name).type)) for name in [*_TRAJ_COLS[5:-4], "metadata"]]
+
+
+def record_problem(t: Trajectory) -> str | None:
+    """What in `t` the Arrow schema cannot hold (a field of the wrong type or range, naming the
+    turn), or None. Too slow to run on every record; ingest runs it on a group whose batch Arrow
+    refused, to find the records to quarantine (`pipelines.ingest.process_group`)."""
+    if type(t.domain) is not str or type(t.source_format) is not str:
+        return "domain and source_format must be text"
+    for name, what, ok in _TRAJ_CHECKS:
+        v = getattr(t, name)
+        if v is not None and not ok(v):
+            return f"{name} must be {what}, got {type(v).__name__} {v!r:.80}"
+    for i, turn in enumerate(t.turns):
+        for name, what, ok in _TURN_CHECKS:
+            v = getattr(turn, name)
+            if v is not None and not ok(v):
+                return f"turn {i} ({turn.locator}): {name} must be {what}, got {type(v).__name__} {v!r:.80}"
+    return None
+
+
 def quarantine_batch(records: list[QuarantineRecord]) -> pa.RecordBatch:
     buf = RowBuffer(QUARANTINE)
     buf.rows = list(map(_Q_GET, records))

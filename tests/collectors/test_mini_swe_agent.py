@@ -331,13 +331,14 @@ def test_v2_timeout_is_marked(tmp_path: Path) -> None:
 def test_exit_code_int32_cannot_hold_quarantines_the_record(tmp_path: Path) -> None:
     # left in, it would fail the whole Arrow batch of its worker (every other record with it)
     from pipelines.ingest import IngestConfig, ingest
+    from pipelines.query import connect
 
     def edit(doc: dict) -> None:
         doc["messages"][3]["extra"]["returncode"] = 99_999_999_999
 
     bad = _variant(tmp_path, V2, edit)
-    (q,) = list(read_path(bad))
-    assert isinstance(q, QuarantineRecord) and q.reason == "bad_value"
-    assert "turn 0 (messages[2]+messages[3]): exit code 99999999999" in q.detail
     s = ingest([bad, V1], tmp_path / "corpus", IngestConfig(workers=1), progress=False)
     assert (s.records, s.trajectories, s.quarantined) == (2, 1, 1)
+    ((reason, detail),) = connect(tmp_path / "corpus").sql("SELECT reason, detail FROM quarantine").fetchall()
+    assert reason == "bad_value"
+    assert detail.endswith("$: turn 0 (messages[2]+messages[3]): exit_code must be a 32-bit integer, got int 99999999999")
