@@ -47,7 +47,7 @@ from typing import Any
 
 import orjson
 
-from collectors.base import ImportContext, Importer, as_text, parse_time, require
+from collectors.base import ImportContext, Importer, as_text, object_at, parse_time, require
 from schemas.records import RecordError, Trajectory, Turn, dumps
 
 _TOKEN_ARRAYS = ("prompt_token_ids", "completion_token_ids", "logprobs")
@@ -67,7 +67,7 @@ def _metrics(m: Any) -> Any:
 
 
 def _exit_code(result: dict, content: str | None) -> int | None:
-    for src in (result, result.get("extra") if isinstance(result.get("extra"), dict) else {}):
+    for src in (result, object_at(result, "extra")):
         v = src.get("exit_code", src.get("returncode"))
         if isinstance(v, int) and not isinstance(v, bool):
             return v
@@ -79,7 +79,7 @@ def _exit_code(result: dict, content: str | None) -> int | None:
 
 
 def _is_error(result: dict) -> bool | None:
-    for src in (result, result.get("extra") if isinstance(result.get("extra"), dict) else {}):
+    for src in (result, object_at(result, "extra")):
         v = src.get("is_error")
         if isinstance(v, bool):
             return v
@@ -168,7 +168,7 @@ class AtifImporter(Importer):
         steps = require(record, "steps", locator)
         if not isinstance(steps, list):
             raise RecordError("malformed_record", f"{locator}: 'steps' must be a list, got {type(steps).__name__}")
-        agent = record.get("agent") if isinstance(record.get("agent"), dict) else {}
+        agent = object_at(record, "agent")
         domain = ctx.domain("terminal")
         turns: list[Turn] = []
         task: str | None = None

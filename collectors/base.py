@@ -110,6 +110,13 @@ def loose_json(value: Any) -> Any:
         return value
 
 
+def object_at(obj: dict, key: str) -> dict:
+    """`obj[key]` when it is an object, else an empty one: formats leave optional sections out or
+    null, and a reader should not care which."""
+    value = obj.get(key)
+    return value if isinstance(value, dict) else {}
+
+
 def parse_time(value: Any) -> datetime | None:
     """ISO 8601 text -> aware UTC datetime; None when absent or unreadable. Naive times are taken
     as UTC: the harnesses that write them (OpenHands, tau2-bench, ...) run on UTC machines, and a

@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from collectors.base import ImportContext, Importer, as_text, loose_json, to_float
+from collectors.base import ImportContext, Importer, as_text, loose_json, object_at, to_float
 from schemas.records import RecordError, Trajectory, Turn, dumps
 
 _ROLES = {"system", "user", "assistant", "tool", "exit"}
@@ -109,7 +109,7 @@ class _Run:
             content = m.get("content")
             if content is not None and not isinstance(content, (str, list)):
                 raise RecordError("malformed_record", f"{where}: content must be text, got {type(content).__name__}")
-            extra = m.get("extra") if isinstance(m.get("extra"), dict) else {}
+            extra = object_at(m, "extra")
             if role == "assistant":
                 self._close()
                 self.started = True
@@ -317,11 +317,11 @@ class MiniSweAgentImporter(Importer):
         msgs = doc.get("messages")
         if not isinstance(msgs, list):
             raise RecordError("malformed_record", f"{locator}: 'messages' must be a list")
-        info = doc.get("info") if isinstance(doc.get("info"), dict) else {}
-        config = info.get("config") if isinstance(info.get("config"), dict) else {}
-        agent_cfg = config.get("agent") if isinstance(config.get("agent"), dict) else {}
-        model_cfg = config.get("model") if isinstance(config.get("model"), dict) else {}
-        env_cfg = config.get("environment") if isinstance(config.get("environment"), dict) else {}
+        info = object_at(doc, "info")
+        config = object_at(info, "config")
+        agent_cfg = object_at(config, "agent")
+        model_cfg = object_at(config, "model")
+        env_cfg = object_at(config, "environment")
         run = _Run(_ACTION_PATTERN, _prefix(agent_cfg.get("timeout_template"), _TIMEOUT_PREFIX))
         run.read(msgs)
         instance = doc.get("instance_id")

@@ -28,7 +28,7 @@ import re
 from datetime import datetime
 from typing import Any
 
-from collectors.base import ImportContext, Importer, as_text, loose_json, parse_time
+from collectors.base import ImportContext, Importer, as_text, loose_json, object_at, parse_time
 from schemas.records import RecordError, Trajectory, Turn, dumps
 
 AGENT = "openhands"
@@ -161,7 +161,7 @@ def _tool_call(ev: dict) -> tuple[str | None, Any, str | None, dict]:
         return None, None, None, {}
     name, call_id = tcm.get("function_name"), tcm.get("tool_call_id")
     arguments: Any = None
-    mr = tcm.get("model_response") if isinstance(tcm.get("model_response"), dict) else {}
+    mr = object_at(tcm, "model_response")
     for choice in mr.get("choices") or []:
         msg = choice.get("message") if isinstance(choice, dict) else None
         calls = msg.get("tool_calls") if isinstance(msg, dict) else None
@@ -518,8 +518,8 @@ class OpenHandsOutputImporter(Importer):
         if not isinstance(history, list):
             raise RecordError("missing_field", f"{locator}: field 'history' is missing or not a list")
         s = _Stream(history, locator, "history")
-        meta_in = row.get("metadata") if isinstance(row.get("metadata"), dict) else {}
-        llm = meta_in.get("llm_config") if isinstance(meta_in.get("llm_config"), dict) else {}
+        meta_in = object_at(row, "metadata")
+        llm = object_at(meta_in, "llm_config")
         issue = row.get("issue") if isinstance(row.get("issue"), dict) else None
         native = row["instance_id"] if row.get("instance_id") is not None else row.get("task_id")
         if native is None and issue:
@@ -556,7 +556,7 @@ class OpenHandsOutputImporter(Importer):
     @staticmethod
     def _outcome(row: dict, s: _Stream) -> tuple[str | None, float | None]:
         """Resolved / success when the row was evaluated, else error, else how the agent stopped."""
-        tr = row.get("test_result") if isinstance(row.get("test_result"), dict) else {}
+        tr = object_at(row, "test_result")
         for holder in (tr.get("report"), row.get("report"), tr, row):
             if isinstance(holder, dict) and isinstance(holder.get("resolved"), bool):
                 return ("resolved" if holder["resolved"] else "unresolved"), float(holder["resolved"])

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from collectors.base import ImportContext, Importer, as_text, parse_time, require, to_float
+from collectors.base import ImportContext, Importer, as_text, object_at, parse_time, require, to_float
 from collectors.tau_bench import RESPOND, _loads
 from schemas.records import RecordError, Trajectory, Turn, dumps
 
@@ -44,7 +44,7 @@ class Tau2BenchImporter(Importer):
         )
 
     def split(self, doc: dict, ctx: ImportContext):
-        info = doc.get("info") if isinstance(doc.get("info"), dict) else {}
+        info = object_at(doc, "info")
         tasks = {str(t.get("id")): t for t in doc.get("tasks") or [] if isinstance(t, dict)}
         for i, sim in enumerate(doc["simulations"]):
             task = tasks.get(str(sim.get("task_id"))) if isinstance(sim, dict) else None
@@ -58,10 +58,10 @@ class Tau2BenchImporter(Importer):
         if not isinstance(messages, list):
             raise RecordError("malformed_record", f"{locator}: 'messages' is not a list")
         system, task, turns, loose_calls = _turns(messages, locator)
-        reward_info = sim.get("reward_info") if isinstance(sim.get("reward_info"), dict) else {}
+        reward_info = object_at(sim, "reward_info")
         reward = to_float(reward_info.get("reward"))
-        env = info.get("environment_info") if isinstance(info.get("environment_info"), dict) else {}
-        agent_info = info.get("agent_info") if isinstance(info.get("agent_info"), dict) else {}
+        env = object_at(info, "environment_info")
+        agent_info = object_at(info, "agent_info")
         scenario = task_def.get("user_scenario") if isinstance(task_def, dict) else None
         task_id, trial = sim.get("task_id"), sim.get("trial")
         meta = {k: v for k, v in sim.items() if k != "messages"}

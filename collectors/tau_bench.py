@@ -31,7 +31,7 @@ from typing import Any
 
 import orjson
 
-from collectors.base import ImportContext, Importer, as_text, require
+from collectors.base import ImportContext, Importer, as_text, object_at, require
 from schemas.records import RecordError, Trajectory, Turn, dumps
 
 RESPOND = "respond"  # tau_bench.types.RESPOND_ACTION_NAME
@@ -110,10 +110,10 @@ class TauBenchImporter(Importer):
         traj = require(rec, "traj", locator)
         if not isinstance(traj, list):
             raise RecordError("malformed_record", f"{locator}: 'traj' is not a list")
-        info = rec.get("info") if isinstance(rec.get("info"), dict) else {}
+        info = object_at(rec, "info")
         system, task, turns = self._turns(traj, locator)
         reward = self._float(rec.get("reward"), f"{locator}: reward")
-        task_info = info.get("task") if isinstance(info.get("task"), dict) else {}
+        task_info = object_at(info, "task")
         hidden = {k: task_info[k] for k in ("instruction", "user_id") if task_info.get(k) is not None}
         tools = next((info[k] for k in ("tools", "tools_info") if isinstance(info.get(k), list)), None)
         if tools is None:
