@@ -9,7 +9,7 @@ OpenAI form: assistant `tool_calls[{id, type: "function", function: {name, argum
 single `function_call`), results as `role: "tool"` with `tool_call_id` (or legacy `role: "function"`
 with `name`); top-level `tools` (or legacy `functions`) is the action space.
 ShareGPT form (LLaMA-Factory and similar): `from` in system/human/gpt/function_call/observation/tool,
-`value` text; a `function_call` value is JSON `{name, arguments}` (a list for parallel calls) and is
+`value` text (or the same roles under `role`/`content`, as LLaMA-Factory's configurable tags allow); a `function_call` value is JSON `{name, arguments}` (a list for parallel calls) and is
 paired with the `observation` that follows it; top-level `system` and `tools` are honoured.
 Hermes/Qwen text tool calls (either form): `<tool_call>{"name", "arguments"}</tool_call>` blocks in an
 assistant message are its calls (the text around them is the thought), and `<tool_response>` blocks in a
@@ -76,6 +76,20 @@ def _hermes_calls(text: str | None) -> tuple[str | None, list[dict]] | None:
         return None
     rest = _HERMES_CALL.sub("", text).strip()
     return (rest or None), calls
+
+
+def _function_call_turns(b: _Builder, value: Any, loc: str) -> None:
+    """A LLaMA-Factory `function_call` message: JSON `{name, arguments}`, a list for parallel calls."""
+    parsed = _loads(value)
+    calls = parsed if isinstance(parsed, list) else [parsed]
+    for k, c in enumerate(calls):
+        cloc = loc if len(calls) == 1 else f"{loc}[{k}]"
+        if isinstance(c, dict) and "name" in c:
+            b.call(c.get("name"), c.get("arguments", c.get("parameters")), c.get("id"), None, cloc)
+        else:
+            # Not the documented `{name, arguments}` JSON: keep the text as the action.
+            b.call(None, None, None, None, cloc, {"unparsed_call": True})
+            b.turns[-1].action = as_text(c)
 
 
 def _hermes_call_turns(b: _Builder, hermes: tuple[str | None, list[dict]], reasoning: str | None, loc: str) -> None:
@@ -240,6 +254,8 @@ def _openai_messages(msgs: list, field: str, b: _Builder) -> None:
                 _hermes_call_turns(b, hermes, reasoning, loc)
             else:
                 b.message(text, reasoning, loc)
+        elif role in _CALL:  # LLaMA-Factory data with its ShareGPT tags renamed to role/content
+            _function_call_turns(b, m.get("content"), loc)
         elif role in _RESULT:
             err = m.get("is_error") if isinstance(m.get("is_error"), bool) else None
             if m.get("tool_call_id") is None and _hermes_results(b, text, loc):
@@ -270,16 +286,7 @@ def _sharegpt(conv: list, field: str, b: _Builder) -> None:
             else:
                 _hermes_call_turns(b, hermes, None, loc)
         elif who in _CALL:
-            parsed = _loads(value)
-            calls = parsed if isinstance(parsed, list) else [parsed]
-            for k, c in enumerate(calls):
-                cloc = loc if len(calls) == 1 else f"{loc}[{k}]"
-                if isinstance(c, dict) and "name" in c:
-                    b.call(c.get("name"), c.get("arguments", c.get("parameters")), c.get("id"), None, cloc)
-                else:
-                    # Not the documented `{name, arguments}` JSON: keep the text as the action.
-                    b.call(None, None, None, None, cloc, {"unparsed_call": True})
-                    b.turns[-1].action = as_text(c)
+            _function_call_turns(b, value, loc)
         elif who in _RESULT:
             if _hermes_results(b, text, loc):
                 continue

@@ -142,3 +142,20 @@ def test_json_array_of_fireact_chat_records_is_not_taken_as_generic_chat(tmp_pat
     (tmp_path / "a.json").write_text(json.dumps(records, indent=1))
     (q,) = list(read_path(tmp_path / "a.json"))
     assert getattr(q, "reason", None) == "unknown_format"
+
+
+def test_llamafactory_tags_renamed_to_role_and_content(tmp_path: Path) -> None:
+    # LLaMA-Factory lets a dataset name its ShareGPT tags (`role_tag: role`, `content_tag: content`,
+    # `messages`): the same conversations with `function_call`/`observation` roles read the same
+    roles = {"human": "user", "gpt": "assistant", "function_call": "function_call", "observation": "observation"}
+    raw = [json.loads(line) for line in GLAIVE_JSONL.read_text().splitlines()]
+    lines = [{"messages": [{"role": roles[m["from"]], "content": m["value"]} for m in r["conversations"]],
+              "tools": r["tools"]} for r in raw]
+    (tmp_path / "renamed.jsonl").write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    renamed = _trajs(tmp_path / "renamed.jsonl")
+    original = _trajs(GLAIVE_JSONL)
+    def fields(t: Trajectory) -> list[tuple]:
+        return [(u.kind, u.action, u.tool_name, u.tool_args, u.observation) for u in t.turns]
+
+    assert [fields(t) for t in renamed] == [fields(t) for t in original]
+    assert renamed[0].turns[0].locator == "messages[1]+messages[2]"
