@@ -47,7 +47,7 @@ from typing import Any
 
 import orjson
 
-from collectors.base import ImportContext, Importer, as_text, object_at, parse_time, require
+from collectors.base import ImportContext, Importer, as_text, object_at, outcome_of, parse_time, require
 from schemas.records import RecordError, Trajectory, Turn, dumps
 
 _TOKEN_ARRAYS = ("prompt_token_ids", "completion_token_ids", "logprobs")
@@ -402,11 +402,7 @@ class AtifImporter(Importer):
             if isinstance(v, int | float) and not isinstance(v, bool):
                 reward = float(v)
         exc = doc.get("exception_info")
-        outcome = None
-        if isinstance(exc, dict):
-            outcome = str(exc.get("exception_type") or "exception")
-        elif reward is not None:
-            outcome = "success" if reward >= 1.0 else "failure"
+        outcome = str(exc.get("exception_type") or "exception") if isinstance(exc, dict) else outcome_of(reward)
         info = {k: doc.get(k) for k in ("task_name", "trial_name", "started_at", "finished_at") if doc.get(k) is not None}
         if isinstance(vr, dict) and isinstance(vr.get("rewards"), dict):
             info["rewards"] = vr["rewards"]

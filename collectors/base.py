@@ -17,7 +17,7 @@ from typing import IO, Any, ClassVar
 
 import orjson
 
-from schemas.records import RecordError, Trajectory, digest
+from schemas.records import RecordError, Trajectory, digest, dumps
 
 
 @dataclass(frozen=True)
@@ -108,6 +108,19 @@ def loose_json(value: Any) -> Any:
         return ast.literal_eval(s)
     except (ValueError, SyntaxError, MemoryError, RecursionError):
         return value
+
+
+def render_call(name: str | None, args: Any) -> str:
+    """Canonical action text of a function call: `name {arguments as JSON}` (the corpus-wide form)."""
+    if args is None:
+        return name or ""
+    body = args if isinstance(args, str) else dumps(args)
+    return f"{name} {body}" if name else body
+
+
+def outcome_of(reward: float | None) -> str | None:
+    """The outcome of a scored run where a full reward means solved (tau-bench, InterCode, ATIF)."""
+    return None if reward is None else ("success" if reward >= 1.0 else "failure")
 
 
 def object_at(obj: dict, key: str) -> dict:

@@ -40,7 +40,7 @@ from typing import Any
 
 import orjson
 
-from collectors.base import ImportContext, Importer, as_text
+from collectors.base import ImportContext, Importer, as_text, render_call
 from schemas.records import RecordError, Trajectory, Turn, dumps
 
 _ASSISTANT = {"assistant", "gpt", "model", "chatgpt", "bot", "bard", "bing"}
@@ -116,14 +116,6 @@ def _hermes_results(b: _Builder, text: str | None, loc: str) -> bool:
 def _join(*parts: str | None) -> str | None:
     kept = [p for p in parts if p and p.strip()]
     return "\n\n".join(kept) if kept else None
-
-
-def render_call(name: str | None, args: Any) -> str:
-    """Canonical action text of a function call: `name {arguments as JSON}` (the corpus-wide form)."""
-    if args is None:
-        return name or ""
-    body = args if isinstance(args, str) else dumps(args)
-    return f"{name} {body}" if name else body
 
 
 class _Builder:

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from collectors.base import ImportContext, Importer, loose_json, require, to_float
+from collectors.base import ImportContext, Importer, loose_json, outcome_of, require, to_float
 from schemas.records import RecordError, Trajectory, Turn, dumps
 
 _LISTS = ("actions", "observations", "rewards", "valid_action", "thoughts")
@@ -128,7 +128,7 @@ class InterCodeImporter(Importer):
             turns=turns,
             task=rec.get("query") if isinstance(rec.get("query"), str) else None,
             agent=agent,
-            outcome=None if reward is None else ("success" if reward >= 1.0 else "failure"),
+            outcome=outcome_of(reward),
             reward=reward,
             metadata=dumps(meta),
             locator=locator,

@@ -26,8 +26,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from collectors.base import ImportContext, Importer, as_text, object_at, parse_time, require, to_float
-from collectors.tau_bench import RESPOND, _loads
+from collectors.base import (
+    ImportContext,
+    Importer,
+    as_text,
+    loose_json,
+    object_at,
+    outcome_of,
+    parse_time,
+    render_call,
+    require,
+    to_float,
+)
+from collectors.tau_bench import RESPOND, run_id
 from schemas.records import RecordError, Trajectory, Turn, dumps
 
 
@@ -72,7 +83,7 @@ class Tau2BenchImporter(Importer):
         return Trajectory(
             domain=ctx.domain("mcp"),
             source_format=self.name,
-            native_id=None if task_id is None else (f"{task_id}" if trial is None else f"{task_id}:{trial}"),
+            native_id=run_id(task_id, trial),
             record_digest=ctx.record_digest(locator),
             turns=turns,
             task=task,
@@ -80,7 +91,7 @@ class Tau2BenchImporter(Importer):
             initial_state=dumps(scenario) if scenario else None,
             agent="tau2-bench",
             model=agent_info.get("llm") if isinstance(agent_info.get("llm"), str) else None,
-            outcome=None if reward is None else ("success" if reward >= 1.0 else "failure"),
+            outcome=outcome_of(reward),
             reward=reward,
             collected_at=parse_time(sim.get("start_time")),
             metadata=dumps({k: v for k, v in meta.items() if v is not None}),
@@ -112,9 +123,8 @@ def _turns(messages: list, locator: str) -> tuple[str | None, str | None, list[T
             for k, tc in enumerate(calls):
                 if not isinstance(tc, dict) or not isinstance(tc.get("name"), str):
                     raise RecordError("malformed_record", f"{where}: tool_calls[{k}] has no name")
-                args = _loads(tc.get("arguments"))
-                t = Turn(kind="message", action=tc["name"] if args is None else
-                         f"{tc['name']} {dumps(args) if not isinstance(args, str) else args}",
+                args = loose_json(tc.get("arguments"))
+                t = Turn(kind="message", action=render_call(tc["name"], args),
                          tool_name=tc["name"], tool_args=dumps(args) if args is not None else None,
                          tool_call_id=tc.get("id"), thought=content if k == 0 else None, observation_kind="none",
                          started_at=parse_time(m.get("timestamp")), locator=f"{loc}.tool_calls[{k}]")

@@ -31,7 +31,7 @@ from typing import Any
 
 import orjson
 
-from collectors.base import ImportContext, Importer, as_text, object_at, require
+from collectors.base import ImportContext, Importer, as_text, object_at, outcome_of, require
 from schemas.records import RecordError, Trajectory, Turn, dumps
 
 RESPOND = "respond"  # tau_bench.types.RESPOND_ACTION_NAME
@@ -64,6 +64,11 @@ def _react(content: str) -> tuple[str | None, dict, bool] | None:
     if thought.startswith("Thought:"):
         thought = thought[len("Thought:") :].strip()
     return (thought or None), parsed, ok
+
+
+def run_id(task_id: Any, trial: Any) -> str | None:
+    """A run's native id: the task, and the trial when the file has several runs of it."""
+    return None if task_id is None else (f"{task_id}" if trial is None else f"{task_id}:{trial}")
 
 
 def _is_error(result: str | None) -> bool:
@@ -124,14 +129,14 @@ class TauBenchImporter(Importer):
         return Trajectory(
             domain=ctx.domain("mcp"),
             source_format=self.name,
-            native_id=None if task_id is None else (f"{task_id}" if trial is None else f"{task_id}:{trial}"),
+            native_id=run_id(task_id, trial),
             record_digest=ctx.record_digest(locator),
             turns=turns,
             task=task,
             action_space=dumps(tools) if tools else None,
             initial_state=dumps(hidden) if hidden else None,
             agent="tau-bench",
-            outcome=None if reward is None else ("success" if reward >= 1.0 else "failure"),
+            outcome=outcome_of(reward),
             reward=reward,
             metadata=dumps(meta),
             locator=locator,
