@@ -110,7 +110,7 @@ def _hermes_results(b: _Builder, text: str | None, loc: str) -> bool:
         parsed = _loads(r)
         name = parsed.get("name") if isinstance(parsed, dict) and isinstance(parsed.get("name"), str) else None
         b.result(r, None, name, loc if len(blocks) == 1 else f"{loc}[{k}]")
-    return bool(blocks)
+    return True
 
 
 def _join(*parts: str | None) -> str | None:

@@ -55,8 +55,7 @@ from schemas.records import RecordError, Trajectory, Turn, dumps
 
 _ROLES = {"system", "user", "assistant", "tool", "exit"}
 _SUBMIT = ("COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT", "MINI_SWE_AGENT_FINAL_OUTPUT")
-_ACTION_RE = r"```(?:bash|mswea_bash_command)\s*\n(.*?)\n```"  # mini 1.x default, and 2.x text models
-_ACTION_PATTERN = re.compile(_ACTION_RE, re.S)
+_ACTION_PATTERN = re.compile(r"```(?:bash|mswea_bash_command)\s*\n(.*?)\n```", re.S)  # mini 1.x default, 2.x text models
 _NOT_EXECUTED = "action was not executed"  # mini 2.x format_toolcall_observation_messages
 _TIMEOUT_PREFIX = "The last command <command>"  # mini's default timeout_template
 _OBS = re.compile(
@@ -88,7 +87,6 @@ class _Call:
 class _Run:
     """Reads `messages` in order, pairing each command with the reply that answers it."""
 
-    action_re: re.Pattern[str]
     timeout_prefix: str
     task: str | None = None
     turns: list[Turn] = field(default_factory=list)
@@ -142,7 +140,7 @@ class _Run:
             return
         text_ = text or ""
         end = text_.rfind("\n```")  # no block ends past the last fence: without the bound each unclosed opener rescans to the end
-        blocks = list(self.action_re.finditer(text_, 0, end + 4)) if end >= 0 else []
+        blocks = list(_ACTION_PATTERN.finditer(text_, 0, end + 4)) if end >= 0 else []
         actions = extra.get("actions")
         if isinstance(actions, list):  # mini 2.x text models: the harness's own parse
             commands = []
@@ -322,13 +320,13 @@ class MiniSweAgentImporter(Importer):
         agent_cfg = object_at(config, "agent")
         model_cfg = object_at(config, "model")
         env_cfg = object_at(config, "environment")
-        run = _Run(_ACTION_PATTERN, _prefix(agent_cfg.get("timeout_template"), _TIMEOUT_PREFIX))
+        run = _Run(_prefix(agent_cfg.get("timeout_template"), _TIMEOUT_PREFIX))
         run.read(msgs)
         instance = doc.get("instance_id")
         image = str(env_cfg.get("image") or "")
         is_swe = instance is not None or "swebench" in image or "sweb.eval" in image
         meta = {
-            "trajectory_format": doc["trajectory_format"] if isinstance(doc.get("trajectory_format"), str) else None,
+            "trajectory_format": doc["trajectory_format"],  # text: sniff checked it
             "mini_version": info.get("mini_version"),
             "model_stats": info.get("model_stats"),
             "submission": info.get("submission"),

@@ -137,7 +137,7 @@ def _convert_group(units: Group, writer: PartWriter, config: IngestConfig, caref
             if careful and isinstance(rec, Trajectory) and (problem := record_problem(rec)) is not None:
                 source = rec.source or unit.source
                 rec = QuarantineRecord(source, rec.locator, "bad_value", f"{source} {rec.locator}: {problem}",
-                                       imp.name if imp else None, sha)
+                                       imp.name, sha)
             if isinstance(rec, QuarantineRecord):
                 st.quarantined += 1
                 reasons[rec.reason] += 1

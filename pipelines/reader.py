@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import errno
 import io
+import operator
 import os
 import shutil
 import tempfile
@@ -41,6 +42,10 @@ Item = tuple[Trajectory, Importer] | tuple[QuarantineRecord, None]
 _BY_CONTAINER: dict[str, list[Importer]] = {}
 for _imp in IMPORTERS:
     _BY_CONTAINER.setdefault(_imp.container, []).append(_imp)
+# Who may take one parsed line: specific line formats, then whole-document formats (a document
+# written on one line), then the generic ones (chat), which take any record of their shape.
+_LINE_ORDER = ([i for i in _BY_CONTAINER.get("jsonl", []) if not i.generic] + _BY_CONTAINER.get("json", [])
+               + [i for i in _BY_CONTAINER.get("jsonl", []) if i.generic])
 
 
 @dataclass
@@ -108,17 +113,13 @@ def _walk(directory: Path, prefix: str | None, root: Path) -> Iterator[InputUnit
             return
     # scandir's entries know their type without a stat per file (an input of many small files)
     with os.scandir(directory) as it:
-        entries = sorted(it, key=_entry_name)
+        entries = sorted(it, key=operator.attrgetter("name"))
     for e in entries:
         p = directory / e.name
         if _is(e.is_dir):
             yield from _walk(p, prefix, root)
         elif _is(e.is_file):
             yield InputUnit(p, _display(p, prefix, root))
-
-
-def _entry_name(e: os.DirEntry) -> str:
-    return e.name
 
 
 def _is(test: Callable[[], bool]) -> bool:
@@ -292,11 +293,7 @@ def _sniff(importers: list[Importer], sample: Any) -> Importer | None:
 
 
 def _sniff_line(obj: Any) -> Importer | None:
-    """The importer of one parsed line: specific line formats, then whole-document formats (a
-    document written on one line), then the generic ones (chat), which take any record of their shape."""
-    lines = _BY_CONTAINER.get("jsonl", [])
-    return (_sniff([i for i in lines if not i.generic], obj) or _sniff(_BY_CONTAINER.get("json", []), obj)
-            or _sniff([i for i in lines if i.generic], obj))
+    return _sniff(_LINE_ORDER, obj)
 
 
 def _convert_all(imp: Importer, records: Iterator[tuple[str, Any]], ctx: ImportContext, split_locator: str) -> Iterator[Item]:

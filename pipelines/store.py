@@ -245,12 +245,8 @@ class CorpusWriter:
         return p
 
     def commit(self, batch_id: str, files: list[dict], inputs: dict[str, dict], info: dict) -> dict:
-        """Checksum the staged files (those their writer has not), record the batch as committing,
-        move files into place, mark it committed. Returns the batch entry."""
-        staging = self.corpus.root / f".staging-{batch_id}"
-        for f in files:
-            if "sha256" not in f:
-                f["sha256"] = sha256_file(staging / f["path"])
+        """Record the batch as committing, move its staged files (`PartWriter.close()`'s entries,
+        checksummed by the writer) into place, mark it committed. Returns the batch entry."""
         m = self.corpus.manifest()
         batch = {"id": batch_id, "state": "committing", "files": sorted(files, key=lambda f: f["path"]), **info}
         m["batches"].append(batch)
