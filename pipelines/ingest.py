@@ -111,10 +111,11 @@ def process_group(units: Group, staging: str, tag: str, config: IngestConfig) ->
     """Read a group of inputs into Parquet parts under `staging` (runs in a worker: a process of the
     pool, or a Beam worker).
 
-    Records are not type-checked one by one (that would cost more than converting them): when Arrow
-    refuses a batch (an importer passed a value of the wrong type or range, e.g. an integer tool-call
-    id), the group's files are deleted and the group is read again with every record checked
-    (`schemas.records.record_problem`), those Arrow cannot hold going to quarantine."""
+    Records are not type-checked one by one (that would add about a tenth to reading and converting
+    them: `bench/ingest_parts.py`): when Arrow refuses a batch (an importer passed a value of the
+    wrong type or range, e.g. an integer tool-call id), the group's files are deleted and the group
+    is read again with every record checked (`schemas.records.record_problem`), those Arrow cannot
+    hold going to quarantine."""
     with fewer_gc_passes():
         writer = PartWriter(Path(staging), tag)
         try:
@@ -244,9 +245,8 @@ def ingest(
 def preload_for_workers() -> None:
     """Do once, before the pool forks, what every worker would otherwise do on its first batch:
     pyarrow imports pandas lazily the first time it converts Python objects (`pa.array`), which
-    made each worker's first task ~0.3 s slower (measured: 1.7 s against 1.35 s for 67 MB); a
-    forked worker inherits the import instead. With a start method other than fork this only
-    costs the parent the import (~0.15 s)."""
+    slows each worker's first group (`bench/ingest_parts.py`); a forked worker inherits the import
+    instead. With a start method other than fork this only costs the parent the import."""
     pa.array([], pa.int32())
 
 

@@ -189,8 +189,8 @@ _TRAJ_CHECKS = [(name, *_checker(TRAJECTORIES.field(name).type)) for name in [*_
 
 def record_problem(t: Trajectory) -> str | None:
     """What in `t` the Arrow schema cannot hold (a field of the wrong type or range, naming the
-    turn), or None. Too slow to run on every record; ingest runs it on a group whose batch Arrow
-    refused, to find the records to quarantine (`pipelines.ingest.process_group`)."""
+    turn), or None. Too costly to run on every record (`bench/ingest_parts.py`); ingest runs it on a
+    group whose batch Arrow refused, to find the records to quarantine (`pipelines.ingest.process_group`)."""
     if type(t.domain) is not str or type(t.source_format) is not str:
         return "domain and source_format must be text"
     for name, what, ok in _TRAJ_CHECKS:
