@@ -293,8 +293,10 @@ def main(argv: list[str]) -> int:
         "Where the speed comes from: the project cuts each rendered text at the chat template's special "
         "tokens and encodes every distinct segment once, in one multi-threaded Rust call per batch of "
         "trajectories (a long trajectory's windows re-use the segments of its whole rendering instead of "
-        "re-tokenizing the history they carry), finds each observation's token span with `char_to_token` "
-        "instead of copying every token offset out of Rust, redacts only the texts `clean`'s scan flagged "
+        "re-tokenizing the history they carry), asks the encoder for ids only (no offsets: with byte-level BPE "
+        "each token's bytes follow from its id, so observation spans are found in byte positions), runs each batch's "
+        "encoding in a thread while the next batch is rendered and the previous one packed, "
+        "redacts only the texts `clean`'s scan flagged "
         "(the side table `redactions`, when it is current; otherwise every text), builds masks, labels and "
         "positions with numpy, and hands Arrow whole buffers; the baseline pays the Hugging Face call and the "
         "chat template per trajectory and per window, redacts every text, and loops over tokens in Python.",

@@ -20,7 +20,9 @@ state; each action a user message, each observation an assistant message):
 
 Rendering uses `pipelines.render` (conversation, messages, template pieces; the same placeholder
 interleaving and the same character-to-token span rule as `render.render`, which a test checks
-token for token) with the tokenizer's Rust backend encoding a whole batch of trajectories at once.
+token for token) with the tokenizer's Rust backend encoding a whole batch of trajectories at once;
+in one process, a batch's encoding runs in a thread (the Rust call releases the GIL) while the
+next batch is redacted and rendered and the previous one packed and written.
 
 Long trajectories are split on turn boundaries into windows (`pipelines.pack.windows`): each
 window re-renders the system prompt plus recent whole turns as context (up to
@@ -241,9 +243,30 @@ def resolve_tokenizer(spec: str) -> Path:
     return publish_dir(tmp, out)
 
 
+def _byte_of_alphabet(c: str) -> int:
+    """The byte a character of the byte-level alphabet stands for (GPT-2's printable mapping:
+    printable Latin-1 bytes map to themselves, the other 68 to U+0100 onwards, in byte order)."""
+    o = ord(c)
+    if o < 0x100:
+        return o
+    rest = [b for b in range(256) if not (0x21 <= b <= 0x7E or 0xA1 <= b <= 0xAC or 0xAE <= b <= 0xFF)]
+    return rest[o - 0x100]
+
+
+@dataclass
+class PendingEncode:
+    """One `ExportTokenizer.encode` between its steps."""
+
+    texts: list[str]
+    parts: list[list[str]] | None  # each text cut at added tokens; None: whole texts are encoded
+    known: dict[str, tuple[np.ndarray, Any]]  # segments found in the cache
+    todo: list[str]  # segments (or whole texts) to encode
+    encodings: list[Any] | None = None  # `run`'s result, in `todo` order
+
+
 class ExportTokenizer:
     """The Hugging Face tokenizer (for its chat template, through `render.template_pieces`) and
-    its Rust backend (for batch encoding with offsets; no per-call Python overhead)."""
+    its Rust backend (for batch encoding; no per-call Python overhead)."""
 
     def __init__(self, hf: Any, spec: str = "", chat_template: str | None = None):
         if chat_template is not None:
@@ -255,16 +278,19 @@ class ExportTokenizer:
         self.backend = hf.backend_tokenizer
         self.backend.no_truncation()
         self.backend.no_padding()
+        self.vocab_size = int(self.backend.get_vocab_size(with_added_tokens=True))
         self._pieces: dict[int, list[str]] = {}
         self._added: dict[str, np.ndarray] = {}  # added token → its id as a 1-element array
         self._split = self._segmenter()
-        self._cache: dict[str, tuple[np.ndarray, Any]] = {}  # segment → (ids, its tokenizers.Encoding)
+        self._bytes_bound: bool | None = None
+        self._lossy: re.Pattern[str] | None = None
+        self._token_bytes = self._byte_lengths() if self._split is not None else None
+        self._cache: dict[str, tuple[np.ndarray, Any]] = {}  # segment → (ids, its Encoding, or None on the byte path)
         self._cached_tokens = 0
-        self.cache_tokens = 1 << 20  # an Encoding holds ~130 bytes per token: ~140 MB, then cleared
+        # an Encoding holds ~130 bytes per token (~140 MB at 2^20 tokens); the byte path keeps ids and text
+        self.cache_tokens = 1 << 20 if self._token_bytes is None else 1 << 22
         self.memo: dict[tuple, Any] = {}  # per-system-prompt lengths and cuts (`DocumentBuilder`)
         self._info: dict[str, Any] | None = None
-        self._bytes_bound: bool | None = None
-        self.vocab_size = int(self.backend.get_vocab_size(with_added_tokens=True))
 
     @classmethod
     def load(cls, spec: str, chat_template: str | None = None) -> ExportTokenizer:
@@ -296,32 +322,124 @@ class ExportTokenizer:
         self._added = {t.content: np.array([i], dtype=np.int32) for i, t in added.items()}
         return re.compile("(" + "|".join(re.escape(c) for c in sorted(self._added, key=lambda c: (-len(c), c))) + ")")
 
+    def _byte_lengths(self) -> np.ndarray | None:
+        """Bytes of text per token id (-1: not looked up yet, `_bytes_of`), when every token of a
+        segment stands for a fixed run of its input's bytes (byte-level BPE with a token for every
+        byte, no normalizer, no prefix space): then a token's offsets follow from the ids alone,
+        and the encoder need not build offsets at all. None otherwise."""
+        if self.max_tokens("") == sys.maxsize:
+            return None
+        from tokenizers import pre_tokenizers
+
+        alphabet = sorted(pre_tokenizers.ByteLevel.alphabet(), key=_byte_of_alphabet)
+        lossy = []  # characters with a byte no token stands for: the model drops it, offsets shift
+        for b, c in enumerate(alphabet):
+            if self.backend.token_to_id(c) is not None or b in (0xC0, 0xC1) or b >= 0xF5:
+                continue  # (bytes that UTF-8 never uses)
+            if 0x80 <= b < 0xC0:
+                return None  # a continuation byte: too many characters to list
+            first, n = ((b, 1) if b < 0x80 else ((b & 0x1F) << 6, 1 << 6) if b < 0xE0 else
+                        ((b & 0x0F) << 12, 1 << 12) if b < 0xF0 else ((b & 0x07) << 18, 1 << 18))
+            lossy.append(f"{re.escape(chr(first))}-{re.escape(chr(first + n - 1))}")
+        self._lossy = re.compile(f"[{''.join(lossy)}]") if lossy else None
+        return np.full(self.vocab_size, -1, dtype=np.int64)
+
+    def _bytes_of(self, ids: np.ndarray) -> np.ndarray:
+        table = self._token_bytes
+        out = table[ids]
+        if (out < 0).any():
+            added = self.backend.get_added_tokens_decoder()
+            for i in np.unique(ids[out < 0]).tolist():
+                t = added.get(i)
+                table[i] = len(t.content.encode("utf-8")) if t is not None else len(self.backend.id_to_token(i))
+            out = table[ids]
+        return out
+
     def encode(self, texts: list[str], char_spans: list[list[tuple[int, int]]]) -> list[tuple[np.ndarray, np.ndarray]]:
         """(ids int32, token spans (k, 2) int64) per text: the ids of encoding each whole text, and
         for each of its character spans the token span by `token_spans`' rule.
 
         Texts are cut at added tokens (the chat template's markers) and every distinct segment is
         encoded once, in one multi-threaded Rust call, and cached: a window of a long trajectory
-        re-uses the segments of the whole rendering. Token offsets are never copied out of Rust:
-        both ends of a span are located in their segments with `char_to_token`. Without a safe segmenter, whole
-        texts are batch-encoded and their offsets used."""
+        re-uses the segments of the whole rendering. With byte-level BPE no offsets are made at
+        all: each token's bytes follow from its id (`_byte_lengths`), and spans are found in byte
+        positions. Otherwise both ends of a span are located in their segments with
+        `char_to_token`. Without a safe segmenter, whole texts are batch-encoded with offsets.
+        The three steps (`begin`, `run`, `finish`) can be split so that `run` overlaps other work."""
+        return self.finish(self.run(self.begin(texts)), char_spans)
+
+    def begin(self, texts: list[str]) -> PendingEncode:
+        """Cut `texts` and list the segments the cache lacks. The cached ones this batch uses are
+        held by the result, so that a later cache clear cannot take them away."""
         if self._split is None:
+            return PendingEncode(texts, None, {}, texts)
+        parts = [self._split.split(t) for t in texts]
+        if self._cached_tokens > self.cache_tokens:
+            self._cache = {}
+            self._cached_tokens = 0
+        cache, known, todo = self._cache, {}, {}
+        for ps in parts:
+            for p in ps[0::2]:
+                if p and p not in known and p not in todo:
+                    hit = cache.get(p)
+                    if hit is None:
+                        todo[p] = None
+                    else:
+                        known[p] = hit
+        return PendingEncode(texts, parts, known, list(todo))
+
+    def run(self, pending: PendingEncode) -> PendingEncode:
+        """Encode what `begin` left to do: the Rust call alone, which releases the GIL and touches
+        no state of this object, so it may run in another thread."""
+        if pending.todo:
+            fast = self._token_bytes is not None and pending.parts is not None  # ids alone: no offsets made
+            pending.encodings = (self.backend.encode_batch_fast if fast else self.backend.encode_batch)(
+                pending.todo, add_special_tokens=False)
+        return pending
+
+    def finish(self, pending: PendingEncode, char_spans: list[list[tuple[int, int]]]) -> list[tuple[np.ndarray, np.ndarray]]:
+        if pending.parts is None:
             return [(np.asarray(e.ids, dtype=np.int32),
                      token_spans(np.asarray(e.offsets, dtype=np.int64).reshape(-1, 2), cs))
-                    for e, cs in zip(self.backend.encode_batch(texts, add_special_tokens=False), char_spans, strict=True)]
-        parts = [self._split.split(t) for t in texts]
-        cache = self._cache
-        todo = list(dict.fromkeys(p for ps in parts for p in ps[0::2] if p and p not in cache))
-        if self._cached_tokens > self.cache_tokens:  # this batch's segments stay until the next batch
-            cache.clear()
-            self._cached_tokens = 0
-            todo = list(dict.fromkeys(p for ps in parts for p in ps[0::2] if p))
-        for seg, e in zip(todo, self.backend.encode_batch(todo, add_special_tokens=False), strict=True):
-            cache[seg] = (np.asarray(e.ids, dtype=np.int32), e)
-            self._cached_tokens += len(e)
-        return [self._stitch(ps, cs) for ps, cs in zip(parts, char_spans, strict=True)]
+                    for e, cs in zip(pending.encodings or (), char_spans, strict=True)]
+        segments = pending.known
+        fast = self._token_bytes is not None
+        for seg, e in zip(pending.todo, pending.encodings or (), strict=True):
+            ids = np.asarray(e.ids, dtype=np.int32)
+            segments[seg] = self._cache[seg] = (ids, None if fast else e)
+            self._cached_tokens += len(ids)
+        if fast:
+            return [self._stitch_bytes(t, ps, cs, segments) for t, ps, cs in zip(pending.texts, pending.parts, char_spans, strict=True)]
+        return [self._stitch(ps, cs, segments) for ps, cs in zip(pending.parts, char_spans, strict=True)]
 
-    def _stitch(self, ps: list[str], cs: list[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
+    def _ids(self, ps: list[str], segments: dict[str, tuple[np.ndarray, Any]]) -> np.ndarray:
+        arrays = [self._added[p] if i % 2 else segments[p][0] for i, p in enumerate(ps) if p]
+        return np.concatenate(arrays) if arrays else np.zeros(0, np.int32)
+
+    def _stitch_bytes(self, text: str, ps: list[str], cs: list[tuple[int, int]],
+                      segments: dict[str, tuple[np.ndarray, Any]]) -> tuple[np.ndarray, np.ndarray]:
+        """One text from its cut, its spans found in byte offsets: a token's byte span covers a
+        character exactly when the offsets Hugging Face derives from it do."""
+        ids = self._ids(ps, segments)
+        if not cs:
+            return ids, np.zeros((0, 2), dtype=np.int64)
+        if self._lossy is not None and self._lossy.search(text):  # rare: let the whole text's offsets say
+            e = self.backend.encode(text, add_special_tokens=False)
+            return ids, token_spans(np.asarray(e.offsets, dtype=np.int64).reshape(-1, 2), cs)
+        width = self._bytes_of(ids)
+        ends = np.cumsum(width)
+        if not text.isascii():
+            cps = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+            char_bytes = 1 + (cps >= 0x80).astype(np.int64) + (cps >= 0x800) + (cps >= 0x10000)
+            at = np.concatenate([[0], np.cumsum(char_bytes)])
+            cs = [(int(at[a]), int(at[b])) for a, b in cs]
+        c = np.array(cs, dtype=np.int64)
+        first = np.searchsorted(ends, c[:, 0], side="right")  # `token_spans`' rule, without the (n, 2) offsets
+        last = np.searchsorted(ends - width, c[:, 1], side="left")
+        return ids, np.stack([np.minimum(first, last), np.minimum(last + 1, len(ids))], axis=1)
+
+    def _stitch(self, ps: list[str], cs: list[tuple[int, int]],
+                segments: dict[str, tuple[np.ndarray, Any]]) -> tuple[np.ndarray, np.ndarray]:
         """One text from its cut (`re.split` with the added tokens as the captured separators)."""
         arrays: list[np.ndarray] = []
         starts: list[int] = []  # char start of each non-empty piece
@@ -333,7 +451,7 @@ class ExportTokenizer:
             if i % 2:
                 a, e = self._added[p], None
             else:
-                a, e = self._cache[p]
+                a, e = segments[p]
             starts.append(pos)
             pieces.append((tok, e))
             arrays.append(a)
@@ -614,30 +732,34 @@ class DocumentBuilder:
     def _doc(self, w: _Work, groups: list[Group], system: str, train_from: int, ids: np.ndarray,
              spans: np.ndarray, window: int, loss: list[bool]) -> Document:
         mask = np.zeros(len(ids), dtype=np.uint8)
-        msgs: list[dict[str, Any]] = [{"role": "system", "content": system, "train": False}]
-        for i, (g, (s, e)) in enumerate(zip(groups, spans, strict=True)):
-            train = i >= train_from and loss[i]
-            if train:
+        train = [i >= train_from and bool(t) for i, t in enumerate(loss)]
+        for t, (s, e) in zip(train, spans.tolist(), strict=True):
+            if t:
                 mask[s:e] = 1
-            msgs.append({"role": "user", "content": g.user, "train": False})
-            msgs.append({"role": "assistant", "content": g.observation, "train": bool(train)})
         truncated = len(ids) > self.cfg.seq_len
         if truncated:
             ids, mask = ids[: self.cfg.seq_len], mask[: self.cfg.seq_len]
         if len(mask):
             mask[0] = 0
         t = w.traj
-        return Document(ids, mask, t["trajectory_id"], window, 0, t["domain"], t["source_format"], truncated, msgs)
+        return Document(ids, mask, t["trajectory_id"], window, 0, t["domain"], t["source_format"], truncated,
+                        (system, groups, train))
 
-    def build(self, work: list[_Work]) -> list[list[Document]]:
-        """Documents per trajectory (one when it fits, else one per window)."""
+    def texts(self, work: list[_Work]) -> tuple[list[str], list[list[tuple[int, int]]]]:
+        """Each trajectory's whole rendering and the character spans of its observations."""
         texts, spans = [], []
         for w in work:
             text, cs = chat_text(self.tok, messages(w.conv))
             texts.append(text)
             spans.append(cs)
+        return texts, spans
+
+    def build(self, work: list[_Work], encoded: list[tuple[np.ndarray, np.ndarray]] | None = None) -> list[list[Document]]:
+        """Documents per trajectory (one when it fits, else one per window), from the encoded
+        renderings (`texts` through `ExportTokenizer.encode`; encoded here when not given)."""
+        if encoded is None:
+            encoded = self.tok.encode(*self.texts(work))
         out: list[list[Document]] = []
-        encoded = self.tok.encode(texts, spans)
         self._cut_systems([w.conv.system for w, (ids, _) in zip(work, encoded, strict=True) if len(ids) > self.cfg.seq_len])
         for w, (ids, ts) in zip(work, encoded, strict=True):
             if len(ids) <= self.cfg.seq_len:
@@ -761,11 +883,20 @@ def turn_trains(u: dict[str, Any], scored: bool, unscored: str, counters: Counte
     return ok
 
 
-def process_rows(rows: list[dict[str, Any]], cfg: ExportConfig, tok: ExportTokenizer, scored: bool,
-                 scanned: bool = False) -> _BatchResult:
-    """One batch of trajectories (rows of `_trajectory_reader`) → documents, eval rows and counts.
-    Pure: the same rows give the same result in any process, so batches can run in a pool.
-    `scanned`: redact only the texts each row's `flagged` names (see `scan_usable`)."""
+@dataclass
+class _Prepared:
+    """A batch of trajectories rendered, its encoding begun (`ExportTokenizer.begin`)."""
+
+    res: _BatchResult
+    work: list[_Work]
+    spans: list[list[tuple[int, int]]]
+    pending: PendingEncode
+
+
+def prepare_rows(rows: list[dict[str, Any]], cfg: ExportConfig, tok: ExportTokenizer, scored: bool,
+                 scanned: bool = False) -> _Prepared:
+    """Redact, render and split one batch of trajectories (rows of `_trajectory_reader`), up to
+    the encoder. `scanned`: redact only the texts each row's `flagged` names (see `scan_usable`)."""
     res = _BatchResult()
     redactor = Redactor(cfg.redact)
     work: list[_Work] = []
@@ -786,8 +917,15 @@ def process_rows(rows: list[dict[str, Any]], cfg: ExportConfig, tok: ExportToken
         key = group_key(row, cfg.split)  # from the raw columns: redaction must not move a task
         split = split_of(key, cfg.split)
         work.append(_Work(traj, conv, loss, split, copies_of(traj, split, cfg), key))
+    texts, spans = DocumentBuilder(tok, cfg).texts(work)
+    return _Prepared(res, work, spans, tok.begin(texts))
+
+
+def finish_rows(prep: _Prepared, cfg: ExportConfig, tok: ExportTokenizer) -> _BatchResult:
+    """Documents, eval rows and counts of a prepared batch whose encoding has run."""
+    res = prep.res
     builder = DocumentBuilder(tok, cfg)
-    for w, docs in zip(work, builder.build(work), strict=True):
+    for w, docs in zip(prep.work, builder.build(prep.work, tok.finish(prep.pending, prep.spans)), strict=True):
         t = w.traj
         res.items.append((_Done(t["trajectory_id"], t["domain"], t["source_format"], w.split, w.key, w.copies,
                                 len(w.conv.groups), sum(w.loss)), docs))
@@ -797,6 +935,36 @@ def process_rows(rows: list[dict[str, Any]], cfg: ExportConfig, tok: ExportToken
             res.eval_rows += [(t["domain"], dumps_row(r)) for r in rows_]
     res.systems_truncated = builder.systems_truncated
     return res
+
+
+def process_rows(rows: list[dict[str, Any]], cfg: ExportConfig, tok: ExportTokenizer, scored: bool,
+                 scanned: bool = False) -> _BatchResult:
+    """One batch of trajectories (rows of `_trajectory_reader`) → documents, eval rows and counts.
+    Pure: the same rows give the same result in any process or thread arrangement, so batches
+    can run in a pool."""
+    prep = prepare_rows(rows, cfg, tok, scored, scanned)
+    tok.run(prep.pending)
+    return finish_rows(prep, cfg, tok)
+
+
+def _overlapped(reader: Any, cfg: ExportConfig, tok: ExportTokenizer, scored: bool, scanned: bool) -> Iterator[_BatchResult]:
+    """`process_rows` over the reader's batches in this process, each batch's Rust encoding in a
+    thread (it releases the GIL) while this one prepares the next batch and the caller packs
+    and writes the previous one."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(1, thread_name_prefix="export-encode") as pool:
+        prev = None
+        for batch in reader:
+            prep = prepare_rows(batch.to_pylist(), cfg, tok, scored, scanned)
+            running = pool.submit(tok.run, prep.pending)
+            if prev is not None:
+                prev[1].result()
+                yield finish_rows(prev[0], cfg, tok)
+            prev = (prep, running)
+        if prev is not None:
+            prev[1].result()
+            yield finish_rows(prev[0], cfg, tok)
 
 
 _WORKER: dict[str, Any] = {}
@@ -818,8 +986,7 @@ def _batches(con: Any, have: set[str], cfg: ExportConfig, tok: ExportTokenizer, 
     workers = cfg.workers or (min(os.cpu_count() or 1, 8) if summary.trajectories_total >= cfg.parallel_from else 1)
     summary.workers = workers
     if workers <= 1:
-        for batch in reader:
-            yield process_rows(batch.to_pylist(), cfg, tok, scored, scanned)
+        yield from _overlapped(reader, cfg, tok, scored, scanned)
         return
     import multiprocessing as mp
     from collections import deque
@@ -1067,7 +1234,7 @@ def _run(con: Any, cfg: ExportConfig, tok: ExportTokenizer, root: Path, summary:
             for c in range(w.copies):
                 for d in kept:
                     dd = d if c == 0 else Document(d.ids, d.mask, d.trajectory_id, d.window, c, d.domain,
-                                                   d.source_format, d.truncated, d.messages)
+                                                   d.source_format, d.truncated, d.chat)
                     out_docs.append(dd)
                     _mix_add(summary.mix, w.split, dd, first=dd is out_docs[0])
             for d in out_docs:

@@ -21,7 +21,7 @@ into the open bin with the least room that still fits it (ties: the bin opened f
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -41,10 +41,24 @@ class Document:
     domain: str = ""
     source_format: str = ""
     truncated: bool = False  # cut at seq_len (a single turn longer than the window)
-    messages: list[dict[str, Any]] = field(default_factory=list)  # chat form, with per-message `train`
+    # the chat form, built only when a format asks (`messages`): (system, groups with `.user` and
+    # `.observation`, whether each group's observation is trained)
+    chat: tuple[str, list[Any], list[bool]] | None = None
 
     def __len__(self) -> int:
         return int(self.ids.shape[0])
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        """System, then user (action) and assistant (observation) messages, with per-message `train`."""
+        if self.chat is None:
+            return []
+        system, groups, train = self.chat
+        out: list[dict[str, Any]] = [{"role": "system", "content": system, "train": False}]
+        for g, t in zip(groups, train, strict=True):
+            out.append({"role": "user", "content": g.user, "train": False})
+            out.append({"role": "assistant", "content": g.observation, "train": t})
+        return out
 
     @property
     def loss_tokens(self) -> int:

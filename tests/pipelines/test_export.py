@@ -132,15 +132,18 @@ def test_batch_rendering_equals_render_py(corpus: Path, tok: ex.ExportTokenizer)
     assert checked == 138
 
 
-def test_segment_encoder_equals_whole_text_encoding(tok: ex.ExportTokenizer) -> None:
-    """`ExportTokenizer.encode` (distinct segments, spans found with `char_to_token`) gives the ids
-    and token spans of encoding each whole text with offsets, on texts built to hit the edges:
-    multi-byte characters split over byte tokens, whitespace runs, added tokens inside contents,
-    spans that are empty, start or end at an added token, or at the end of the text."""
+@pytest.mark.parametrize("path", ["byte offsets", "char_to_token"])
+def test_segment_encoder_equals_whole_text_encoding(tok: ex.ExportTokenizer, path: str) -> None:
+    """`ExportTokenizer.encode` (distinct segments; spans found in byte offsets from the ids, or
+    with `char_to_token` for tokenizers that are not byte-level) gives the ids and token spans of
+    encoding each whole text with offsets, on texts built to hit the edges: multi-byte characters
+    split over byte tokens, whitespace runs, added tokens inside contents, spans that are empty,
+    start or end at an added token, or at the end of the text, characters whose bytes the model
+    drops."""
     rng = np.random.default_rng(7)
     atoms = ["<|im_start|>", "<|im_end|>", "<|endoftext|>", "assistant\n", "user\n", "\n", "\n\n", "  ", " ", "\t",
              "é", "中文", "🙂", "👩\u200d💻", "e\u0301", "ls -la", "$ ", "exit 0", "Hello", " world", "<", "|", "<|im",
-             "\x00", "AKIA", "0123456789"]
+             "\x00", "AKIA", "0123456789", "\x04", "\U00040001"]  # the last two: bytes SmolLM2 has no token for
     texts, spans = [], []
     for _ in range(400):
         text = "".join(atoms[i] for i in rng.integers(0, len(atoms), rng.integers(0, 30)))
@@ -149,6 +152,9 @@ def test_segment_encoder_equals_whole_text_encoding(tok: ex.ExportTokenizer) -> 
         spans.append([(cuts[k], cuts[k + 1]) for k in range(0, len(cuts), 2)])
     fresh = ex.ExportTokenizer(tok.hf, "smollm2")
     assert fresh._split is not None  # the segmenting path is what this test is about
+    assert fresh._token_bytes is not None  # SmolLM2 is byte-level BPE
+    if path == "char_to_token":
+        fresh._token_bytes = None
     got = fresh.encode(texts, spans) + fresh.encode(texts, spans)  # the second time from the cache
     for (ids, ts), text, cs in zip(got, texts + texts, spans + spans, strict=True):
         e = tok.backend.encode(text, add_special_tokens=False)
@@ -663,3 +669,16 @@ def test_cli_export(corpus: Path, tmp_path: Path) -> None:
     bad = subprocess.run([sys.executable, "-m", "pipelines.cli", "export", str(corpus), "--out", str(tmp_path / "p"),
                           "--domain-weight", "mcp"], capture_output=True, text=True, timeout=300, cwd=Path(__file__).resolve().parents[2])
     assert bad.returncode == 1 and "use NAME=WEIGHT" in bad.stderr
+
+
+def test_byte_offsets_only_for_byte_level_bpe(tok: ex.ExportTokenizer) -> None:
+    """Spans from ids alone hold only where every token is a fixed run of input bytes: a
+    normalizer (which rewrites the text before it is cut into tokens) turns that path off."""
+    from tokenizers import Tokenizer, normalizers
+
+    assert ex.ExportTokenizer(tok.hf, "smollm2")._token_bytes is not None
+    normalized = Tokenizer.from_str(tok.backend.to_str())
+    normalized.normalizer = normalizers.NFKC()
+    et = ex.ExportTokenizer(tok.hf, "smollm2")
+    et.backend, et._bytes_bound = normalized, None
+    assert et._byte_lengths() is None
