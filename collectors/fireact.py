@@ -45,11 +45,11 @@ from schemas.records import RecordError, Trajectory, Turn, dumps
 
 _LABEL = r"(Thought|Action|Observation)(?:[ \t]*\d+)?[ \t]*:"
 _MARK = re.compile(r"^[ \t]*" + _LABEL, re.M)
-_ACTION_LINE = re.compile(r"^[ \t]*Action(?:[ \t]*\d+)?[ \t]*:", re.M)
+_LABEL_REST = re.compile(r"(?:[ \t]*\d+)?[ \t]*:")  # after the word: `Action 2:`, `Thought:`
 _BRACKET_ACTION = re.compile(r"^[ \t]*Action(?:[ \t]*\d+)?[ \t]*:[ \t]*[A-Za-z_][\w.-]*\[", re.M)
 _THOUGHT_LINE = re.compile(r"^[ \t]*Thought(?:[ \t]*\d+)?[ \t]*:", re.M)
 _OBS_PREFIX = re.compile(r"^\s*Observation(?:[ \t]*\d+)?[ \t]*:[ \t]?")
-_THOUGHT_PREFIX = re.compile(r"^\s*Thought(?:[ \t]*\d+)?[ \t]*:[ \t]?")
+_THOUGHT_REST = re.compile(r"(?:[ \t]*\d+)?[ \t]*:[ \t]?")
 _CALL = re.compile(r"^\s*([A-Za-z_][\w.-]*)\s*\[(.*)\](.*)$", re.S)
 _REWARD = re.compile(r"reward\s*=\s*(True|False|-?\d+(?:\.\d+)?)", re.I)
 _ALPACA = re.compile(r"### Instruction:\n(.*?)\n\n### (?:Input|Response):", re.S)
@@ -153,27 +153,46 @@ def question_from_preamble(preamble: str) -> str:
 
 
 def _strip_thought_label(text: str) -> str:
-    m = _THOUGHT_PREFIX.match(text)
-    return (text[m.end():] if m is not None else text).strip()
+    """The text without a leading `Thought:` label (`\\s*Thought(?:[ \\t]*\\d+)?[ \\t]*:[ \\t]?`), stripped."""
+    t = text.lstrip()
+    if t.startswith("Thought") and (m := _THOUGHT_REST.match(t, 7)) is not None:
+        return t[m.end():].strip()
+    return t.rstrip()
+
+
+def _label_line(text: str, word: str) -> tuple[int, int] | None:
+    """(start of the line, end of the label) of the first line that starts with `word` and a label
+    colon (`^[ \\t]*Action(?:[ \\t]*\\d+)?[ \\t]*:` under MULTILINE), found with `str.find`: a
+    MULTILINE regex is tried at every character of the text."""
+    i = text.find(word)
+    while i >= 0:
+        j = i
+        while j > 0 and text[j - 1] in " \t":
+            j -= 1
+        if (j == 0 or text[j - 1] == "\n") and (m := _LABEL_REST.match(text, i + len(word))) is not None:
+            return j, m.end()
+        i = text.find(word, i + 1)
+    return None
 
 
 def _parse_agent(text: str) -> tuple[str | None, str | None, str | None]:
     """(thought, action, trailing text) of one agent message; the first `Action:` is the one executed."""
-    m = _ACTION_LINE.search(text)
-    if m is None:
+    found = _label_line(text, "Action")
+    if found is None:
         thought = _strip_thought_label(text) if _THOUGHT_LINE.search(text) else text.strip()
         return thought or None, None, None
-    thought = _strip_thought_label(text[: m.start()]) or None
-    nl = text.find("\n", m.end())
+    line_start, label_end = found
+    thought = _strip_thought_label(text[:line_start]) or None
+    nl = text.find("\n", label_end)
     end = len(text) if nl < 0 else nl
-    action = text[m.end() : end]
+    action = text[label_end:end]
     # An argument that spans lines: extend to the closing bracket if the first line leaves it open.
     if "[" in action and "]" not in action[action.index("[") :]:
         close = text.find("]", end)
         nxt = _MARK.search(text, end)
         if close >= 0 and (nxt is None or close < nxt.start()):
             end = close + 1
-            action = text[m.end() : end]
+            action = text[label_end:end]
     trailing = text[end:].strip()
     return thought, action.strip(), trailing or None
 
