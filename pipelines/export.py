@@ -243,16 +243,6 @@ def resolve_tokenizer(spec: str) -> Path:
     return publish_dir(tmp, out)
 
 
-def _byte_of_alphabet(c: str) -> int:
-    """The byte a character of the byte-level alphabet stands for (GPT-2's printable mapping:
-    printable Latin-1 bytes map to themselves, the other 68 to U+0100 onwards, in byte order)."""
-    o = ord(c)
-    if o < 0x100:
-        return o
-    rest = [b for b in range(256) if not (0x21 <= b <= 0x7E or 0xA1 <= b <= 0xAC or 0xAE <= b <= 0xFF)]
-    return rest[o - 0x100]
-
-
 @dataclass
 class PendingEncode:
     """One `ExportTokenizer.encode` between its steps."""
@@ -283,7 +273,6 @@ class ExportTokenizer:
         self._added: dict[str, np.ndarray] = {}  # added token → its id as a 1-element array
         self._split = self._segmenter()
         self._bytes_bound: bool | None = None
-        self._lossy: re.Pattern[str] | None = None
         self._token_bytes = self._byte_lengths() if self._split is not None else None
         self._cache: dict[str, tuple[np.ndarray, Any]] = {}  # segment → (ids, its Encoding, or None on the byte path)
         self._cached_tokens = 0
@@ -323,36 +312,23 @@ class ExportTokenizer:
         return re.compile("(" + "|".join(re.escape(c) for c in sorted(self._added, key=lambda c: (-len(c), c))) + ")")
 
     def _byte_lengths(self) -> np.ndarray | None:
-        """Bytes of text per token id (-1: not looked up yet, `_bytes_of`), when every token of a
-        segment stands for a fixed run of its input's bytes (byte-level BPE with a token for every
-        byte, no normalizer, no prefix space): then a token's offsets follow from the ids alone,
-        and the encoder need not build offsets at all. None otherwise."""
+        """Bytes of text per token id, when every token of a segment stands for a fixed run of
+        its input's bytes (byte-level BPE, no normalizer, no prefix space): then a token's offsets
+        follow from the ids alone, and the encoder need not build offsets at all. None otherwise.
+        (A byte the vocabulary has no token for is dropped by the model: `_stitch_bytes` sees the
+        bytes not add up and takes that text's offsets from Rust.)"""
         if self.max_tokens("") == sys.maxsize:
             return None
         from tokenizers import pre_tokenizers
 
-        alphabet = sorted(pre_tokenizers.ByteLevel.alphabet(), key=_byte_of_alphabet)
-        lossy = []  # characters with a byte no token stands for: the model drops it, offsets shift
-        for b, c in enumerate(alphabet):
-            if self.backend.token_to_id(c) is not None or b in (0xC0, 0xC1) or b >= 0xF5:
-                continue  # (bytes that UTF-8 never uses)
-            if 0x80 <= b < 0xC0:
-                return None  # a continuation byte: too many characters to list
-            first, n = ((b, 1) if b < 0x80 else ((b & 0x1F) << 6, 1 << 6) if b < 0xE0 else
-                        ((b & 0x0F) << 12, 1 << 12) if b < 0xF0 else ((b & 0x07) << 18, 1 << 18))
-            lossy.append(f"{re.escape(chr(first))}-{re.escape(chr(first + n - 1))}")
-        self._lossy = re.compile(f"[{''.join(lossy)}]") if lossy else None
-        return np.full(self.vocab_size, -1, dtype=np.int64)
-
-    def _bytes_of(self, ids: np.ndarray) -> np.ndarray:
-        table = self._token_bytes
-        out = table[ids]
-        if (out < 0).any():
-            added = self.backend.get_added_tokens_decoder()
-            for i in np.unique(ids[out < 0]).tolist():
-                t = added.get(i)
-                table[i] = len(t.content.encode("utf-8")) if t is not None else len(self.backend.id_to_token(i))
-            out = table[ids]
+        vocab = self.backend.get_vocab(with_added_tokens=False)
+        ids = np.fromiter(vocab.values(), dtype=np.int64, count=len(vocab))
+        if not set(pre_tokenizers.ByteLevel.alphabet()).issuperset("".join(vocab)) or ids.max(initial=0) >= self.vocab_size:
+            return None
+        out = np.zeros(self.vocab_size, dtype=np.int64)
+        out[ids] = np.fromiter(map(len, vocab), dtype=np.int64, count=len(vocab))  # one alphabet character per byte
+        for i, t in self.backend.get_added_tokens_decoder().items():
+            out[i] = len(t.content.encode("utf-8"))
         return out
 
     def encode(self, texts: list[str], char_spans: list[list[tuple[int, int]]]) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -423,16 +399,19 @@ class ExportTokenizer:
         ids = self._ids(ps, segments)
         if not cs:
             return ids, np.zeros((0, 2), dtype=np.int64)
-        if self._lossy is not None and self._lossy.search(text):  # rare: let the whole text's offsets say
-            e = self.backend.encode(text, add_special_tokens=False)
-            return ids, token_spans(np.asarray(e.offsets, dtype=np.int64).reshape(-1, 2), cs)
-        width = self._bytes_of(ids)
+        width = self._token_bytes[ids]
         ends = np.cumsum(width)
-        if not text.isascii():
+        char_spans = cs
+        if text.isascii():
+            size = len(text)
+        else:
             cps = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
-            char_bytes = 1 + (cps >= 0x80).astype(np.int64) + (cps >= 0x800) + (cps >= 0x10000)
-            at = np.concatenate([[0], np.cumsum(char_bytes)])
+            at = np.concatenate([[0], np.cumsum(1 + (cps >= 0x80).astype(np.int64) + (cps >= 0x800) + (cps >= 0x10000))])
+            size = int(at[-1])
             cs = [(int(at[a]), int(at[b])) for a, b in cs]
+        if (int(ends[-1]) if len(ends) else 0) != size:  # the model dropped a byte: let the whole text's offsets say
+            e = self.backend.encode(text, add_special_tokens=False)
+            return ids, token_spans(np.asarray(e.offsets, dtype=np.int64).reshape(-1, 2), char_spans)
         c = np.array(cs, dtype=np.int64)
         first = np.searchsorted(ends, c[:, 0], side="right")  # `token_spans`' rule, without the (n, 2) offsets
         last = np.searchsorted(ends - width, c[:, 1], side="left")
@@ -680,7 +659,8 @@ def scan_usable(corpus: Corpus, redact: RedactConfig, state: dict[str, Any] | No
 
 def _trajectory_reader(con: Any, have: set[str], batch: int, scanned: bool = False) -> Any:
     turns_view = "kept_turns" if "kept_turns" in have else "turns"
-    traj_view = "kept_trajectories" if "kept_trajectories" in have else "trajectories"
+    # `trajectories`, not `kept_trajectories`: the join with the kept turns already leaves out every
+    # trajectory without one, and the view would evaluate `kept_turns` a second time
     counts = "k.counts_for_training" if turns_view == "kept_turns" else "true"
     scores, loss, scored = "", "NULL::BOOLEAN", "false"
     if "turn_scores" in have:
@@ -702,7 +682,7 @@ def _trajectory_reader(con: Any, have: set[str], batch: int, scanned: bool = Fal
             GROUP BY k.trajectory_id)
         SELECT tr.trajectory_id, tr.domain, tr.source_format, tr.source, tr.task, tr.action_space, tr.initial_state,
                t.turns, {flagged} AS flagged
-        FROM {traj_view} tr JOIN t USING (trajectory_id) {flagged_join}
+        FROM trajectories tr JOIN t USING (trajectory_id) {flagged_join}
         ORDER BY tr.trajectory_id""").to_arrow_reader(batch)
 
 
