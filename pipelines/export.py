@@ -344,9 +344,10 @@ class ExportTokenizer:
         The three steps (`begin`, `run`, `finish`) can be split so that `run` overlaps other work."""
         return self.finish(self.run(self.begin(texts)), char_spans)
 
-    def begin(self, texts: list[str]) -> PendingEncode:
+    def begin(self, texts: list[str], ahead: list[str] | tuple[str, ...] = ()) -> PendingEncode:
         """Cut `texts` and list the segments the cache lacks. The cached ones this batch uses are
-        held by the result, so that a later cache clear cannot take them away."""
+        held by the result, so that a later cache clear cannot take them away. The segments of
+        `ahead` (texts likely to be encoded soon) are encoded and cached with them."""
         if self._split is None:
             return PendingEncode(texts, None, {}, texts)
         parts = [self._split.split(t) for t in texts]
@@ -354,7 +355,7 @@ class ExportTokenizer:
             self._cache = {}
             self._cached_tokens = 0
         cache, known, todo = self._cache, {}, {}
-        for ps in parts:
+        for ps in parts + [self._split.split(t) for t in ahead]:
             for p in ps[0::2]:
                 if p and p not in known and p not in todo:
                     hit = cache.get(p)
@@ -770,10 +771,9 @@ class DocumentBuilder:
                     todo.append(s)
                 else:
                     out[s] = fit
-        for s, e in zip(todo, self.tok.backend.encode_batch_fast(todo, add_special_tokens=False), strict=True):
-            ids = e.ids
+        for s, (ids, _) in zip(todo, self.tok.encode(todo, [[] for _ in todo]), strict=True):  # cached: `prepare_rows`
             out[s] = self.tok.remember(("fit", s, half), s if len(ids) <= half else
-                                       self.tok.backend.decode(ids[:half], skip_special_tokens=False))
+                                       self.tok.backend.decode(ids[:half].tolist(), skip_special_tokens=False))
         return out
 
     def _windows(self, w: _Work, spans: np.ndarray) -> list[Document]:
@@ -898,7 +898,12 @@ def prepare_rows(rows: list[dict[str, Any]], cfg: ExportConfig, tok: ExportToken
         split = split_of(key, cfg.split)
         work.append(_Work(traj, conv, loss, split, copies_of(traj, split, cfg), key))
     texts, spans = DocumentBuilder(tok, cfg).texts(work)
-    return _Prepared(res, work, spans, tok.begin(texts))
+    # the system prompts a window may have to cut (`DocumentBuilder._cut_systems`), by the byte
+    # bound: encoded with the batch, off the critical path when `run` is in a thread
+    half = cfg.seq_len // 2
+    ahead = [w.conv.system for w, t in zip(work, texts, strict=True)
+             if tok.max_tokens(t) > cfg.seq_len and tok.max_tokens(w.conv.system) > half]
+    return _Prepared(res, work, spans, tok.begin(texts, ahead))
 
 
 def finish_rows(prep: _Prepared, cfg: ExportConfig, tok: ExportTokenizer) -> _BatchResult:
