@@ -21,6 +21,7 @@ into the open bin with the least room that still fits it (ties: the bin opened f
 from __future__ import annotations
 
 import bisect
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,8 +61,9 @@ class Document:
             out.append({"role": "assistant", "content": g.observation, "train": t})
         return out
 
-    @property
+    @functools.cached_property
     def loss_tokens(self) -> int:
+        """Tokens with loss (counted once: the summary, the mix and the manifest all ask)."""
         return int(self.mask.sum())
 
 
@@ -114,8 +116,9 @@ def best_fit_decreasing(lengths: list[int], capacity: int) -> list[list[int]]:
 def pack(docs: list[Document], seq_len: int) -> list[Sample]:
     """Best-fit-decreasing packing of `docs` (each ≤ seq_len) into samples, in bin order."""
     for d in docs:
-        if len(d):
+        if len(d) and d.mask[0]:
             d.mask[0] = 0  # nothing predicts a document's first token
+            d.__dict__.pop("loss_tokens", None)
     bins = best_fit_decreasing([len(d) for d in docs], seq_len)
     return [Sample([docs[i] for i in b]) for b in bins]
 

@@ -94,7 +94,9 @@ def test_windows_carry_history_and_cover_every_group_once() -> None:
 def test_pack_arrays_restart_positions_and_clear_first_token() -> None:
     a = ex.Document(np.array([5, 6, 7], np.int32), np.array([1, 0, 1], np.uint8), "a")
     b = ex.Document(np.array([8, 9], np.int32), np.array([1, 1], np.uint8), "b")
+    assert (a.loss_tokens, b.loss_tokens) == (2, 2)  # counted (and kept) before packing
     (s,) = pack([a, b], 8)
+    assert (a.loss_tokens, b.loss_tokens) == (1, 1)  # the count follows the cleared first token
     arr = s.arrays()
     assert arr["input_ids"].tolist() == [5, 6, 7, 8, 9]
     assert arr["loss_mask"].tolist() == [0, 0, 1, 0, 1]
