@@ -14,8 +14,9 @@ paired with the `observation` that follows it; top-level `system` and `tools` ar
 Hermes/Qwen text tool calls (either form): `<tool_call>{"name", "arguments"}</tool_call>` blocks in an
 assistant message are its calls (the text around them is the thought), and `<tool_response>` blocks in a
 tool message are their results, in order (the JSON inside, without the tags).
-The same records as one JSON array (LLaMA-Factory's `data/*.json` files) are read by `ChatArrayImporter`
-(locator `[i]`), after every other whole-document format had its chance.
+The same records as one JSON array (LLaMA-Factory's `data/*.json` files) are read element by element
+by the reader (`pipelines.reader`, locator `[i]`), as any array of line-format records is, once no
+whole-document format claimed the array.
 
 Turns (the conventions of the other chat-shaped importers, e.g. tau-bench):
 - each tool call with its result is one `env` turn (`observation_kind` "tool_result"); its action is
@@ -354,26 +355,3 @@ class ChatImporter(Importer):
             metadata=dumps(meta),
             locator=locator,
         )
-
-
-class ChatArrayImporter(ChatImporter):
-    """The same records as one JSON array (LLaMA-Factory's `data/*.json` layout): one trajectory per element."""
-
-    name = "chat-array"
-    container = "json"
-
-    def sniff(self, sample: Any) -> bool:
-        if not (isinstance(sample, list) and sample and super().sniff(sample[0])):
-            return False
-        from collectors.registry import IMPORTERS  # a more specific line format claims the records itself
-
-        return not any(i.container == "jsonl" and not i.generic and i.sniff(sample[0]) for i in IMPORTERS)
-
-    def split(self, doc: Any, ctx: ImportContext):
-        for i, rec in enumerate(doc):
-            yield f"[{i}]", rec
-
-    def convert(self, record: Any, locator: str, ctx: ImportContext) -> Trajectory:
-        traj = super().convert(record, locator, ctx)
-        traj.source_format = ChatImporter.name  # the same format, in another container
-        return traj

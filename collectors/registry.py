@@ -26,7 +26,6 @@ _ORDER = [
     "collectors.tau2_bench:Tau2BenchImporter",
     "collectors.fireact:FireActTrajsImporter",
     "collectors.atif:AtifImporter",
-    "collectors.chat:ChatArrayImporter",  # a JSON array of chat records; after every list-shaped format
     # JSON lines
     "collectors.openhands:OpenHandsOutputImporter",
     "collectors.agentworldbench:AgentWorldBenchImporter",

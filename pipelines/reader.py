@@ -216,18 +216,51 @@ def _read_json(stream: IO[bytes], ctx: ImportContext, limits: ReadLimits) -> Ite
         rest = read_bounded(stream, limits.max_record_bytes - len(first_line), ctx.source)
         yield from _read_doc(first_line + rest, ctx)
         return
-    # The first line is complete JSON: JSON lines (one record per line), or a one-line document.
-    # Records of whole-document formats may also come one per line.
-    imp = _sniff_line(first_obj)
-    if imp is None:
+    # The first line is complete JSON: JSON lines (one record, or one array of records, per line),
+    # or a one-line document. Records of whole-document formats may also come one per line.
+    fmt = _sniff_unit(first_obj)
+    if fmt is None:
         yield _q(ctx, f"line:{first_no}", "unknown_format", f"{ctx.source} line {first_no}: JSON matches no known trace format", first_line), None
         return
-    yield from _line_records(imp, first_obj, first_no, ctx)
-    yield from _read_jsonl(lines, ctx, limits, imp)
+    yield from _unit_records(fmt, first_obj, f"line:{first_no}", ctx)
+    yield from _read_jsonl(lines, ctx, limits, fmt)
 
 
-def _line_records(imp: Importer, obj: Any, lineno: int, ctx: ImportContext) -> Iterator[Item]:
-    loc = f"line:{lineno}"
+@dataclass(frozen=True)
+class _LineFormat:
+    """How one line-sized object is read: as a record of `imp`, or as a JSON array of them."""
+
+    imp: Importer
+    array: bool = False
+
+
+def _sniff_unit(obj: Any) -> _LineFormat | None:
+    imp = _sniff_line(obj)
+    if imp is not None:
+        return _LineFormat(imp)
+    if isinstance(obj, list) and obj and (imp := _sniff_line(obj[0])) is not None:
+        # an array of records that one per line would be JSON lines (LLaMA-Factory's chat data
+        # files, a dump of AgentWorldBench rows): each element read as a line, locator `[i]`
+        return _LineFormat(imp, array=True)
+    return None
+
+
+def _unit_records(fmt: _LineFormat, obj: Any, loc: str, ctx: ImportContext) -> Iterator[Item]:
+    """The records of one line-sized object at `loc` (`$`: a whole document)."""
+    if not fmt.array:
+        yield from _line_records(fmt.imp, obj, loc, ctx)
+        return
+    if not isinstance(obj, list):
+        yield _q(ctx, loc, "malformed_record", f"{ctx.source} {loc}: expected a JSON array of {fmt.imp.name} records "
+                 f"(as the first line), got {type(obj).__name__}", importer=fmt.imp, excerpt=obj), None
+        return
+    prefix = "" if loc == "$" else loc
+    for i, rec in enumerate(obj):
+        yield from _line_records(fmt.imp, rec, f"{prefix}[{i}]", ctx)
+
+
+def _line_records(imp: Importer, obj: Any, loc: str, ctx: ImportContext) -> Iterator[Item]:
+    """The records of one record-sized object (a JSON line, or an element of a JSON array) at `loc`."""
     if imp.container == "jsonl":
         yield from _convert_one(imp, obj, loc, ctx)
         return
@@ -238,7 +271,8 @@ def _line_records(imp: Importer, obj: Any, lineno: int, ctx: ImportContext) -> I
 _NOT_JSON = object()
 
 
-def _read_jsonl(lines: Iterator[tuple[int, bytes | None, int]], ctx: ImportContext, limits: ReadLimits, imp: Importer | None) -> Iterator[Item]:
+def _read_jsonl(lines: Iterator[tuple[int, bytes | None, int]], ctx: ImportContext, limits: ReadLimits,
+                fmt: _LineFormat | None) -> Iterator[Item]:
     for lineno, line, n in lines:
         loc = f"line:{lineno}"
         if line is None:
@@ -251,12 +285,12 @@ def _read_jsonl(lines: Iterator[tuple[int, bytes | None, int]], ctx: ImportConte
         except orjson.JSONDecodeError as e:
             yield _bad_json(ctx, loc, f"{ctx.source} line {lineno}", line, e), None
             continue
-        if imp is None:
-            imp = _sniff_line(obj)
-            if imp is None:
+        if fmt is None:
+            fmt = _sniff_unit(obj)
+            if fmt is None:
                 yield _q(ctx, loc, "unknown_format", f"{ctx.source} line {lineno}: JSON matches no known trace format", line), None
                 continue
-        yield from _line_records(imp, obj, lineno, ctx)
+        yield from _unit_records(fmt, obj, loc, ctx)
 
 
 def _read_doc(data: bytes, ctx: ImportContext) -> Iterator[Item]:
@@ -266,10 +300,14 @@ def _read_doc(data: bytes, ctx: ImportContext) -> Iterator[Item]:
         yield _bad_json(ctx, "$", ctx.source, data, e), None
         return
     imp = _sniff(_BY_CONTAINER.get("json", []), doc)
-    if imp is None:
+    if imp is not None:
+        yield from _convert_all(imp, imp.split(doc, ctx), ctx, "$")
+        return
+    fmt = _sniff_unit(doc)  # a record of a line format, pretty-printed, or an array of them
+    if fmt is None:
         yield _q(ctx, "$", "unknown_format", f"{ctx.source}: JSON document matches no known trace format", data), None
         return
-    yield from _convert_all(imp, imp.split(doc, ctx), ctx, "$")
+    yield from _unit_records(fmt, doc, "$", ctx)
 
 
 def _bad_json(ctx: ImportContext, loc: str, where: str, data: bytes, e: Exception) -> QuarantineRecord:

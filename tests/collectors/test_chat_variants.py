@@ -95,6 +95,29 @@ def test_llamafactory_glaive_sharegpt_json_array() -> None:
     _check_glaive(_trajs(GLAIVE_ARRAY), raw)
 
 
+def test_the_same_records_one_line_per_array_or_pretty_printed(tmp_path: Path) -> None:
+    """The reader takes a line format's records in any JSON container: the glaive array written on
+    one line, JSON lines that each hold an array (a line that is not one is quarantined, the
+    others kept), and one record pretty-printed over many lines."""
+    raw = json.loads(GLAIVE_ARRAY.read_text())
+    one_line = tmp_path / "one_line.json"
+    one_line.write_text(json.dumps(raw))
+    trajs = _trajs(one_line)
+    _check_glaive(trajs, raw)
+    assert [t.locator for t in trajs] == ["line:1[0]", "line:1[1]", "line:1[2]"]
+    lines = tmp_path / "arrays.jsonl"
+    lines.write_text(f"{json.dumps(raw[:2])}\n{json.dumps(raw[2])}\n{json.dumps(raw[2:])}\n")
+    recs = list(read_path(lines))
+    assert [(r.locator, getattr(r, "reason", None)) for r in recs] == [
+        ("line:1[0]", None), ("line:1[1]", None), ("line:2", "malformed_record"), ("line:3[0]", None)]
+    assert "expected a JSON array of chat records" in recs[2].detail
+    pretty = tmp_path / "pretty.json"
+    pretty.write_text(json.dumps(raw[1], indent=2))
+    (t,) = _trajs(pretty)
+    assert t.locator == "$" and t.source_format == "chat"
+    assert [(u.kind, u.action) for u in t.turns] == [(u.kind, u.action) for u in trajs[1].turns]
+
+
 def test_hermes_sharegpt_tool_call_tags() -> None:
     (t,) = _trajs(HERMES)
     assert t.task == "Can you help me generate a random password with a length of 8 characters?"
@@ -135,12 +158,23 @@ def test_tool_message_with_text_outside_the_tags_is_kept_whole(tmp_path: Path) -
     assert call.observation == text
 
 
-def test_json_array_of_fireact_chat_records_is_not_taken_as_generic_chat(tmp_path: Path) -> None:
-    # FireAct's line format parses ReAct text; as an array no importer knows the records: quarantined, not misread
+def test_json_array_of_line_records_is_read_as_those_lines(tmp_path: Path) -> None:
+    """A JSON array of a line format's records (FireAct's chat lines here) is read element by
+    element by the format that knows them, not taken as generic chat: the same turns as the
+    lines give, locator `[i]`. An array of records no format knows stays unknown."""
     sample = Path(__file__).resolve().parents[2] / "data" / "sample" / "corpus" / "fireact" / "finetune_gpt_format_hotpotqa.jsonl"
-    records = [json.loads(x) for x in sample.read_text().splitlines()[:3]]
-    (tmp_path / "a.json").write_text(json.dumps(records, indent=1))
-    (q,) = list(read_path(tmp_path / "a.json"))
+    lines = sample.read_text().splitlines()[:3]
+    (tmp_path / "a.json").write_text(json.dumps([json.loads(x) for x in lines], indent=1))
+    (tmp_path / "a.jsonl").write_text("\n".join(lines) + "\n")
+    arr, ref = list(read_path(tmp_path / "a.json")), list(read_path(tmp_path / "a.jsonl"))
+    assert [t.source_format for t in arr] == ["fireact-chat"] * 3
+    assert [t.locator for t in arr] == ["[0]", "[1]", "[2]"]
+    per_line = [sum(m["role"] == "assistant" for m in json.loads(x)["messages"]) for x in lines]  # one turn each
+    assert [len(t.turns) for t in arr] == [len(t.turns) for t in ref] == per_line == [2, 2, 2]
+    assert [[(u.kind, u.action, u.observation) for u in t.turns] for t in arr] == \
+        [[(u.kind, u.action, u.observation) for u in t.turns] for t in ref]
+    (tmp_path / "b.json").write_text(json.dumps([{"question": "?", "answer": 1}]))
+    (q,) = list(read_path(tmp_path / "b.json"))
     assert getattr(q, "reason", None) == "unknown_format"
 
 
