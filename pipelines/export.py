@@ -317,7 +317,7 @@ class ExportTokenizer:
         follow from the ids alone, and the encoder need not build offsets at all. None otherwise.
         (A byte the vocabulary has no token for is dropped by the model: `_stitch_bytes` sees the
         bytes not add up and takes that text's offsets from Rust.)"""
-        if self.max_tokens("") == sys.maxsize:
+        if not self.bounded:
             return None
         from tokenizers import pre_tokenizers
 
@@ -470,6 +470,12 @@ class ExportTokenizer:
             while j < m and enc.token_to_chars(j)[0] < local:
                 j += 1
         return first + j
+
+    @property
+    def bounded(self) -> bool:
+        """Whether `max_tokens` bounds anything (byte-level BPE), so that a byte count can tell a
+        short text without encoding it."""
+        return self.max_tokens("") != sys.maxsize
 
     def max_tokens(self, text: str) -> int:
         """An upper bound on the tokens of `text` without encoding it: with byte-level BPE every
@@ -902,7 +908,7 @@ def prepare_rows(rows: list[dict[str, Any]], cfg: ExportConfig, tok: ExportToken
     # bound: encoded with the batch, off the critical path when `run` is in a thread
     half = cfg.seq_len // 2
     ahead = [w.conv.system for w, t in zip(work, texts, strict=True)
-             if tok.max_tokens(t) > cfg.seq_len and tok.max_tokens(w.conv.system) > half]
+             if tok.max_tokens(t) > cfg.seq_len and tok.max_tokens(w.conv.system) > half] if tok.bounded else []
     return _Prepared(res, work, spans, tok.begin(texts, ahead))
 
 

@@ -116,9 +116,9 @@ def best_fit_decreasing(lengths: list[int], capacity: int) -> list[list[int]]:
 def pack(docs: list[Document], seq_len: int) -> list[Sample]:
     """Best-fit-decreasing packing of `docs` (each ≤ seq_len) into samples, in bin order."""
     for d in docs:
-        if len(d) and d.mask[0]:
+        if len(d):
             d.mask[0] = 0  # nothing predicts a document's first token
-            d.__dict__.pop("loss_tokens", None)
+        d.__dict__.pop("loss_tokens", None)  # counted again (a mixture copy shares its original's mask)
     bins = best_fit_decreasing([len(d) for d in docs], seq_len)
     return [Sample([docs[i] for i in b]) for b in bins]
 

@@ -240,7 +240,8 @@ def _sniff_unit(obj: Any) -> _LineFormat | None:
         return _LineFormat(imp)
     if isinstance(obj, list) and obj and (imp := _sniff_line(obj[0])) is not None:
         # an array of records that one per line would be JSON lines (LLaMA-Factory's chat data
-        # files, a dump of AgentWorldBench rows): each element read as a line, locator `[i]`
+        # files, a dump of AgentWorldBench rows): each element read as a line, locator `[i]`; as
+        # with JSON lines, the first element decides the format of all
         return _LineFormat(imp, array=True)
     return None
 
@@ -254,7 +255,7 @@ def _unit_records(fmt: _LineFormat, obj: Any, loc: str, ctx: ImportContext) -> I
         yield _q(ctx, loc, "malformed_record", f"{ctx.source} {loc}: expected a JSON array of {fmt.imp.name} records "
                  f"(as the first line), got {type(obj).__name__}", importer=fmt.imp, excerpt=obj), None
         return
-    prefix = "" if loc == "$" else loc
+    prefix = "" if loc == "$" else f"{loc}/"  # `line:N/[i]`, as the locators of a line's records always were
     for i, rec in enumerate(obj):
         yield from _line_records(fmt.imp, rec, f"{prefix}[{i}]", ctx)
 

@@ -104,12 +104,12 @@ def test_the_same_records_one_line_per_array_or_pretty_printed(tmp_path: Path) -
     one_line.write_text(json.dumps(raw))
     trajs = _trajs(one_line)
     _check_glaive(trajs, raw)
-    assert [t.locator for t in trajs] == ["line:1[0]", "line:1[1]", "line:1[2]"]
+    assert [t.locator for t in trajs] == ["line:1/[0]", "line:1/[1]", "line:1/[2]"]  # ids as before: same locators
     lines = tmp_path / "arrays.jsonl"
     lines.write_text(f"{json.dumps(raw[:2])}\n{json.dumps(raw[2])}\n{json.dumps(raw[2:])}\n")
     recs = list(read_path(lines))
     assert [(r.locator, getattr(r, "reason", None)) for r in recs] == [
-        ("line:1[0]", None), ("line:1[1]", None), ("line:2", "malformed_record"), ("line:3[0]", None)]
+        ("line:1/[0]", None), ("line:1/[1]", None), ("line:2", "malformed_record"), ("line:3/[0]", None)]
     assert "expected a JSON array of chat records" in recs[2].detail
     pretty = tmp_path / "pretty.json"
     pretty.write_text(json.dumps(raw[1], indent=2))

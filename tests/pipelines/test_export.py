@@ -95,8 +95,10 @@ def test_pack_arrays_restart_positions_and_clear_first_token() -> None:
     a = ex.Document(np.array([5, 6, 7], np.int32), np.array([1, 0, 1], np.uint8), "a")
     b = ex.Document(np.array([8, 9], np.int32), np.array([1, 1], np.uint8), "b")
     assert (a.loss_tokens, b.loss_tokens) == (2, 2)  # counted (and kept) before packing
-    (s,) = pack([a, b], 8)
-    assert (a.loss_tokens, b.loss_tokens) == (1, 1)  # the count follows the cleared first token
+    shared = ex.Document(a.ids, a.mask, "a", copy=1)  # a mixture copy: the same mask array
+    assert shared.loss_tokens == 2
+    (s, t) = pack([a, b, shared], 5)
+    assert (a.loss_tokens, b.loss_tokens, shared.loss_tokens) == (1, 1, 1)  # counts follow the cleared first token
     arr = s.arrays()
     assert arr["input_ids"].tolist() == [5, 6, 7, 8, 9]
     assert arr["loss_mask"].tolist() == [0, 0, 1, 0, 1]
