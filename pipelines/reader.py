@@ -291,7 +291,10 @@ def _read_jsonl(lines: Iterator[tuple[int, bytes | None, int]], ctx: ImportConte
             if fmt is None:
                 yield _q(ctx, loc, "unknown_format", f"{ctx.source} line {lineno}: JSON matches no known trace format", line), None
                 continue
-        yield from _unit_records(fmt, obj, loc, ctx)
+        if fmt.array:
+            yield from _unit_records(fmt, obj, loc, ctx)
+        else:  # the common case, without a generator more per line
+            yield from _line_records(fmt.imp, obj, loc, ctx)
 
 
 def _read_doc(data: bytes, ctx: ImportContext) -> Iterator[Item]:
