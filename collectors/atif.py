@@ -47,7 +47,16 @@ from typing import Any
 
 import orjson
 
-from collectors.base import ImportContext, Importer, as_text, object_at, outcome_of, parse_time, require
+from collectors.base import (
+    ImportContext,
+    Importer,
+    as_text,
+    expect_object,
+    object_at,
+    outcome_of,
+    parse_time,
+    require,
+)
 from schemas.records import RecordError, Trajectory, Turn, dumps
 
 _TOKEN_ARRAYS = ("prompt_token_ids", "completion_token_ids", "logprobs")
@@ -163,8 +172,7 @@ class AtifImporter(Importer):
                 yield from self._subagents(sub, loc + ".")
 
     def convert(self, record: Any, locator: str, ctx: ImportContext) -> Trajectory:
-        if not isinstance(record, dict):
-            raise RecordError("malformed_record", f"{locator}: expected an object, got {type(record).__name__}")
+        expect_object(record, locator)
         steps = require(record, "steps", locator)
         if not isinstance(steps, list):
             raise RecordError("malformed_record", f"{locator}: 'steps' must be a list, got {type(steps).__name__}")

@@ -70,10 +70,16 @@ class Importer:
         return [p for p in directory.rglob("*") if p.is_file()]
 
 
-def require(obj: Any, key: str, where: str) -> Any:
-    """obj[key], or a RecordError that names the record and the missing field."""
+def expect_object(obj: Any, where: str) -> dict:
+    """obj, or a RecordError (malformed_record) that names the record when it is not a JSON object."""
     if not isinstance(obj, dict):
         raise RecordError("malformed_record", f"{where}: expected an object, got {type(obj).__name__}")
+    return obj
+
+
+def require(obj: Any, key: str, where: str) -> Any:
+    """obj[key], or a RecordError that names the record and the missing field."""
+    expect_object(obj, where)
     if key not in obj:
         raise RecordError("missing_field", f"{where}: required field {key!r} is missing")
     return obj[key]

@@ -41,7 +41,7 @@ from typing import Any
 
 import orjson
 
-from collectors.base import ImportContext, Importer, as_text, render_call
+from collectors.base import ImportContext, Importer, as_text, expect_object, render_call
 from schemas.records import RecordError, Trajectory, Turn, dumps
 
 _ASSISTANT = {"assistant", "gpt", "model", "chatgpt", "bot", "bard", "bing"}
@@ -314,8 +314,7 @@ class ChatImporter(Importer):
         return False
 
     def convert(self, record: Any, locator: str, ctx: ImportContext) -> Trajectory:
-        if not isinstance(record, dict):
-            raise RecordError("malformed_record", f"{locator}: expected an object, got {type(record).__name__}")
+        expect_object(record, locator)
         b = _Builder(locator)
         if "messages" in record:
             field, msgs = "messages", record["messages"]

@@ -40,7 +40,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from collectors.base import ImportContext, Importer, as_text, require
+from collectors.base import ImportContext, Importer, as_text, expect_object, require
 from schemas.records import RecordError, Trajectory, Turn, dumps
 
 _LABEL = r"(Thought|Action|Observation)(?:[ \t]*\d+)?[ \t]*:"
@@ -384,8 +384,7 @@ class FireActTrajsImporter(Importer):
                 yield f"[{i}]", v
 
     def convert(self, record: Any, locator: str, ctx: ImportContext) -> Trajectory:
-        if not isinstance(record, dict):
-            raise RecordError("malformed_record", f"{locator}: expected an object, got {type(record).__name__}")
+        expect_object(record, locator)
         if "traj" in record or not ("instruction" in record or "output" in record):
             return self._eval_record(record, locator, ctx)
         return self._alpaca_record(record, locator, ctx)

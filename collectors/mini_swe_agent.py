@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from collectors.base import ImportContext, Importer, as_text, loose_json, object_at, to_float
+from collectors.base import ImportContext, Importer, as_text, expect_object, loose_json, object_at, to_float
 from schemas.records import RecordError, Trajectory, Turn, dumps
 
 _ROLES = {"system", "user", "assistant", "tool", "exit"}
@@ -97,8 +97,7 @@ class _Run:
     def read(self, msgs: list) -> None:
         for j, m in enumerate(msgs):
             where = f"messages[{j}]"
-            if not isinstance(m, dict):
-                raise RecordError("malformed_record", f"{where}: expected an object, got {type(m).__name__}")
+            expect_object(m, where)
             if "role" not in m:
                 m = _from_responses(m)
             role = m.get("role")
@@ -310,8 +309,7 @@ class MiniSweAgentImporter(Importer):
         )
 
     def convert(self, doc: Any, locator: str, ctx: ImportContext) -> Trajectory:
-        if not isinstance(doc, dict):
-            raise RecordError("malformed_record", f"{locator}: expected an object, got {type(doc).__name__}")
+        expect_object(doc, locator)
         msgs = doc.get("messages")
         if not isinstance(msgs, list):
             raise RecordError("malformed_record", f"{locator}: 'messages' must be a list")

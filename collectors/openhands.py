@@ -28,7 +28,7 @@ import re
 from datetime import datetime
 from typing import Any
 
-from collectors.base import ImportContext, Importer, as_text, loose_json, object_at, parse_time
+from collectors.base import ImportContext, Importer, as_text, expect_object, loose_json, object_at, parse_time
 from schemas.records import RecordError, Trajectory, Turn, dumps
 
 AGENT = "openhands"
@@ -512,8 +512,7 @@ class OpenHandsOutputImporter(Importer):
         return not row["history"] or _is_history(row["history"])
 
     def convert(self, row: Any, locator: str, ctx: ImportContext) -> Trajectory:
-        if not isinstance(row, dict):
-            raise RecordError("malformed_record", f"{locator}: expected an object, got {type(row).__name__}")
+        expect_object(row, locator)
         history = row.get("history")
         if not isinstance(history, list):
             raise RecordError("missing_field", f"{locator}: field 'history' is missing or not a list")

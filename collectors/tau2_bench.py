@@ -30,6 +30,7 @@ from collectors.base import (
     ImportContext,
     Importer,
     as_text,
+    expect_object,
     loose_json,
     object_at,
     outcome_of,
@@ -63,8 +64,7 @@ class Tau2BenchImporter(Importer):
 
     def convert(self, rec: Any, locator: str, ctx: ImportContext) -> Trajectory:
         sim, info, task_def = rec["simulation"], rec["info"], rec["task"]
-        if not isinstance(sim, dict):
-            raise RecordError("malformed_record", f"{locator}: expected an object, got {type(sim).__name__}")
+        expect_object(sim, locator)
         messages = require(sim, "messages", locator)
         if not isinstance(messages, list):
             raise RecordError("malformed_record", f"{locator}: 'messages' is not a list")
