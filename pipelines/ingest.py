@@ -319,8 +319,8 @@ def _ingest(
                 for m in messages:
                     echo(m)
             for sha, st in stats.items():
-                # `vars`, not `asdict`: its deep copy of 5,700 inputs cost the parent ~0.5 CPU-s per GiB, taken
-                # from the workers (the counters are this result's own, unpickled or made for it)
+                # `vars`, not `asdict`: a deep copy per input is parent CPU taken from the workers, and the
+                # counters are this result's own already (unpickled, or made for it)
                 inputs[sha] = {**vars(st), "schema_version": SCHEMA_VERSION}
                 bar.advance(st.bytes, st.source)
 

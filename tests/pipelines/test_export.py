@@ -686,3 +686,29 @@ def test_byte_offsets_only_for_byte_level_bpe(tok: ex.ExportTokenizer) -> None:
     et = ex.ExportTokenizer(tok.hf, "smollm2")
     et.backend, et._bytes_bound = normalized, None
     assert et._byte_lengths() is None
+
+
+def test_system_prompts_encoded_ahead_only_under_a_byte_bound(corpus: Path, tok: ex.ExportTokenizer) -> None:
+    """A batch's encoding also takes the system prompts a window may cut, chosen by a byte count:
+    with a byte-level tokenizer only those of renderings that may be too long; with a tokenizer
+    a byte count cannot bound, none (every one would qualify)."""
+    from tokenizers import Tokenizer, normalizers
+
+    cfg = small_config(seq_len=2048)
+    con = connect(corpus)
+    rows = next(iter(_trajectory_reader(con, views(con), 64))).to_pylist()
+
+    def ahead(t: ex.ExportTokenizer) -> set[str]:
+        prep = ex.prepare_rows(rows, cfg, t, scored=False)
+        segments = {p for text in prep.pending.texts for p in t._split.split(text)[0::2]}
+        return set(prep.pending.todo) - segments
+
+    byte_level = ex.ExportTokenizer(tok.hf, "smollm2")
+    systems = {w.conv.system for w in ex.prepare_rows(rows, cfg, byte_level, scored=False).work}
+    got = ahead(byte_level)
+    assert got and got < systems
+    unbounded = ex.ExportTokenizer(tok.hf, "smollm2")
+    normalized = Tokenizer.from_str(tok.backend.to_str())
+    normalized.normalizer = normalizers.NFC()
+    unbounded.backend, unbounded._bytes_bound = normalized, None
+    assert not unbounded.bounded and ahead(unbounded) == set()
