@@ -58,6 +58,7 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
+from itertools import chain
 from pathlib import Path
 from typing import Any
 
@@ -273,11 +274,10 @@ class ExportTokenizer:
         self._added: dict[str, np.ndarray] = {}  # added token → its id as a 1-element array
         self._split = self._segmenter()
         self._bytes_bound: bool | None = None
-        self._token_bytes = self._byte_lengths() if self._split is not None else None
+        self._token_bytes: np.ndarray | None | bool = False  # `token_bytes`, False until first asked for
         self._cache: dict[str, tuple[np.ndarray, Any]] = {}  # segment → (ids, its Encoding, or None on the byte path)
         self._cached_tokens = 0
-        # an Encoding holds ~130 bytes per token (~140 MB at 2^20 tokens); the byte path keeps ids and text
-        self.cache_tokens = 1 << 20 if self._token_bytes is None else 1 << 22
+        self.cache_tokens: int | None = None  # None: by path (`begin`)
         self.memo: dict[tuple, Any] = {}  # per-system-prompt lengths and cuts (`DocumentBuilder`)
         self._info: dict[str, Any] | None = None
 
@@ -310,6 +310,19 @@ class ExportTokenizer:
             return None  # trimmed offsets give all-space tokens zero width: only whole-text offsets say where
         self._added = {t.content: np.array([i], dtype=np.int32) for i, t in added.items()}
         return re.compile("(" + "|".join(re.escape(c) for c in sorted(self._added, key=lambda c: (-len(c), c))) + ")")
+
+    @property
+    def token_bytes(self) -> np.ndarray | None:
+        """`_byte_lengths`, built on first use (reading the vocabulary takes ~30 ms, which `export`
+        overlaps with opening the corpus)."""
+        if self._token_bytes is False:
+            self._token_bytes = self._byte_lengths() if self._split is not None else None
+        return self._token_bytes  # type: ignore[return-value]
+
+    def prepare(self) -> str:
+        """Build what every export needs (the byte table, the fingerprint) now; the fingerprint."""
+        _ = self.token_bytes
+        return self.fingerprint()
 
     def _byte_lengths(self) -> np.ndarray | None:
         """Bytes of text per token id, when every token of a segment stands for a fixed run of
@@ -351,7 +364,9 @@ class ExportTokenizer:
         if self._split is None:
             return PendingEncode(texts, None, {}, texts)
         parts = [self._split.split(t) for t in texts]
-        if self._cached_tokens > self.cache_tokens:
+        # an Encoding holds ~130 bytes per token (~140 MB at 2^20 tokens); the byte path keeps ids and text
+        limit = self.cache_tokens or (1 << 20 if self.token_bytes is None else 1 << 22)  # (`run` then reads it built)
+        if self._cached_tokens > limit:
             self._cache = {}
             self._cached_tokens = 0
         cache, known, todo = self._cache, {}, {}
@@ -369,7 +384,7 @@ class ExportTokenizer:
         """Encode what `begin` left to do: the Rust call alone, which releases the GIL and touches
         no state of this object, so it may run in another thread."""
         if pending.todo:
-            fast = self._token_bytes is not None and pending.parts is not None  # ids alone: no offsets made
+            fast = self.token_bytes is not None and pending.parts is not None  # ids alone: no offsets made
             pending.encodings = (self.backend.encode_batch_fast if fast else self.backend.encode_batch)(
                 pending.todo, add_special_tokens=False)
         return pending
@@ -380,43 +395,82 @@ class ExportTokenizer:
                      token_spans(np.asarray(e.offsets, dtype=np.int64).reshape(-1, 2), cs))
                     for e, cs in zip(pending.encodings or (), char_spans, strict=True)]
         segments = pending.known
-        fast = self._token_bytes is not None
-        for seg, e in zip(pending.todo, pending.encodings or (), strict=True):
+        encodings = pending.encodings or ()
+        if self.token_bytes is not None:  # ids only: one array for the batch, a view per segment
+            counts = [len(e) for e in encodings]
+            flat = np.fromiter(chain.from_iterable(e.ids for e in encodings), dtype=np.int32, count=sum(counts))
+            at = 0
+            for seg, n in zip(pending.todo, counts, strict=True):
+                segments[seg] = self._cache[seg] = (flat[at: at + n], None)
+                at += n
+            self._cached_tokens += at
+            return self._stitch_bytes(pending.texts, pending.parts, char_spans, segments)
+        for seg, e in zip(pending.todo, encodings, strict=True):
             ids = np.asarray(e.ids, dtype=np.int32)
-            segments[seg] = self._cache[seg] = (ids, None if fast else e)
+            segments[seg] = self._cache[seg] = (ids, e)
             self._cached_tokens += len(ids)
-        if fast:
-            return [self._stitch_bytes(t, ps, cs, segments) for t, ps, cs in zip(pending.texts, pending.parts, char_spans, strict=True)]
         return [self._stitch(ps, cs, segments) for ps, cs in zip(pending.parts, char_spans, strict=True)]
 
-    def _ids(self, ps: list[str], segments: dict[str, tuple[np.ndarray, Any]]) -> np.ndarray:
-        arrays = [self._added[p] if i % 2 else segments[p][0] for i, p in enumerate(ps) if p]
-        return np.concatenate(arrays) if arrays else np.zeros(0, np.int32)
-
-    def _stitch_bytes(self, text: str, ps: list[str], cs: list[tuple[int, int]],
-                      segments: dict[str, tuple[np.ndarray, Any]]) -> tuple[np.ndarray, np.ndarray]:
-        """One text from its cut, its spans found in byte offsets: a token's byte span covers a
-        character exactly when the offsets Hugging Face derives from it do."""
-        ids = self._ids(ps, segments)
-        if not cs:
-            return ids, np.zeros((0, 2), dtype=np.int64)
-        width = self._token_bytes[ids]
+    def _stitch_bytes(self, texts: list[str], parts: list[list[str]], char_spans: list[list[tuple[int, int]]],
+                      segments: dict[str, tuple[np.ndarray, Any]]) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Every text of a batch from its cut, its spans found in byte offsets: a token's byte span
+        covers a character exactly when the offsets Hugging Face derives from it do. One gather
+        builds the ids of all texts, and one search over the whole batch's token ends finds every
+        span (the texts laid end to end, each at the byte where its tokens start)."""
+        index: dict[str, int] = {}
+        arrays: list[np.ndarray] = []
+        for content, a in self._added.items():  # a segment never equals an added token (it was cut there)
+            index[content] = len(arrays)
+            arrays.append(a)
+        seq: list[int] = []  # the pieces of every text, as indices into `arrays`
+        piece_at = [0]
+        for ps in parts:
+            for p in ps:
+                if p:
+                    k = index.get(p)
+                    if k is None:
+                        k = index[p] = len(arrays)
+                        arrays.append(segments[p][0])
+                    seq.append(k)
+            piece_at.append(len(seq))
+        lens = np.fromiter(map(len, arrays), dtype=np.int64, count=len(arrays))
+        pool = np.concatenate(arrays)
+        q = np.asarray(seq, dtype=np.int64)
+        qlen = lens[q]
+        qend = np.cumsum(qlen)
+        n = int(qend[-1]) if len(qend) else 0
+        ids = pool[np.repeat((np.cumsum(lens) - lens)[q] - (qend - qlen), qlen) + np.arange(n)]
+        tok_at = np.concatenate([[0], qend])[piece_at]  # first token of each text, and the end
+        width = self.token_bytes[ids]
         ends = np.cumsum(width)
-        char_spans = cs
-        if text.isascii():
-            size = len(text)
-        else:
-            cps = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
-            at = np.concatenate([[0], np.cumsum(1 + (cps >= 0x80).astype(np.int64) + (cps >= 0x800) + (cps >= 0x10000))])
-            size = int(at[-1])
-            cs = [(int(at[a]), int(at[b])) for a, b in cs]
-        if (int(ends[-1]) if len(ends) else 0) != size:  # the model dropped a byte: let the whole text's offsets say
-            e = self.backend.encode(text, add_special_tokens=False)
-            return ids, token_spans(np.asarray(e.offsets, dtype=np.int64).reshape(-1, 2), char_spans)
-        c = np.array(cs, dtype=np.int64)
-        first = np.searchsorted(ends, c[:, 0], side="right")  # `token_spans`' rule, without the (n, 2) offsets
-        last = np.searchsorted(ends - width, c[:, 1], side="left")
-        return ids, np.stack([np.minimum(first, last), np.minimum(last + 1, len(ids))], axis=1)
+        byte_at = np.concatenate([[0], ends])[tok_at]  # where each text's tokens start, in their bytes
+        flat: list[tuple[int, int]] = []  # every span, in bytes of its text
+        redo: list[int] = []  # texts with spans whose tokens do not add up to their bytes
+        for t, (text, cs) in enumerate(zip(texts, char_spans, strict=True)):
+            if not cs:
+                continue
+            if text.isascii():
+                size = len(text)
+                flat += cs
+            else:
+                cps = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+                at = np.concatenate([[0], np.cumsum(1 + (cps >= 0x80).astype(np.int64) + (cps >= 0x800) + (cps >= 0x10000))])
+                size = int(at[-1])
+                flat += at[np.asarray(cs, dtype=np.int64)].tolist()
+            if byte_at[t + 1] - byte_at[t] != size:  # the model dropped a byte: let the whole text's offsets say
+                redo.append(t)
+        count = np.fromiter(map(len, char_spans), dtype=np.int64, count=len(texts))
+        span_at = np.concatenate([[0], np.cumsum(count)])
+        owner = np.repeat(np.arange(len(texts)), count)
+        b = np.asarray(flat, dtype=np.int64).reshape(-1, 2) + byte_at[owner][:, None]
+        base, size_t = tok_at[owner], np.diff(tok_at)[owner]
+        first = np.searchsorted(ends, b[:, 0], side="right") - base  # `token_spans`' rule, without offsets
+        last = np.searchsorted(ends - width, b[:, 1], side="left") - base
+        spans = np.stack([np.minimum(first, last), np.minimum(last + 1, size_t)], axis=1)
+        for t in redo:
+            e = self.backend.encode(texts[t], add_special_tokens=False)
+            spans[span_at[t]: span_at[t + 1]] = token_spans(np.asarray(e.offsets, dtype=np.int64).reshape(-1, 2), char_spans[t])
+        return [(ids[tok_at[t]: tok_at[t + 1]], spans[span_at[t]: span_at[t + 1]]) for t in range(len(texts))]
 
     def _stitch(self, ps: list[str], cs: list[tuple[int, int]],
                 segments: dict[str, tuple[np.ndarray, Any]]) -> tuple[np.ndarray, np.ndarray]:
@@ -958,6 +1012,36 @@ def _overlapped(reader: Any, cfg: ExportConfig, tok: ExportTokenizer, scored: bo
             yield finish_rows(prev[0], cfg, tok)
 
 
+@dataclass
+class _Opened:
+    """The corpus opened for one pass of `_run`: its views, counts and the running query."""
+
+    con: Any
+    have: set[str]
+    counts: dict[str, int]
+    scanned: bool  # the reader carries `flagged` (see `scan_usable`)
+    reader: Any
+
+
+def _open(root: Path, cfg: ExportConfig, scanned: bool, con: Any = None) -> _Opened:
+    """Connect (unless `con`), count and start the trajectory query: DuckDB work that releases
+    the GIL, so `export` runs it in a thread while it reads the tokenizer."""
+    from pipelines.query import connect
+
+    con = con if con is not None else connect(root)
+    have = views(con)
+    traj_view = "kept_trajectories" if "kept_trajectories" in have else "trajectories"
+    counts = {  # one statement: each count is a scan of its own
+        "trajectories_total": "SELECT count(*) FROM trajectories",
+        "dropped_by_cleaning": "SELECT count(DISTINCT trajectory_id) FROM cleaning WHERE turn_index IS NULL" if "cleaning" in have else "0",
+        "duplicates": "SELECT count(*) FROM duplicates WHERE NOT is_representative" if "duplicates" in have else "0",
+        "total": f"SELECT count(*) FROM {traj_view}",
+    }
+    row = con.sql("SELECT " + ", ".join(f"({q}) AS {k}" for k, q in counts.items())).fetchall()[0]
+    reader = _trajectory_reader(con, have, cfg.batch_trajectories, scanned)
+    return _Opened(con, have, {k: int(v) for k, v in zip(counts, row, strict=True)}, scanned, reader)
+
+
 _WORKER: dict[str, Any] = {}
 
 
@@ -969,11 +1053,10 @@ def _worker_run(rows: list[dict[str, Any]]) -> _BatchResult:
     return process_rows(rows, _WORKER["cfg"], _WORKER["tok"], _WORKER["scored"], _WORKER["scanned"])
 
 
-def _batches(con: Any, have: set[str], cfg: ExportConfig, tok: ExportTokenizer, summary: ExportSummary) -> Iterator[_BatchResult]:
+def _batches(opened: _Opened, cfg: ExportConfig, tok: ExportTokenizer, summary: ExportSummary) -> Iterator[_BatchResult]:
     """Batch results in corpus order: in this process, or from a pool of `workers` processes with
     at most 2 × workers batches in flight (the output does not depend on the number of workers)."""
-    scored, scanned = "turn_scores" in have, summary.redaction_scan
-    reader = _trajectory_reader(con, have, cfg.batch_trajectories, scanned)
+    scored, scanned, reader = "turn_scores" in opened.have, opened.scanned, opened.reader
     workers = cfg.workers or (min(os.cpu_count() or 1, 8) if summary.trajectories_total >= cfg.parallel_from else 1)
     summary.workers = workers
     if workers <= 1:
@@ -1120,20 +1203,28 @@ def export(
     force: bool = False,
 ) -> ExportSummary:
     """Export the corpus at `corpus_dir` into `out_dir` (see the module docstring)."""
-    from pipelines.query import connect
+    from concurrent.futures import ThreadPoolExecutor
+
+    from pipelines.query import require_corpus
     from pipelines.side import corpus_state
 
     t0 = time.monotonic()
     echo = echo or (lambda m: print(m, file=sys.stderr))
-    corpus = Corpus(corpus_dir)
+    corpus = require_corpus(corpus_dir)
     out = Path(out_dir)
-    con = connect(corpus.root)
-    tok = tokenizer or ExportTokenizer.load(config.tokenizer, config.chat_template)
     state = corpus_state(corpus)
-    sides = side_fingerprints(corpus)
-    fingerprint = hashlib.sha256(orjson.dumps(
-        {"format": EXPORT_FORMAT, "code": EXPORT_CODE_VERSION, "redaction_rules": rules_digest(), "settings": config.settings(),
-         "tokenizer": tok.fingerprint(), "corpus": state, "side": sides}, option=orjson.OPT_SORT_KEYS)).hexdigest()[:16]
+    scanned = config.use_redaction_scan and scan_usable(corpus, config.redact, state)
+    # DuckDB opens the corpus and runs the trajectory query in a thread (it releases the GIL) while
+    # the tokenizer's vocabulary and fingerprint are read here (they hold it): ~50 ms of ~0.6 s on the bench
+    with ThreadPoolExecutor(1, thread_name_prefix="export-open") as pool:
+        opening = pool.submit(_open, corpus.root, config, scanned)
+        tok = tokenizer or ExportTokenizer.load(config.tokenizer, config.chat_template)
+        sides = side_fingerprints(corpus)
+        fingerprint = hashlib.sha256(orjson.dumps(
+            {"format": EXPORT_FORMAT, "code": EXPORT_CODE_VERSION, "redaction_rules": rules_digest(), "settings": config.settings(),
+             "tokenizer": tok.prepare(), "corpus": state, "side": sides}, option=orjson.OPT_SORT_KEYS)).hexdigest()[:16]
+        opened = opening.result()
+
     def new_summary() -> ExportSummary:
         return ExportSummary(corpus=str(corpus.root), out=str(out), fingerprint=fingerprint, seq_len=config.seq_len,
                              tokenizer=tok.info()["name_or_path"] or config.tokenizer)
@@ -1149,15 +1240,15 @@ def export(
             shutil.rmtree(stale, ignore_errors=True)
         staging = out / f".staging-{os.getpid()}"
         staging.mkdir()
-        summary.redaction_scan = config.use_redaction_scan and scan_usable(corpus, config.redact, state)
-        manifest, assignments = _run(con, config, tok, staging, summary, progress, echo)
-        if summary.redaction_scan and not scan_usable(corpus, config.redact):  # the state now: still the scanned one?
+        manifest, assignments = _run(opened, config, tok, staging, summary, progress, echo)
+        if opened.scanned and not scan_usable(corpus, config.redact):  # the state now: still the scanned one?
             # the corpus changed while it was read: rows clean never scanned may be in it
             echo("export: the corpus changed during the export; exporting again, scanning every text for secrets")
             shutil.rmtree(staging, ignore_errors=True)
             staging.mkdir()
             summary = new_summary()
-            manifest, assignments = _run(con, config, tok, staging, summary, progress, echo)
+            manifest, assignments = _run(_open(corpus.root, config, False, opened.con), config, tok, staging, summary,
+                                         progress, echo)
         manifest.update({"format": EXPORT_FORMAT, "fingerprint": fingerprint, "settings": config.settings(),
                          "tokenizer": tok.info(), "corpus": {"path": str(corpus.root), "state": state, "side_tables": sides}})
         (out / "manifest.json").unlink(missing_ok=True)  # from here on the old export is incomplete
@@ -1178,19 +1269,13 @@ def export(
     return summary
 
 
-def _run(con: Any, cfg: ExportConfig, tok: ExportTokenizer, root: Path, summary: ExportSummary, progress: bool,
+def _run(opened: _Opened, cfg: ExportConfig, tok: ExportTokenizer, root: Path, summary: ExportSummary, progress: bool,
          echo: Callable[[str], None]) -> tuple[dict[str, Any], pa.Table]:
-    have = views(con)
-    summary.tables_used = sorted(have & set(SIDE_TABLES))
-    traj_view = "kept_trajectories" if "kept_trajectories" in have else "trajectories"
-    counts = {  # one statement: each count is a scan of its own
-        "trajectories_total": "SELECT count(*) FROM trajectories",
-        "dropped_by_cleaning": "SELECT count(DISTINCT trajectory_id) FROM cleaning WHERE turn_index IS NULL" if "cleaning" in have else "0",
-        "duplicates": "SELECT count(*) FROM duplicates WHERE NOT is_representative" if "duplicates" in have else "0",
-        "total": f"SELECT count(*) FROM {traj_view}",
-    }
-    row = con.sql("SELECT " + ", ".join(f"({q}) AS {k}" for k, q in counts.items())).fetchall()[0]
-    summary.trajectories_total, summary.dropped_by_cleaning, summary.duplicates, total = (int(x) for x in row)
+    summary.tables_used = sorted(opened.have & set(SIDE_TABLES))
+    summary.redaction_scan = opened.scanned
+    for k in ("trajectories_total", "dropped_by_cleaning", "duplicates"):
+        setattr(summary, k, opened.counts[k])
+    total = opened.counts["total"]
     redactions: Counter[str] = Counter()
     meta = {"worldline.export": EXPORT_FORMAT, "worldline.seq_len": str(cfg.seq_len)}
     writers = {s: _SplitWriter(s, root, cfg, tok.vocab_size, summary.splits[s], meta) for s in SPLITS}
@@ -1199,7 +1284,7 @@ def _run(con: Any, cfg: ExportConfig, tok: ExportTokenizer, root: Path, summary:
     assign: dict[str, list[Any]] = defaultdict(list)
     seen_groups: dict[str, str] = {}
 
-    for res in _batches(con, have, cfg, tok, summary):
+    for res in _batches(opened, cfg, tok, summary):
         for k, v in res.counters.items():
             setattr(summary, k, getattr(summary, k) + v)
         redactions.update(res.redactions)

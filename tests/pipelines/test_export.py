@@ -156,7 +156,7 @@ def test_segment_encoder_equals_whole_text_encoding(tok: ex.ExportTokenizer, pat
         spans.append([(cuts[k], cuts[k + 1]) for k in range(0, len(cuts), 2)])
     fresh = ex.ExportTokenizer(tok.hf, "smollm2")
     assert fresh._split is not None  # the segmenting path is what this test is about
-    assert fresh._token_bytes is not None  # SmolLM2 is byte-level BPE
+    assert fresh.token_bytes is not None  # SmolLM2 is byte-level BPE
     if path == "char_to_token":
         fresh._token_bytes = None
     got = fresh.encode(texts, spans) + fresh.encode(texts, spans)  # the second time from the cache
@@ -680,7 +680,7 @@ def test_byte_offsets_only_for_byte_level_bpe(tok: ex.ExportTokenizer) -> None:
     normalizer (which rewrites the text before it is cut into tokens) turns that path off."""
     from tokenizers import Tokenizer, normalizers
 
-    assert ex.ExportTokenizer(tok.hf, "smollm2")._token_bytes is not None
+    assert ex.ExportTokenizer(tok.hf, "smollm2").token_bytes is not None
     normalized = Tokenizer.from_str(tok.backend.to_str())
     normalized.normalizer = normalizers.NFKC()
     et = ex.ExportTokenizer(tok.hf, "smollm2")
