@@ -1090,6 +1090,10 @@ _WORKER: dict[str, Any] = {}
 
 
 def _worker_init(hf: Any, spec: str, chat_template: str | None, cfg: ExportConfig, scored: bool, scanned: bool) -> None:
+    # one encoder thread per worker: the processes already fill the cores, and each worker's Rust
+    # thread pool would otherwise fight the others for them (Hugging Face tokenizers also turn it
+    # off by themselves in a child forked after the parent encoded, so that set-up decided the speed)
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
     _WORKER.update(tok=ExportTokenizer(hf, spec, chat_template), cfg=cfg, scored=scored, scanned=scanned)
 
 
