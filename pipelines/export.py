@@ -790,8 +790,8 @@ class DocumentBuilder:
         if len(mask):
             mask[0] = 0
         t = w.traj
-        return Document(ids, mask, t["trajectory_id"], window, 0, t["domain"], t["source_format"], truncated,
-                        (system, groups, train))
+        chat = (system, groups, train) if "chat" in self.cfg.formats else None  # texts a worker need not send back
+        return Document(ids, mask, t["trajectory_id"], window, 0, t["domain"], t["source_format"], truncated, chat)
 
     def texts(self, work: list[_Work]) -> tuple[list[str], list[list[tuple[int, int]]]]:
         """Each trajectory's whole rendering and the character spans of its observations."""
@@ -1097,8 +1097,9 @@ def _worker_init(hf: Any, spec: str, chat_template: str | None, cfg: ExportConfi
     _WORKER.update(tok=ExportTokenizer(hf, spec, chat_template), cfg=cfg, scored=scored, scanned=scanned)
 
 
-def _worker_run(rows: list[dict[str, Any]]) -> _BatchResult:
-    return process_rows(rows, _WORKER["cfg"], _WORKER["tok"], _WORKER["scored"], _WORKER["scanned"])
+def _worker_run(batch: pa.RecordBatch) -> _BatchResult:
+    """One batch in a worker: it arrives as Arrow (buffers, cheaper to send than Python rows)."""
+    return process_rows(batch.to_pylist(), _WORKER["cfg"], _WORKER["tok"], _WORKER["scored"], _WORKER["scanned"])
 
 
 def _batches(opened: _Opened, cfg: ExportConfig, tok: ExportTokenizer, summary: ExportSummary) -> Iterator[_BatchResult]:
@@ -1118,7 +1119,7 @@ def _batches(opened: _Opened, cfg: ExportConfig, tok: ExportTokenizer, summary: 
                              initargs=(tok.hf, tok.spec, cfg.chat_template, cfg, scored, scanned)) as pool:
         pending: deque = deque()
         for batch in reader:
-            pending.append(pool.submit(_worker_run, batch.to_pylist()))
+            pending.append(pool.submit(_worker_run, batch))
             if len(pending) >= 2 * workers:
                 yield pending.popleft().result()
         while pending:
