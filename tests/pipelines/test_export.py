@@ -147,7 +147,8 @@ def test_segment_encoder_equals_whole_text_encoding(tok: ex.ExportTokenizer, pat
     rng = np.random.default_rng(7)
     atoms = ["<|im_start|>", "<|im_end|>", "<|endoftext|>", "assistant\n", "user\n", "\n", "\n\n", "  ", " ", "\t",
              "é", "中文", "🙂", "👩\u200d💻", "e\u0301", "ls -la", "$ ", "exit 0", "Hello", " world", "<", "|", "<|im",
-             "\x00", "AKIA", "0123456789", "\x04", "\U00040001"]  # the last two: bytes SmolLM2 has no token for
+             "\x00", "AKIA", "0123456789", "x\n", "\ny", " \n", "\n ", "}\n{", "\r\n", "'s\n", "\n'll", "\u00a0\n",
+             "\n\u2028", "\x04", "\U00040001"]  # the last two: bytes SmolLM2 has no token for
     texts, spans = [], []
     for _ in range(400):
         text = "".join(atoms[i] for i in rng.integers(0, len(atoms), rng.integers(0, 30)))
@@ -166,6 +167,25 @@ def test_segment_encoder_equals_whole_text_encoding(tok: ex.ExportTokenizer, pat
         want = ex.token_spans(np.asarray(e.offsets, dtype=np.int64).reshape(-1, 2), cs)
         assert ts.tolist() == want.tolist(), (repr(text), cs)
         assert len(e.ids) <= fresh.max_tokens(text)
+
+
+def test_lines_cut_only_where_the_pre_tokenizer_splits(tok: ex.ExportTokenizer) -> None:
+    """Segments are cut after a newline only between two visible ASCII characters, and the parts
+    encode to the segment's tokens (hand-made edges, then 3,000 random texts of line-ish atoms)."""
+    assert ex._cut_lines(["a\nb\n\nc \nd\ne\n", "<|im_end|>", "\nx\ny"]) == [
+        "a\n", "b\n\nc \nd\n", "e\n", "<|im_end|>", "\nx\n", "y"]
+    assert ex._cut_lines(["é\nb\nü", "<|im_start|>", "a\n\tb\n"]) == ["é\nb\nü", "<|im_start|>", "a\n\tb\n"]
+    fresh = ex.ExportTokenizer(tok.hf, "smollm2")
+    assert fresh.cuts_lines  # SmolLM2: byte-level BPE with the GPT-2 pattern
+    rng = np.random.default_rng(11)
+    atoms = ["\n", "\n\n", " ", "  ", "\t", "\r", "a", "Z", "9", "'", "'s", "}", "$", "~", "!", "é", "\u00a0", "\u2028",
+             "\u3000", "中", "\x1c", "ls", " -la", "def f():", "    return 1"]
+    for _ in range(3000):
+        seg = "".join(atoms[i] for i in rng.integers(0, len(atoms), rng.integers(1, 40)))
+        parts = ex._cut_lines([seg])
+        assert "".join(parts) == seg
+        whole = tok.backend.encode(seg, add_special_tokens=False).ids
+        assert [i for p in parts for i in tok.backend.encode(p, add_special_tokens=False).ids] == whole, repr(seg)
 
 
 def test_loss_only_on_observations_and_end_of_message(exported: tuple[Path, ex.ExportSummary], tok: ex.ExportTokenizer) -> None:
@@ -686,6 +706,7 @@ def test_byte_offsets_only_for_byte_level_bpe(tok: ex.ExportTokenizer) -> None:
     et = ex.ExportTokenizer(tok.hf, "smollm2")
     et.backend, et._bytes_bound = normalized, None
     assert et._byte_lengths() is None
+    assert not et.cuts_lines  # nor cut into lines
 
 
 def test_system_prompts_encoded_ahead_only_under_a_byte_bound(corpus: Path, tok: ex.ExportTokenizer) -> None:
