@@ -169,6 +169,18 @@ def test_segment_encoder_equals_whole_text_encoding(tok: ex.ExportTokenizer, pat
         assert len(e.ids) <= fresh.max_tokens(text)
 
 
+def test_vocabulary_read_from_the_tokenizer_json(tok: ex.ExportTokenizer) -> None:
+    """The byte table's vocabulary is parsed out of the serialized tokenizer, or, when that text
+    is not laid out as expected, asked of the backend: the same either way."""
+    want = tok.backend.get_vocab(with_added_tokens=False)
+    fresh = ex.ExportTokenizer(tok.hf, "smollm2")
+    assert fresh._vocab() == want
+    fresh._json_text = fresh._json().replace('},"merges":', '}, "merges":')  # another layout
+    assert fresh._vocab() == want
+    fresh._json_text = '{"model": {"vocab": {"a": 0}, "merges": []}}'  # a wrong one
+    assert fresh._vocab() == want
+
+
 def test_lines_cut_only_where_the_pre_tokenizer_splits(tok: ex.ExportTokenizer) -> None:
     """Segments are cut after a newline only between two visible ASCII characters, and the parts
     encode to the segment's tokens (hand-made edges, then 3,000 random texts of line-ish atoms)."""
