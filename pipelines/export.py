@@ -20,9 +20,15 @@ state; each action a user message, each observation an assistant message):
 
 Rendering uses `pipelines.render` (conversation, messages, template pieces; the same placeholder
 interleaving and the same character-to-token span rule as `render.render`, which a test checks
-token for token) with the tokenizer's Rust backend encoding a whole batch of trajectories at once;
-in one process, a batch's encoding runs in a thread (the Rust call releases the GIL) while the
-next batch is redacted and rendered and the previous one packed and written.
+token for token) with the tokenizer's Rust backend encoding a whole batch of trajectories at once.
+Each rendered text is cut at the chat template's special tokens and, for byte-level BPE with the
+GPT-2 pre-tokenizer, into lines where that pre-tokenizer always splits (`_cut_lines`); every
+distinct piece is encoded once and cached, so a line an earlier observation already showed is not
+encoded again, and the ids of a text are its pieces' ids (`ExportTokenizer`, tested against
+whole-text encoding). In one process, a batch's encoding runs in a thread (the Rust call releases
+the GIL) while the next batch is redacted and rendered and the previous one packed and written;
+with worker processes (by default from `parallel_from` trajectories) each worker encodes on one
+thread.
 
 Long trajectories are split on turn boundaries into windows (`pipelines.pack.windows`): each
 window re-renders the system prompt plus recent whole turns as context (up to
