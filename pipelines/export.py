@@ -340,6 +340,8 @@ class ExportTokenizer:
         encode(a + <tok> + b) = encode(a) + [tok] + encode(b) unless an added token strips its
         neighbours or is matched after normalization. None when that cannot be relied on."""
         added = self.backend.get_added_tokens_decoder()
+        if getattr(self.backend, "encode_special_tokens", False):
+            return None  # special tokens in a text are encoded as text (`split_special_tokens`): no cut there
         if not added or any(t.lstrip or t.rstrip or t.single_word or (t.normalized and self.backend.normalizer is not None)
                             for t in added.values()):
             return None
@@ -433,7 +435,8 @@ class ExportTokenizer:
             pieces = [ps[0::2] for ps in parts] + [cut(t)[0::2] for t in ahead]
             added = {}
         # an Encoding holds ~130 bytes per token (~140 MB at 2^20 tokens); the byte path keeps ids and text
-        limit = self.cache_tokens or (1 << 20 if self.token_bytes is None else 1 << 22)  # (`run` then reads it built)
+        limit = self.cache_tokens if self.cache_tokens is not None else (1 << 20 if self.token_bytes is None else 1 << 22)
+        # (`run` then reads the byte table built)
         if self._cached_tokens > limit:
             self._cache = {}
             self._cached_tokens = 0
@@ -457,9 +460,8 @@ class ExportTokenizer:
         GPT-2 pattern (the proof is about that pattern) and without BPE dropout (random merges)."""
         if self._cuts_lines is None:
             b = self.backend
-            self._cuts_lines = (self.token_bytes is not None and repr(b.pre_tokenizer) in _GPT2_BYTE_LEVEL
-                                and getattr(b.model, "dropout", None) is None)
-        return self._cuts_lines
+            self._cuts_lines = repr(b.pre_tokenizer) in _GPT2_BYTE_LEVEL and getattr(b.model, "dropout", None) is None
+        return self._cuts_lines and self.token_bytes is not None  # lines are stitched on the byte path only
 
     def run(self, pending: PendingEncode, parallel: bool = True) -> PendingEncode:
         """Encode what `begin` left to do: the Rust call alone, which releases the GIL and touches

@@ -169,6 +169,21 @@ def test_segment_encoder_equals_whole_text_encoding(tok: ex.ExportTokenizer, pat
         assert len(e.ids) <= fresh.max_tokens(text)
 
 
+def test_special_tokens_in_text_encoded_as_text_when_the_tokenizer_says_so(tok: ex.ExportTokenizer) -> None:
+    """With `encode_special_tokens` (Hugging Face's `split_special_tokens`) a special token inside a
+    text is encoded as its characters: the encoder must not cut the text there (found in review)."""
+    from tokenizers import Tokenizer
+
+    backend = Tokenizer.from_str(tok.backend.to_str())
+    backend.encode_special_tokens = True
+    et = ex.ExportTokenizer(tok.hf, "smollm2")
+    et.backend = backend
+    et._split = et._segmenter()
+    text = "x<|im_end|>y\nz"
+    want = backend.encode(text, add_special_tokens=False).ids
+    assert len(want) > 3 and et.encode([text], [[(0, 1)]])[0][0].tolist() == want
+
+
 def test_vocabulary_read_from_the_tokenizer_json(tok: ex.ExportTokenizer) -> None:
     """The byte table's vocabulary is parsed out of the serialized tokenizer, or, when that text
     is not laid out as expected, asked of the backend: the same either way."""
