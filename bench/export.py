@@ -28,9 +28,10 @@ segment cache and builds its byte table and fingerprint inside the timing:
   with `--workers` processes building documents (byte-identical output);
 - project (all formats): Parquet, chat JSONL.zst and Megatron binaries, in one process.
 
-Both must produce the same number of tokens and loss tokens (checked). Each is run `--repeat`
-times on the sample and `--scaled-repeat` times on the scaled corpus, and the best time kept (the
-machine is shared and noisy). Then the reader: samples/s of `pipelines.loader.PackedShards` over
+Both must produce the same number of tokens and loss tokens (checked). The runs take turns,
+`--repeat` rounds on the sample and `--scaled-repeat` on the scaled corpus, and each keeps its best
+time (the machine is shared and noisy: a slow spell lasts tens of seconds, and taking turns spreads
+it over every run). Then the reader: samples/s of `pipelines.loader.PackedShards` over
 the train split in one process, and through a DataLoader with 2 workers. Results go to
 `docs/benchmarks.md` under "## Export (bench/export.py)" (other sections are kept).
 """
@@ -298,15 +299,6 @@ def scaled_corpus(copies: int) -> Path:
     return corpus
 
 
-def best_of(n: int, fn: Any) -> tuple[float, Any]:
-    best, result = float("inf"), None
-    for _ in range(n):
-        t0 = time.perf_counter()
-        result = fn()
-        best = min(best, time.perf_counter() - t0)
-    return best, result
-
-
 def reader_rates(out: Path) -> tuple[int, float, float]:
     from torch.utils.data import DataLoader
 
@@ -395,17 +387,21 @@ def measure(name: str, corpus: Path, seq_len: int, workers: int, repeat: int, to
     with tempfile.TemporaryDirectory(prefix="wl-bench-export-") as tmp:
         work = Path(tmp)
         (work / "base").mkdir()
-        times = {}
-        times["base"], (b_tokens, b_loss, b_samples) = best_of(repeat, lambda: baseline(corpus, work / "base", cfg, tok))
-
         def project(c: ExportConfig, out: str) -> Any:
             return export(corpus, work / out, c, progress=False, tokenizer=ExportTokenizer(tok.hf, "smollm2"), force=True)
 
-        times["proj"], s = best_of(repeat, lambda: project(cfg, "proj"))
         par_cfg = ExportConfig(seq_len=seq_len, formats=("parquet",), record_in_corpus=False, workers=workers)
-        times["par"], _ = best_of(repeat, lambda: project(par_cfg, "par"))
         all_cfg = ExportConfig(seq_len=seq_len, record_in_corpus=False, workers=1)
-        times["all"], _ = best_of(repeat, lambda: project(all_cfg, "all"))
+        runs = {"base": lambda: baseline(corpus, work / "base", cfg, tok), "proj": lambda: project(cfg, "proj"),
+                "par": lambda: project(par_cfg, "par"), "all": lambda: project(all_cfg, "all")}
+        times = dict.fromkeys(runs, float("inf"))
+        results: dict[str, Any] = {}
+        for _ in range(repeat):  # round-robin: a slow spell of the machine hits every run alike
+            for k, fn in runs.items():
+                t0 = time.perf_counter()
+                results[k] = fn()
+                times[k] = min(times[k], time.perf_counter() - t0)
+        (b_tokens, b_loss, b_samples), s = results["base"], results["proj"]
         p_tokens = sum(x.tokens for x in s.splits.values())
         p_loss = sum(x.loss_tokens for x in s.splits.values())
         if (p_tokens, p_loss) != (b_tokens, b_loss):
