@@ -415,7 +415,7 @@ def measure(name: str, corpus: Path, seq_len: int, workers: int, repeat: int, to
 
 
 def _default_run(m: Measured, workers: int) -> str:
-    """Which run is what `export` does with default settings on this corpus and machine."""
+    """Which run uses the worker count `export` picks by default on this corpus and machine."""
     from pipelines.export import ExportConfig
 
     auto = min(os.cpu_count() or 1, 8) if m.trajectories >= ExportConfig().parallel_from else 1
@@ -435,8 +435,8 @@ def report(m: Measured, workers: int, seq_len: int) -> list[str]:
     ]
     rows = [
         ("baseline (one sample at a time, Python lists)", t_base),
-        ("project, Parquet, 1 process" + (" (the default here)" if _default_run(m, workers) == "proj" else ""), m.times["proj"]),
-        (f"project, Parquet, {workers} worker processes" + (" (the default here)" if _default_run(m, workers) == "par" else ""),
+        ("project, Parquet, 1 process" + (" (the default worker count here)" if _default_run(m, workers) == "proj" else ""), m.times["proj"]),
+        (f"project, Parquet, {workers} worker processes" + (" (the default worker count here)" if _default_run(m, workers) == "par" else ""),
          m.times["par"]),
         ("project, Parquet + chat JSONL.zst + Megatron, 1 process", m.times["all"]),
     ]
@@ -512,7 +512,7 @@ def main(argv: list[str]) -> int:
         return m.times["base"] / m.times[run]
 
     default = {m.name: _default_run(m, a.workers) or "proj" for m in results}
-    verdict = "Target 5x, with default settings: " + "; ".join(
+    verdict = "Target 5x (Parquet), with the default worker count: " + "; ".join(
         f"{ratio(m, default[m.name]):.1f}x on the {m.name.lower()} corpus ("
         + ("met" if ratio(m, default[m.name]) >= 5 else "not met") + f"; 1 process {ratio(m, 'proj'):.1f}x)"
         for m in results) + "."
