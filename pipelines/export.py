@@ -54,6 +54,7 @@ from __future__ import annotations
 import bisect
 import copy
 import fcntl
+import functools
 import hashlib
 import math
 import os
@@ -255,9 +256,9 @@ class PendingEncode:
     """One `ExportTokenizer.encode` between its steps."""
 
     texts: list[str]
-    parts: list[list[str]] | None  # each text cut at added tokens; None: whole texts are encoded
-    known: dict[str, tuple[np.ndarray, Any]]  # segments found in the cache
-    todo: list[str]  # segments (or whole texts) to encode
+    parts: list[list[str]] | None  # each text's pieces (`begin`); None: whole texts are encoded
+    known: dict[str, tuple[np.ndarray, Any]]  # pieces found in the cache
+    todo: list[str]  # pieces (or whole texts) to encode
     encodings: list[Any] | None = None  # `run`'s result, in `todo` order
 
 
@@ -309,9 +310,6 @@ class ExportTokenizer:
         self._added: dict[str, np.ndarray] = {}  # added token → its id as a 1-element array
         self._split = self._segmenter()
         self._bytes_bound: bool | None = None
-        self._token_bytes: np.ndarray | None | bool = False  # `token_bytes`, False until first asked for
-        self._cuts_lines: bool | None = None
-        self._json_text: str | None = None
         self._cache: dict[str, tuple[np.ndarray, Any]] = {}  # segment → (ids, its Encoding, or None on the byte path)
         self._cached_tokens = 0
         self.cache_tokens: int | None = None  # None: by path (`begin`)
@@ -350,13 +348,10 @@ class ExportTokenizer:
         self._added = {t.content: np.array([i], dtype=np.int32) for i, t in added.items()}
         return re.compile("(" + "|".join(re.escape(c) for c in sorted(self._added, key=lambda c: (-len(c), c))) + ")")
 
-    @property
+    @functools.cached_property
     def token_bytes(self) -> np.ndarray | None:
-        """`_byte_lengths`, built on first use (reading the vocabulary takes ~30 ms, which `export`
-        overlaps with opening the corpus)."""
-        if self._token_bytes is False:
-            self._token_bytes = self._byte_lengths() if self._split is not None else None
-        return self._token_bytes  # type: ignore[return-value]
+        """`_byte_lengths` (on the segmenting path), built on first use: `prepare`."""
+        return self._byte_lengths() if self._split is not None else None
 
     def prepare(self) -> str:
         """Build what every export needs (the byte table, the fingerprint) now; the fingerprint."""
@@ -383,18 +378,18 @@ class ExportTokenizer:
             out[i] = len(t.content.encode("utf-8"))
         return out
 
-    def _json(self) -> str:
+    @functools.cached_property
+    def tokenizer_json(self) -> str:
         """The backend's tokenizer.json, serialized once (the fingerprint and the vocabulary read it)."""
-        if self._json_text is None:
-            self._json_text = self.backend.to_str()
-        return self._json_text
+        return self.backend.to_str()
 
     def _vocab(self) -> dict[str, int]:
-        """The model's vocabulary (without added tokens), parsed from `_json`'s "vocab" object:
-        ~10 ms where `get_vocab` takes ~25 ms (both are on every export's critical path). A
-        structural `},"merges":` cannot occur inside a JSON string (its quote would be escaped);
-        anything unexpected falls back to `get_vocab`."""
-        text = self._json()
+        """The model's vocabulary (without added tokens), parsed from the "vocab" object of
+        `tokenizer_json`, which the fingerprint serializes anyway (`get_vocab` builds the same dict
+        more slowly, on every export's critical path). A structural `},"merges":`
+        cannot occur inside a JSON string (its quote would be escaped); anything unexpected falls
+        back to `get_vocab`."""
+        text = self.tokenizer_json
         try:
             start = text.index('"vocab":', text.index('"model":')) + len('"vocab":')
             vocab = orjson.loads(text[start: text.index('},"merges":', start) + 1])
@@ -455,19 +450,18 @@ class ExportTokenizer:
     def cuts_lines(self) -> bool:
         """Whether segments are also cut into lines (`_cut_lines`), for the cache: the lines of
         observations repeat far more than whole observations do (a file shown twice, a page tree
-        that changed in one node: on the bench's corpus 27% of the characters the encoder saw were
-        in a line it had already encoded). Only with byte-level BPE whose pre-tokenizer is the
-        GPT-2 pattern (the proof is about that pattern) and without BPE dropout (random merges)."""
-        if self._cuts_lines is None:
-            b = self.backend
-            self._cuts_lines = repr(b.pre_tokenizer) in _GPT2_BYTE_LEVEL and getattr(b.model, "dropout", None) is None
-        return self._cuts_lines and self.token_bytes is not None  # lines are stitched on the byte path only
+        that changed in one node; bench/export.py prints the tokens encoded per token exported).
+        Only with byte-level BPE whose pre-tokenizer is the GPT-2 pattern (the proof is about that
+        pattern), without BPE dropout (random merges), and on the byte path (which stitches lines)."""
+        b = self.backend
+        return (repr(b.pre_tokenizer) in _GPT2_BYTE_LEVEL and getattr(b.model, "dropout", None) is None
+                and self.token_bytes is not None)
 
     def run(self, pending: PendingEncode, parallel: bool = True) -> PendingEncode:
         """Encode what `begin` left to do: the Rust call alone, which releases the GIL and touches
         no state of this object, so it may run in another thread. `parallel=False` stays out of
         the Rust thread pool: while another thread's batch holds it, a call that needs it waits
-        for most of that batch (measured: 1.2 s of a 4.7 s export, for 2% of its tokens)."""
+        for most of that batch."""
         if not pending.todo:
             return pending
         if not parallel:
@@ -639,7 +633,7 @@ class ExportTokenizer:
     def info(self) -> dict[str, Any]:
         if self._info is not None:
             return self._info
-        tj = self._json().encode()
+        tj = self.tokenizer_json.encode()
         self._info = {
             "spec": self.spec,
             "name_or_path": Path(str(getattr(self.hf, "name_or_path", ""))).name,
@@ -890,56 +884,56 @@ class DocumentBuilder:
         if encoded is None:
             encoded = self.tok.encode(*self.texts(work))
         long = [i for i, (ids, _) in enumerate(encoded) if len(ids) > self.cfg.seq_len]
-        windows = self._windows([work[i] for i in long], [encoded[i][1] for i in long])
-        out: list[list[Document]] = []
-        for w, (ids, ts) in zip(work, encoded, strict=True):
-            if len(ids) <= self.cfg.seq_len:
-                out.append([self._doc(w, w.conv.groups, w.conv.system, 0, ids, ts, 0, w.loss)])
+        windows = iter(self._windows([work[i] for i in long], [encoded[i][1] for i in long]))
+        return [[self._doc(w, w.conv.groups, w.conv.system, 0, ids, ts, 0, w.loss)] if len(ids) <= self.cfg.seq_len
+                else next(windows) for w, (ids, ts) in zip(work, encoded, strict=True)]
+
+    def _memoized(self, kind: tuple, keys: list[str], compute: Callable[[list[str]], list[Any]]) -> dict[str, Any]:
+        """`tok.memo[(kind, key)]` of each distinct key; the ones not known yet from one `compute` call."""
+        out, todo = {}, []
+        for k in dict.fromkeys(keys):
+            v = self.tok.memo.get((kind, k))
+            if v is None:
+                todo.append(k)
             else:
-                out.append(windows.pop(0))
+                out[k] = v
+        for k, v in zip(todo, compute(todo) if todo else [], strict=True):
+            out[k] = self.tok.remember((kind, k), v)
         return out
 
     def _system_lens(self, systems: list[str]) -> dict[str, int]:
-        """Tokens of each system prompt rendered alone; the ones not known yet in one call."""
-        out, todo = {}, []
-        for s in dict.fromkeys(systems):
-            n = self.tok.memo.get(("len", s))
-            if n is None:
-                todo.append(s)
-            else:
-                out[s] = n
-        texts = [chat_text(self.tok, [{"role": "system", "content": s}])[0] for s in todo]
-        for s, (ids, _) in zip(todo, self.tok.encode(texts, [[] for _ in texts]), strict=True):
-            out[s] = self.tok.remember(("len", s), len(ids))
-        return out
+        """Tokens of each system prompt rendered alone."""
+        def lengths(todo: list[str]) -> list[int]:
+            texts = [chat_text(self.tok, [{"role": "system", "content": s}])[0] for s in todo]
+            return [len(ids) for ids, _ in self.tok.encode(texts, [[] for _ in texts])]
+
+        return self._memoized(("len",), systems, lengths)
 
     def _cut_systems(self, systems: list[str]) -> dict[str, str]:
         """Each system prompt, cut to half the window if it is longer (a large action space), as
-        the scorer does (`TurnScorer._fit_system`), so that turns still fit beside it. The ones not
-        known yet are encoded in one multi-threaded call; a byte count spares the short ones."""
+        the scorer does (`TurnScorer._fit_system`), so that turns still fit beside it. A byte
+        count spares the short ones; the others' pieces are cached already (`prepare_rows`)."""
         half = self.cfg.seq_len // 2
+
+        def cuts(todo: list[str]) -> list[str]:
+            return [s if len(ids) <= half else self.tok.backend.decode(ids[:half].tolist(), skip_special_tokens=False)
+                    for s, (ids, _) in zip(todo, self.tok.encode(todo, [[] for _ in todo]), strict=True)]
+
         out = {s: s for s in systems if self.tok.max_tokens(s) <= half}
-        todo = []
-        for s in dict.fromkeys(systems):
-            if s not in out:
-                fit = self.tok.memo.get(("fit", s, half))
-                if fit is None:
-                    todo.append(s)
-                else:
-                    out[s] = fit
-        for s, (ids, _) in zip(todo, self.tok.encode(todo, [[] for _ in todo]), strict=True):  # cached: `prepare_rows`
-            out[s] = self.tok.remember(("fit", s, half), s if len(ids) <= half else
-                                       self.tok.backend.decode(ids[:half].tolist(), skip_special_tokens=False))
-        return out
+        return out | self._memoized(("fit", half), [s for s in systems if s not in out], cuts)
+
+    def _fits(self, n_tokens: int, j: int, s: int, e: int) -> bool:
+        """Whether window groups[j:e] (training from s) is taken as it is: it fits, or it is one
+        group without history (then cut at seq_len)."""
+        return n_tokens <= self.cfg.seq_len or (j == s and e == s + 1)
 
     def _windows(self, work: list[_Work], spans: list[np.ndarray]) -> list[list[Document]]:
         """The windows of each trajectory too long for one sequence. Each window is planned from
         the whole rendering's group lengths and then checked on its own rendering; all planned
-        windows of the batch are encoded in one call, and a trajectory goes window by window
-        (shrinking the one that does not fit) only from its first planned window that does not fit."""
+        windows of the batch are encoded in one call, and a trajectory goes on window by window
+        (`_windows_from`) from its first planned window that does not fit."""
         if not work:
             return []
-        seq_len = self.cfg.seq_len
         cuts = self._cut_systems([w.conv.system for w in work])
         lens = self._system_lens([w.conv.system for w in work] + [c for s, c in cuts.items() if c != s])
         plans: list[tuple[str, list[int], int, list[tuple[int, int, int]]]] = []  # system, group lengths, its length, (j, s, e)
@@ -948,45 +942,47 @@ class DocumentBuilder:
             conv = w.conv
             system = cuts[conv.system]
             self.systems_truncated += system != conv.system
-            sys_len = lens[system]
             glen = group_lengths([int(e) for _, e in ts], lens[conv.system])
             plan, s = [], 0
             while s < len(conv.groups):
-                j, e = next_window(glen, seq_len - sys_len, s, self.cfg.history_fraction)
+                j, e = next_window(glen, self.cfg.seq_len - lens[system], s, self.cfg.history_fraction)
                 plan.append((j, s, e))
                 text, wcs = chat_text(self.tok, messages(conv, conv.groups[j:e], system))
                 texts.append(text)
                 char_spans.append(wcs)
                 s = e
-            plans.append((system, glen, sys_len, plan))
-        encoded = iter(self.tok.encode(texts, char_spans))
-        out = []
+            plans.append((system, glen, lens[system], plan))
+        encoded = self.tok.encode(texts, char_spans)
+        out, at = [], 0
         for w, (system, glen, sys_len, plan) in zip(work, plans, strict=True):
-            conv, docs = w.conv, []
-            for j, s, e in plan:
-                wids, wspans = next(encoded)
-                if not (len(wids) <= seq_len or (j == s and e == s + 1)):
+            docs: list[Document] = []
+            for (j, s, e), (wids, wspans) in zip(plan, encoded[at: at + len(plan)], strict=True):
+                if not self._fits(len(wids), j, s, e):
                     break
-                docs.append(self._doc(w, conv.groups[j:e], system, s - j, wids, wspans, len(docs) + 1, w.loss[j:e]))
-            for _ in range(len(plan) - len(docs) - 1):
-                next(encoded)  # the rest of a plan that went wrong
-            s = plan[len(docs) - 1][2] if docs else 0
-            while s < len(conv.groups):  # window by window, from the first planned window that did not fit
-                j, e = next_window(glen, seq_len - sys_len, s, self.cfg.history_fraction)
-                while True:  # the plan is estimated from the whole rendering: check the real window
-                    groups = conv.groups[j:e]
-                    text, wcs = chat_text(self.tok, messages(conv, groups, system))
-                    wids, wspans = self.tok.encode([text], [wcs])[0]
-                    if len(wids) <= seq_len or (j == s and e == s + 1):
-                        break
-                    if j < s:
-                        j += 1  # less history first
-                    else:
-                        e -= 1  # then fewer new turns
-                docs.append(self._doc(w, groups, system, s - j, wids, wspans, len(docs) + 1, w.loss[j:e]))
-                s = e
+                docs.append(self._doc(w, w.conv.groups[j:e], system, s - j, wids, wspans, len(docs) + 1, w.loss[j:e]))
+            at += len(plan)
+            if len(docs) < len(plan):
+                self._windows_from(w, system, glen, sys_len, plan[len(docs)][1], docs)
             out.append(docs)
         return out
+
+    def _windows_from(self, w: _Work, system: str, glen: list[int], sys_len: int, s: int, docs: list[Document]) -> None:
+        """Append the windows of `w` from group `s` on, one at a time: each planned, rendered and
+        encoded, and shrunk until it fits (less history first, then fewer new turns)."""
+        groups_all = w.conv.groups
+        while s < len(groups_all):
+            j, e = next_window(glen, self.cfg.seq_len - sys_len, s, self.cfg.history_fraction)
+            while True:  # the plan is estimated from the whole rendering: check the real window
+                text, wcs = chat_text(self.tok, messages(w.conv, groups_all[j:e], system))
+                wids, wspans = self.tok.encode([text], [wcs])[0]
+                if self._fits(len(wids), j, s, e):
+                    break
+                if j < s:
+                    j += 1
+                else:
+                    e -= 1
+            docs.append(self._doc(w, groups_all[j:e], system, s - j, wids, wspans, len(docs) + 1, w.loss[j:e]))
+            s = e
 
 
 @dataclass
@@ -1336,17 +1332,17 @@ def export(
     """Export the corpus at `corpus_dir` into `out_dir` (see the module docstring)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from pipelines.query import require_corpus
     from pipelines.side import corpus_state
 
     t0 = time.monotonic()
     echo = echo or (lambda m: print(m, file=sys.stderr))
-    corpus = require_corpus(corpus_dir)
+    corpus = Corpus(corpus_dir).require()
     out = Path(out_dir)
     state = corpus_state(corpus)
     scanned = config.use_redaction_scan and scan_usable(corpus, config.redact, state)
-    # DuckDB opens the corpus and runs the trajectory query in a thread (it releases the GIL) while
-    # the tokenizer's vocabulary and fingerprint are read here (they hold it): ~50 ms of ~0.6 s on the bench
+    # DuckDB opens the corpus and runs the trajectory query in a thread (it releases the GIL for most
+    # of it) while the tokenizer's vocabulary and fingerprint are read here (they hold it); an export
+    # found up to date discards that query
     with ThreadPoolExecutor(1, thread_name_prefix="export-open") as pool:
         opening = pool.submit(_open, corpus.root, config, scanned)
         tok = tokenizer or ExportTokenizer.load(config.tokenizer, config.chat_template)

@@ -97,8 +97,10 @@ def _list(offsets: np.ndarray, values: np.ndarray, typ: pa.DataType) -> pa.Array
 
 
 def samples_table(samples: list[Sample]) -> pa.Table:
-    """The Parquet rows of `samples` (each as `Sample.arrays` gives it), built for all samples at
-    once from whole numpy buffers: no per-token Python, and no numpy call per sample."""
+    """The Parquet rows of `samples`: the documents' ids and masks laid end to end, labels
+    (`IGNORE_INDEX` where the mask is 0), positions restarting at every document and the
+    documents' offsets (`cu_seqlens`), built for all samples at once from whole numpy buffers: no
+    per-token Python, and no numpy call per sample."""
     docs = [d for s in samples for d in s.docs]
     per_sample = np.fromiter((len(s.docs) for s in samples), dtype=np.int64, count=len(samples))
     dlen = np.fromiter((len(d) for d in docs), dtype=np.int64, count=len(docs))

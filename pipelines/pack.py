@@ -77,17 +77,6 @@ class Sample:
     def num_tokens(self) -> int:
         return sum(len(d) for d in self.docs)
 
-    def arrays(self) -> dict[str, np.ndarray]:
-        """input_ids, labels, loss_mask, position_ids, cu_seqlens as numpy arrays."""
-        ids = np.concatenate([d.ids for d in self.docs]).astype(np.int32, copy=False)
-        mask = np.concatenate([d.mask for d in self.docs]).astype(np.uint8, copy=False)
-        lens = np.array([len(d) for d in self.docs], dtype=np.int32)
-        cu = np.zeros(len(lens) + 1, dtype=np.int32)
-        np.cumsum(lens, out=cu[1:])
-        pos = np.arange(cu[-1], dtype=np.int32) - np.repeat(cu[:-1], lens)
-        labels = np.where(mask.astype(bool), ids, IGNORE_INDEX).astype(np.int32)
-        return {"input_ids": ids, "labels": labels, "loss_mask": mask, "position_ids": pos, "cu_seqlens": cu}
-
 
 def best_fit_decreasing(lengths: list[int], capacity: int) -> list[list[int]]:
     """Bins (lists of item indices) of total length ≤ capacity; items longer than capacity are

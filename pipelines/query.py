@@ -17,7 +17,7 @@ import duckdb
 import orjson
 import pyarrow as pa
 
-from pipelines.store import TABLE_SCHEMAS, Corpus, CorpusError
+from pipelines.store import TABLE_SCHEMAS, Corpus
 from pipelines.views import define_derived_views
 
 
@@ -26,16 +26,9 @@ def views(con: duckdb.DuckDBPyConnection) -> set[str]:
     return {r[0] for r in con.sql("SELECT table_name FROM information_schema.tables").fetchall()}
 
 
-def require_corpus(corpus_dir: Path | str) -> Corpus:
-    corpus = Corpus(corpus_dir)
-    if not corpus.exists():
-        raise CorpusError(f"{corpus.root} is not a corpus (no manifest.json); create one with `worldline ingest`")
-    return corpus
-
-
 def connect(corpus_dir: Path | str, con: duckdb.DuckDBPyConnection | None = None) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB connection with the corpus views defined."""
-    corpus = require_corpus(corpus_dir)
+    corpus = Corpus(corpus_dir).require()
     con = con or duckdb.connect()
     for name, schema in TABLE_SCHEMAS.items():
         if corpus.has_table(name):

@@ -83,6 +83,12 @@ class Corpus:
     def exists(self) -> bool:
         return self.manifest_path.exists()
 
+    def require(self) -> Corpus:
+        """This corpus, or a CorpusError that says how to make one (for stages that only read)."""
+        if not self.exists():
+            raise CorpusError(f"{self.root} is not a corpus (no manifest.json); create one with `worldline ingest`")
+        return self
+
     def manifest(self) -> dict:
         if not self.manifest_path.exists():
             return {"format": CORPUS_FORMAT, "schema_version": SCHEMA_VERSION, "inputs": {}, "batches": []}

@@ -99,12 +99,17 @@ def test_pack_arrays_restart_positions_and_clear_first_token() -> None:
     assert shared.loss_tokens == 2
     (s, t) = pack([a, b, shared], 5)
     assert (a.loss_tokens, b.loss_tokens, shared.loss_tokens) == (1, 1, 1)  # counts follow the cleared first token
-    arr = s.arrays()
-    assert arr["input_ids"].tolist() == [5, 6, 7, 8, 9]
-    assert arr["loss_mask"].tolist() == [0, 0, 1, 0, 1]
-    assert arr["labels"].tolist() == [-100, -100, 7, -100, 9]
-    assert arr["position_ids"].tolist() == [0, 1, 2, 0, 1]
-    assert arr["cu_seqlens"].tolist() == [0, 3, 5]
+    rows = fmt.samples_table([s, t]).to_pylist()
+    assert rows[0]["input_ids"] == [5, 6, 7, 8, 9]
+    assert rows[0]["loss_mask"] == [0, 0, 1, 0, 1]
+    assert rows[0]["labels"] == [-100, -100, 7, -100, 9]
+    assert rows[0]["position_ids"] == [0, 1, 2, 0, 1]
+    assert rows[0]["cu_seqlens"] == [0, 3, 5]
+    assert (rows[0]["num_tokens"], rows[0]["num_loss_tokens"], rows[0]["trajectory_ids"], rows[0]["windows"]) == \
+        (5, 2, ["a", "b"], [0, 0])
+    assert rows[1] == {"input_ids": [5, 6, 7], "labels": [-100, -100, 7], "loss_mask": [0, 0, 1], "position_ids": [0, 1, 2],
+                       "cu_seqlens": [0, 3], "num_tokens": 3, "num_loss_tokens": 1, "trajectory_ids": ["a"], "windows": [0]}
+    assert fmt.samples_table([]).num_rows == 0
 
 
 # --- rendering and masks -------------------------------------------------------------------------
@@ -159,7 +164,7 @@ def test_segment_encoder_equals_whole_text_encoding(tok: ex.ExportTokenizer, pat
     assert fresh._split is not None  # the segmenting path is what this test is about
     assert fresh.token_bytes is not None  # SmolLM2 is byte-level BPE
     if path == "char_to_token":
-        fresh._token_bytes = None
+        fresh.token_bytes = None
     got = fresh.encode(texts, spans) + fresh.encode(texts, spans)  # the second time from the cache
     for (ids, ts), text, cs in zip(got, texts + texts, spans + spans, strict=True):
         e = tok.backend.encode(text, add_special_tokens=False)
@@ -184,15 +189,25 @@ def test_special_tokens_in_text_encoded_as_text_when_the_tokenizer_says_so(tok: 
     assert len(want) > 3 and et.encode([text], [[(0, 1)]])[0][0].tolist() == want
 
 
+def test_a_directory_without_a_corpus_is_named(tmp_path: Path, tok: ex.ExportTokenizer) -> None:
+    from pipelines.store import CorpusError
+
+    for call in (lambda: ex.export(tmp_path, tmp_path / "out", small_config(), tokenizer=tok, progress=False),
+                 lambda: connect(tmp_path)):
+        with pytest.raises(CorpusError, match=re.escape(f"{tmp_path} is not a corpus (no manifest.json)")):
+            call()
+    assert not (tmp_path / "out").exists()
+
+
 def test_vocabulary_read_from_the_tokenizer_json(tok: ex.ExportTokenizer) -> None:
     """The byte table's vocabulary is parsed out of the serialized tokenizer, or, when that text
     is not laid out as expected, asked of the backend: the same either way."""
     want = tok.backend.get_vocab(with_added_tokens=False)
     fresh = ex.ExportTokenizer(tok.hf, "smollm2")
     assert fresh._vocab() == want
-    fresh._json_text = fresh._json().replace('},"merges":', '}, "merges":')  # another layout
+    fresh.tokenizer_json = fresh.tokenizer_json.replace('},"merges":', '}, "merges":')  # another layout
     assert fresh._vocab() == want
-    fresh._json_text = '{"model": {"vocab": {"a": 0}, "merges": []}}'  # a wrong one
+    fresh.tokenizer_json = '{"model": {"vocab": {"a": 0}, "merges": []}}'  # a wrong one
     assert fresh._vocab() == want
 
 
@@ -734,6 +749,42 @@ def test_byte_offsets_only_for_byte_level_bpe(tok: ex.ExportTokenizer) -> None:
     et.backend, et._bytes_bound = normalized, None
     assert et._byte_lengths() is None
     assert not et.cuts_lines  # nor cut into lines
+
+
+@pytest.mark.parametrize("scale", [0.5, 0.8])
+def test_batched_windows_equal_window_by_window(corpus: Path, tok: ex.ExportTokenizer, scale: float,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """A batch's windows, planned and encoded together and resumed one at a time from the first
+    planned window that does not fit, are the windows of going one at a time from the start. The
+    group lengths the plans come from are understated so that planned windows fail, also after
+    some fitted (the corpus alone fails only first windows)."""
+    real = ex.group_lengths
+    monkeypatch.setattr(ex, "group_lengths", lambda ends, sys_len: [int(x * scale) for x in real(ends, sys_len)])
+    cfg = small_config(seq_len=256)
+    con = connect(corpus)
+    rows = next(iter(_trajectory_reader(con, views(con), 64))).to_pylist()
+    et = ex.ExportTokenizer(tok.hf, "smollm2")
+    prep = ex.prepare_rows(rows, cfg, et, scored=False)
+    encoded = et.finish(et.run(prep.pending), prep.spans)
+    builder = ex.DocumentBuilder(et, cfg)
+    resumed: list[int] = []
+    from_ = builder._windows_from
+    builder._windows_from = lambda *a: resumed.append(a[4]) or from_(*a)  # type: ignore[method-assign]
+    got = builder.build(prep.work, encoded)
+    assert any(s > 0 for s in resumed) and any(s == 0 for s in resumed)  # both resumptions happened
+    one = ex.DocumentBuilder(et, cfg)
+    checked = 0
+    for w, (ids, ts), docs in zip(prep.work, encoded, got, strict=True):
+        if len(ids) <= cfg.seq_len:
+            continue
+        system = one._cut_systems([w.conv.system])[w.conv.system]
+        lens = one._system_lens([w.conv.system, system])
+        want: list[ex.Document] = []
+        one._windows_from(w, system, ex.group_lengths([int(e) for _, e in ts], lens[w.conv.system]), lens[system], 0, want)
+        assert [(d.ids.tolist(), d.mask.tolist(), d.window, d.truncated) for d in docs] == \
+            [(d.ids.tolist(), d.mask.tolist(), d.window, d.truncated) for d in want]
+        checked += 1
+    assert checked >= 10
 
 
 def test_system_prompts_encoded_ahead_only_under_a_byte_bound(corpus: Path, tok: ex.ExportTokenizer) -> None:
