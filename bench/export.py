@@ -57,9 +57,9 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 from bench.benchdoc import DOC, load_note, write_section  # noqa: E402
+from bench.ingest import SAMPLE, SPACED_WORD, reader_counts  # noqa: E402
 
 SECTION = "## Export (bench/export.py)"
-SAMPLE = ROOT / "data" / "sample" / "corpus"
 
 
 def baseline(corpus: Path, out: Path, cfg: Any, tok: Any) -> tuple[int, int, int]:
@@ -194,7 +194,7 @@ def ensure_corpus(path: Path | None) -> Path:
 
 
 _WORD = re.compile(r"(?<![A-Za-z])[a-z]{3,}(?![A-Za-z])")  # a whole lowercase word
-_SPACED_WORD = re.compile(r"(?<= )[a-z]{6,12}(?= )")
+_SPACED_WORD = re.compile(SPACED_WORD.decode())
 _ENUM = re.compile(r"[a-z_]+")  # a value such as "assistant" or "run", which formats compare against
 SCALED_VERSION = "3"
 
@@ -242,21 +242,6 @@ class Varier:
             return self.text(text).encode()
 
 
-def _counts(path: Path) -> tuple[int, int, int]:
-    """(trajectories, turns, quarantined) that the reader finds under `path`."""
-    from pipelines.reader import read_path
-    from schemas.records import QuarantineRecord
-
-    out = [0, 0, 0]
-    for rec in read_path(path):
-        if isinstance(rec, QuarantineRecord):
-            out[2] += 1
-        else:
-            out[0] += 1
-            out[1] += len(rec.turns)
-    return out[0], out[1], out[2]
-
-
 def scaled_corpus(copies: int) -> Path:
     """The sample `copies` times (the first as it is, the others through `Varier`), as the pipeline
     leaves it before export, except deduplication: near-duplicate detection would rightly fold the
@@ -286,7 +271,7 @@ def scaled_corpus(copies: int) -> Path:
                     out = dst / f.relative_to(e) if e.is_dir() else dst
                     out.parent.mkdir(parents=True, exist_ok=True)
                     out.write_bytes(f.read_bytes() if c == 0 or careful is None else varier.file(f.read_bytes(), careful))
-                if c == 0 or careful is None or _counts(dst) == _counts(e):
+                if c == 0 or careful is None or reader_counts(dst) == reader_counts(e):
                     break
             if careful is not False and c == 1:
                 print(f"scaled corpus: {rel}: " + ("only words between spaces varied" if careful else "copied unchanged")

@@ -122,7 +122,8 @@ class Template:
 _ID_PLAIN = re.compile(rb'"(?:instance_id|task_id)"\s*:\s*(?:"((?:[^"\\\n]|\\.)*)"|(-?\d+)(?![\d.eE]))')
 _ID_ESCAPED = re.compile(rb'\\"(?:instance_id|task_id)\\"\s*:\s*\\"([^"\\\n]*)\\"')
 # A lowercase word with a space on each side: never a JSON key, literal or escape sequence.
-_WORD = re.compile(rb"(?<= )[a-z]{6,12}(?= )")
+SPACED_WORD = rb"(?<= )[a-z]{6,12}(?= )"  # also bench/export.py's careful variation
+_WORD = re.compile(SPACED_WORD)
 
 
 def _prepare(rel: str, data: bytes, trajectories: int, turns: int) -> Template:
@@ -145,7 +146,8 @@ def _prepare(rel: str, data: bytes, trajectories: int, turns: int) -> Template:
     return t
 
 
-def _counts(path: Path) -> tuple[int, int, int]:
+def reader_counts(path: Path) -> tuple[int, int, int]:
+    """(trajectories, turns, quarantined) that the reader finds under `path`."""
     from pipelines.reader import read_path
     from schemas.records import QuarantineRecord
 
@@ -168,7 +170,7 @@ def select_templates(sample: Path, seed: int) -> tuple[list[Template], list[str]
         if unit.is_dir or unit.path.suffix not in SUFFIXES:
             continue
         rel = str(unit.path.relative_to(sample))
-        trajs, turns, q = _counts(unit.path)
+        trajs, turns, q = reader_counts(unit.path)
         if q or not trajs:
             skipped.append(
                 f"{rel} (no importer converts it cleanly yet: {trajs} trajectories, {q} quarantined)"
@@ -180,7 +182,7 @@ def select_templates(sample: Path, seed: int) -> tuple[list[Template], list[str]
             for copy in (0, 1):
                 p = Path(tmp) / f"{copy}{unit.path.suffix}"
                 p.write_bytes(t.render(copy, seed))
-                got = _counts(p)
+                got = reader_counts(p)
                 if got != (trajs, turns, 0) or p.read_bytes() == t.data:
                     raise RuntimeError(
                         f"bench generator: varied copy {copy} of {rel} gives {got}, "
