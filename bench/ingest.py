@@ -18,7 +18,8 @@ What it does, in one run:
    (size, seed, template list and contents).
 
 2. Runs, each in its own subprocess (the parent polls the process tree's summed RSS with psutil
-   every 50 ms; the child also reports `ru_maxrss` of itself and of its largest child):
+   every 50 ms, listing the tree's processes again every 0.5 s, and reports its own CPU; the child
+   also reports `ru_maxrss` of itself and of its largest child):
 
    - baseline: the simplest correct importer. Single process. For each file in sorted order:
      read the bytes (sha256 of them gives the same content-addressed ids as the project),
@@ -461,15 +462,25 @@ def measure(
         cmd += ["--root", str(root)]
     load0 = os.getloadavg()[0]
     ct0, ru0, t0 = psutil.cpu_times(), resource.getrusage(resource.RUSAGE_CHILDREN), time.monotonic()
+    self0 = resource.getrusage(resource.RUSAGE_SELF)
     proc = subprocess.Popen(cmd, cwd=ROOT)
     ps = psutil.Process(proc.pid)
     peak, totals = 0, []
+    procs: list = [ps]
+    polls = 0
     while proc.poll() is None:
+        # The process tree is listed again every 10th poll only: `children(recursive=True)` reads
+        # every process's /proc entry (~2.6 ms of CPU here, 5% of a core at 50 ms), which a
+        # single-process baseline never feels (it leaves a core idle) but a run using every core
+        # pays for. Reading the RSS of the known processes costs ~0.1 ms. The pool's workers
+        # start once, at the beginning, and live to the end.
+        if polls % 10 == 0:
+            try:
+                procs = [ps, *ps.children(recursive=True)]
+            except psutil.NoSuchProcess:
+                break
+        polls += 1
         total = 0
-        try:
-            procs = [ps, *ps.children(recursive=True)]
-        except psutil.NoSuchProcess:
-            break
         for p in procs:
             try:
                 total += p.memory_info().rss
@@ -480,6 +491,7 @@ def measure(
         time.sleep(0.05)
     rc = proc.wait()
     ct1, ru1, t1 = psutil.cpu_times(), resource.getrusage(resource.RUSAGE_CHILDREN), time.monotonic()
+    self1 = resource.getrusage(resource.RUSAGE_SELF)
     if rc != 0:
         raise RuntimeError(f"bench run {impl} (workers={workers}) on {data_dir} failed with exit code {rc}")
     res = json.loads(result.read_text())
@@ -490,7 +502,9 @@ def measure(
         sum(ct0) - ct0.idle - getattr(ct0, "iowait", 0)
     )
     ours = (ru1.ru_utime + ru1.ru_stime) - (ru0.ru_utime + ru0.ru_stime)
-    res["others_cores"] = max(busy - ours, 0.0) / (t1 - t0)
+    poller = (self1.ru_utime + self1.ru_stime) - (self0.ru_utime + self0.ru_stime)
+    res["poller_cores"] = poller / (t1 - t0)
+    res["others_cores"] = max(busy - ours - poller, 0.0) / (t1 - t0)
     return res
 
 
@@ -550,7 +564,7 @@ def git_state() -> str:
 def table(results: list[dict]) -> str:
     head = (
         "| input | run | wall s | MB/s | turns/s | traj/s | x baseline | MB per CPU-s | x baseline per CPU-s | CPU util | "
-        "peak / median RSS tree MB | ru_maxrss main / largest child MB | other processes (cores) |"
+        "peak / median RSS tree MB | ru_maxrss main / largest child MB | other processes (cores) | RSS poller (cores) |"
     )
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in results:
@@ -562,7 +576,8 @@ def table(results: list[dict]) -> str:
             f"| {r['gen_bytes'] / 1e9:.2f} GB | {r['label']} | {wall} | {r['mbps']:.1f} | "
             f"{r['turns_s']:,.0f} | {r['traj_s']:,.0f} | **{r['ratio']:.2f}** | {r['gen_bytes'] / 1e6 / r['cpu_s']:.1f} | {r['cpu_ratio']:.2f} | "
             f"{r['cpu_s'] / r['wall_s']:.2f} | {r['peak_rss_tree_mb']:,.0f} / {r['median_rss_tree_mb']:,.0f} | "
-            f"{r['maxrss_self_mb']:,.0f} / {r['maxrss_children_mb']:,.0f} | {r['others_cores']:.2f} |"
+            f"{r['maxrss_self_mb']:,.0f} / {r['maxrss_children_mb']:,.0f} | {r['others_cores']:.2f} | "
+            f"{r.get('poller_cores', float('nan')):.3f} |"
         )
     return "\n".join(lines)
 
@@ -758,10 +773,14 @@ Each run is its own process, started cold (imports not timed); inputs are in the
 wall s is the fastest of the repeats (all in brackets); MB/s counts input bytes (10^6);
 **x baseline** is MB/s over the baseline's MB/s at the same size, in this run; MB per CPU-s uses
 user+system time of the whole process tree; CPU util = CPU s / wall s; peak RSS tree sums RSS over
-the process and its children, polled every 50 ms (forked workers share pages, so the sum
-overstates; the peak of one run varies by some 50 MB with allocator timing, the median much less); ru_maxrss of the main process includes its parent's RSS at fork (small here); other
-processes = average cores that the rest of the machine used during the run (a shared machine:
-on 2 cores anything above ~0.2 slows the runs, most of all `workers=auto`).
+the process and its children, polled every 50 ms (the process tree listed again every 0.5 s; forked
+workers share pages, so the sum overstates; the peak of one run varies by some 50 MB with allocator
+timing, the median much less); ru_maxrss of the main process includes its parent's RSS at fork
+(small here); other processes = average cores that the rest of the machine used during the run,
+this script's RSS poller not included (a shared machine: on 2 cores anything above ~0.2 slows the
+runs, most of all `workers=auto`); RSS poller = the cores the measuring script itself used (listing
+the tree at every poll took ~0.05 cores, which the single-process baseline never felt and a run on
+every core did).
 
 {md}
 

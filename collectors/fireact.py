@@ -40,6 +40,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 from collectors.base import ImportContext, Importer, as_text, expect_object, require
 from schemas.records import RecordError, Trajectory, Turn, dumps
 
@@ -102,8 +104,9 @@ def blocks_from_messages(messages: list, field: str, where: str) -> tuple[str | 
         if role == "assistant":
             blocks.append(Block("agent", text, loc))
         elif role == "user":
-            obs = _OBS_PREFIX.match(text)
-            if obs is not None:
+            if text.startswith("Observation:"):  # the usual form, without the regex (same result: stripped)
+                blocks.append(Block("obs", text[12:].strip(), loc))
+            elif (obs := _OBS_PREFIX.match(text)) is not None:
                 blocks.append(Block("obs", text[obs.end():].strip(), loc))
             elif question is None and not blocks:
                 question = text
@@ -155,6 +158,8 @@ def question_from_preamble(preamble: str) -> str:
 def _strip_thought_label(text: str) -> str:
     """The text without a leading `Thought:` label (`\\s*Thought(?:[ \\t]*\\d+)?[ \\t]*:[ \\t]?`), stripped."""
     t = text.lstrip()
+    if t.startswith("Thought:"):  # the label with no number or spaces (what the regex then strips too)
+        return t[8:].strip()
     if t.startswith("Thought") and (m := _THOUGHT_REST.match(t, 7)) is not None:
         return t[m.end():].strip()
     return t.rstrip()
@@ -169,8 +174,12 @@ def _label_line(text: str, word: str) -> tuple[int, int] | None:
         j = i
         while j > 0 and text[j - 1] in " \t":
             j -= 1
-        if (j == 0 or text[j - 1] == "\n") and (m := _LABEL_REST.match(text, i + len(word))) is not None:
-            return j, m.end()
+        if j == 0 or text[j - 1] == "\n":
+            k = i + len(word)
+            if text.startswith(":", k):  # a bare colon, the usual label (what `_LABEL_REST` matches there)
+                return j, k + 1
+            if (m := _LABEL_REST.match(text, k)) is not None:
+                return j, m.end()
         i = text.find(word, i + 1)
     return None
 
@@ -199,6 +208,9 @@ def _parse_agent(text: str) -> tuple[str | None, str | None, str | None]:
 
 def _parse_call(action: str) -> tuple[str | None, str | None, str | None]:
     """`tool[arg]` -> (tool, arg, text after the closing bracket)."""
+    b = action.find("[")
+    if b > 0 and action.endswith("]") and (name := action[:b]).isascii() and name.isidentifier():
+        return name, action[b + 1 : -1], None  # what `_CALL` gives: an ASCII name, the last `]` at the end
     m = _CALL.match(action)
     if not m:
         return None, None, None
@@ -279,13 +291,18 @@ def _agent_turn(b: Block, obs: Block | None) -> Turn:
         observation=obs.text if obs is not None else None,
         observation_kind=kind,
         tool_name=tool,
-        tool_args=dumps({"input": arg}) if tool is not None else None,
+        tool_args=_input_args(arg) if tool is not None else None,
         thought=thought,
         is_error=is_error,
         reward=reward,
         locator=locator,
         metadata=dumps(meta) if meta else None,
     )
+
+
+def _input_args(arg: str) -> str:
+    """`dumps({"input": arg})`, without building and sorting a one-key dict."""
+    return '{"input":' + orjson.dumps(arg).decode() + "}"
 
 
 def _final_reward(turns: list[Turn]) -> float | None:

@@ -179,3 +179,42 @@ def test_generic_chat_is_not_fireact() -> None:
 def test_domain_override() -> None:
     recs = list(read_path(DATA / "finetune_alpaca_format_mixed.json", domain_override="web"))
     assert {r.domain for r in recs} == {"web"}
+
+
+def _texts(seed: int, n: int) -> list[str]:
+    """Random ReAct-like texts built from the pieces the parsers look at (labels with and without
+    numbers, spaces and tabs, brackets, non-ASCII names, newlines)."""
+    import random
+
+    pieces = ["Thought", "Action", "Observation", ":", " ", "\t", "\n", "1", " 2", "search", "finish", "é",
+              "[", "]", "x y", "look up", "_a.b-c", "Episode finished", "\u00a0", "\u3000", ""]
+    rng = random.Random(seed)
+    return ["".join(rng.choice(pieces) for _ in range(rng.randint(0, 14))) for _ in range(n)]
+
+
+def test_fast_paths_agree_with_the_label_regexes() -> None:
+    """The str-method shortcuts for the usual labels give exactly what the regexes they stand in for
+    give, on 20,000 random texts and the sample's agent and user messages."""
+    import re
+
+    from collectors import fireact as F
+
+    line_label = re.compile(r"^[ \t]*Action(?:[ \t]*\d+)?[ \t]*:", re.M)
+    thought_label = re.compile(r"\s*Thought(?:[ \t]*\d+)?[ \t]*:[ \t]?")
+    call = re.compile(r"^\s*([A-Za-z_][\w.-]*)\s*\[(.*)\](.*)$", re.S)
+    sample = [m["content"] for line in (Path(__file__).resolve().parents[2] / "data" / "sample" / "corpus" / "fireact" / "finetune_gpt_format_hotpotqa.jsonl").read_text().splitlines()
+              for m in json.loads(line)["messages"]]
+    texts = _texts(0, 20_000) + sample
+    for t in texts:
+        m = line_label.search(t)
+        assert F._label_line(t, "Action") == ((m.start(), m.end()) if m else None), repr(t)
+        m = thought_label.match(t)
+        assert F._strip_thought_label(t) == (t[m.end():].strip() if m else t.strip()), repr(t)
+        for a in (t, t.strip(), f"search[{t}]", f"{t}[q]"):
+            m = call.match(a)
+            want = (m.group(1), m.group(2), m.group(3).strip() or None) if m else (None, None, None)
+            assert F._parse_call(a) == want, repr(a)
+        q, _, blocks = F.blocks_from_messages([{"role": "user", "content": "q"}, {"role": "user", "content": t}], "m", "w")
+        m = F._OBS_PREFIX.match(t)
+        assert [(b.kind, b.text) for b in blocks] == [("obs", t[m.end():].strip()) if m else ("user", t)], repr(t)
+    assert F._input_args('a "b"\n\u00e9') == F.dumps({"input": 'a "b"\n\u00e9'})
