@@ -131,15 +131,18 @@ def _convert_group(units: Group, writer: PartWriter, config: IngestConfig, caref
     messages: list[str] = []
     for unit, sha in units:
         st = stats[sha] = InputStats(unit.source, unit.size())
-        domains: Counter[str] = Counter()
+        domains: dict[str, int] = {}
         reasons: Counter[str] = Counter()
+        records = trajectories = turns = 0  # counted in locals, stored once per input
+        last_imp = None
+        add = out.add
         for rec, imp in read_unit(unit, sha, config.limits, config.domain_override):
-            st.records += 1
+            records += 1
             if careful and isinstance(rec, Trajectory) and (problem := record_problem(rec)) is not None:
                 source = rec.source or unit.source
                 rec = QuarantineRecord(source, rec.locator, "bad_value", f"{source} {rec.locator}: {problem}",
                                        imp.name, sha)
-            if isinstance(rec, QuarantineRecord):
+            if type(rec) is QuarantineRecord:
                 st.quarantined += 1
                 reasons[rec.reason] += 1
                 out.quarantine(rec)
@@ -147,12 +150,15 @@ def _convert_group(units: Group, writer: PartWriter, config: IngestConfig, caref
                     messages.append(f"quarantined {rec.locator}: {rec.reason}: {rec.detail}"[:400])
                 continue
             assert imp is not None
-            st.trajectories += 1
-            st.turns += len(rec.turns)
-            domains[rec.domain] += 1
-            st.importers[imp.name] = imp.version
-            out.add(rec, rec.source or unit.source, type(imp).__name__, imp.version)
-        st.domains, st.reasons = dict(domains), dict(reasons)
+            trajectories += 1
+            turns += len(rec.turns)
+            domains[rec.domain] = domains.get(rec.domain, 0) + 1
+            if imp is not last_imp:
+                st.importers[imp.name] = imp.version
+                last_imp = imp
+            add(rec, rec.source or unit.source, type(imp).__name__, imp.version)
+        st.records, st.trajectories, st.turns = records, trajectories, turns
+        st.domains, st.reasons = domains, dict(reasons)
     files = out.close()
     return files, stats, messages
 
