@@ -470,10 +470,10 @@ def measure(
     polls = 0
     while proc.poll() is None:
         # The process tree is listed again every 10th poll only: `children(recursive=True)` reads
-        # every process's /proc entry (~2.6 ms of CPU here, 5% of a core at 50 ms), which a
-        # single-process baseline never feels (it leaves a core idle) but a run using every core
-        # pays for. Reading the RSS of the known processes costs ~0.1 ms. The pool's workers
-        # start once, at the beginning, and live to the end.
+        # every process's /proc entry, CPU that a single-process baseline never feels (it leaves a
+        # core idle) but a run using every core pays for; reading the RSS of known processes is
+        # cheap. The pool's workers start once, at the beginning, and live to the end. What the
+        # poller costs is measured and reported (`poller_cores`).
         if polls % 10 == 0:
             try:
                 procs = [ps, *ps.children(recursive=True)]
@@ -778,9 +778,8 @@ workers share pages, so the sum overstates; the peak of one run varies by some 5
 timing, the median much less); ru_maxrss of the main process includes its parent's RSS at fork
 (small here); other processes = average cores that the rest of the machine used during the run,
 this script's RSS poller not included (a shared machine: on 2 cores anything above ~0.2 slows the
-runs, most of all `workers=auto`); RSS poller = the cores the measuring script itself used (listing
-the tree at every poll took ~0.05 cores, which the single-process baseline never felt and a run on
-every core did).
+runs, most of all `workers=auto`); RSS poller = the cores the measuring script itself used (CPU that
+the single-process baseline never feels, as it leaves a core idle, and a run on every core does).
 
 {md}
 

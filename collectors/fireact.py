@@ -67,12 +67,7 @@ class Block:
     locator: str
 
 
-_REWARD_WORDS = {"True": 1.0, "False": 0.0}  # what `reward = ...` in the harness's reply almost always says
-
-
 def _float_reward(value: Any) -> float | None:
-    if type(value) is str and (word := _REWARD_WORDS.get(value)) is not None:
-        return word
     if isinstance(value, bool):
         return 1.0 if value else 0.0
     if isinstance(value, int | float):

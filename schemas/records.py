@@ -122,9 +122,9 @@ class RowBuffer:
     column out with a strided copy. Appending a row is one C-level `list +=` of a tuple, and there
     is no transposition of row tuples (`zip(*rows)` cost more than building the Arrow arrays)."""
 
-    def __init__(self, schema: pa.Schema):
+    def __init__(self, schema: pa.Schema, keys: int = 0):
         self.schema = schema
-        self.width = len(schema)
+        self.width = len(schema) - keys  # the first `keys` columns are not in `values` (TurnBuffer)
         self.values: list = []
         self.nbytes = 0
 
@@ -148,8 +148,7 @@ class TurnBuffer(RowBuffer):
     in Arrow on `take()`. A trajectory's turns are then appended with no Python loop per turn."""
 
     def __init__(self) -> None:
-        super().__init__(TURNS)
-        self.width = len(TURNS) - 3
+        super().__init__(TURNS, keys=3)
         self.ids: list[str] = []
         self.domains: list[str] = []
         self.counts: list[int] = []
@@ -159,6 +158,8 @@ class TurnBuffer(RowBuffer):
         self.domains.append(domain)
         self.counts.append(len(turns))
         self.values += chain.from_iterable(map(_TURN_GET, turns))
+        # the flush trigger counts the large text columns only
+        self.nbytes += sum(map(len, filter(None, chain.from_iterable(map(_TEXT_GET, turns)))))
 
     def columns(self) -> list[pa.Array]:
         counts = np.asarray(self.counts, dtype=np.int64)
@@ -170,7 +171,7 @@ class TurnBuffer(RowBuffer):
             pa.array(self.ids, type=pa.string()).take(owner),
             pa.array(index, type=pa.int32()),
             pa.array(self.domains, type=pa.string()).take(owner),
-            *(pa.array(v[j::w], type=f.type) for j, f in enumerate(list(self.schema)[3:])),
+            *(pa.array(v[j::w], type=self.schema.field(3 + j).type) for j in range(w)),
         ]
 
     def take(self) -> pa.RecordBatch:
@@ -209,8 +210,6 @@ class TrajectoryBuffer:
         self.traj.values += (tid, SCHEMA_VERSION, dom, t.source_format, source, *_TRAJ_MID(t), len(turns), importer,
                              importer_version, t.metadata)
         self.turns.add(tid, dom, turns)
-        # the flush trigger counts the large text columns only
-        self.turns.nbytes += sum(map(len, filter(None, chain.from_iterable(map(_TEXT_GET, turns)))))
 
 
 def _checker(typ: pa.DataType) -> tuple[str, Any]:

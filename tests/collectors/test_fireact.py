@@ -198,11 +198,12 @@ def test_fast_paths_agree_with_the_label_regexes() -> None:
     import re
 
     from collectors import fireact as F
+    from tests.conftest import SAMPLE
 
     line_label = re.compile(r"^[ \t]*Action(?:[ \t]*\d+)?[ \t]*:", re.M)
     thought_label = re.compile(r"\s*Thought(?:[ \t]*\d+)?[ \t]*:[ \t]?")
     call = re.compile(r"^\s*([A-Za-z_][\w.-]*)\s*\[(.*)\](.*)$", re.S)
-    sample = [m["content"] for line in (Path(__file__).resolve().parents[2] / "data" / "sample" / "corpus" / "fireact" / "finetune_gpt_format_hotpotqa.jsonl").read_text().splitlines()
+    sample = [m["content"] for line in (SAMPLE / "fireact" / "finetune_gpt_format_hotpotqa.jsonl").read_text().splitlines()
               for m in json.loads(line)["messages"]]
     texts = _texts(0, 20_000) + sample
     for t in texts:
