@@ -495,6 +495,7 @@ def measure(
     if rc != 0:
         raise RuntimeError(f"bench run {impl} (workers={workers}) on {data_dir} failed with exit code {rc}")
     res = json.loads(result.read_text())
+    result.unlink()
     res["peak_rss_tree_mb"] = peak / 1e6
     res["median_rss_tree_mb"] = sorted(totals)[len(totals) // 2] / 1e6 if totals else 0.0
     res["load_start"], res["load_end"] = load0, os.getloadavg()[0]

@@ -50,7 +50,7 @@ KEYS = {
 class Side:
     """One version of the project code: a directory, or a git revision checked out for the run."""
 
-    def __init__(self, name: str, spec: str | None):
+    def __init__(self, name: str, spec: str | None, work: Path = WORK):
         self.name, self.spec = name, spec
         self.worktree: Path | None = None
         if spec is None:
@@ -61,7 +61,7 @@ class Side:
             self.label = f"`{spec}`"
         else:
             rev = _git("rev-parse", "--verify", "--short", f"{spec}^{{commit}}")
-            self.worktree = WORK / f"{name}-{rev}"
+            self.worktree = work / f"{name}-{rev}"
             if self.worktree.exists():
                 _git("worktree", "remove", "--force", str(self.worktree))
             self.worktree.parent.mkdir(parents=True, exist_ok=True)

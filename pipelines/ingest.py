@@ -133,7 +133,7 @@ def _convert_group(units: Group, writer: PartWriter, config: IngestConfig, caref
         st = stats[sha] = InputStats(unit.source, unit.size())
         domains: dict[str, int] = {}
         reasons: Counter[str] = Counter()
-        records = trajectories = turns = 0  # counted in locals, stored once per input
+        records = trajectories = turns = quarantined = 0  # counted in locals, stored once per input
         last_imp = None
         add = out.add
         for rec, imp in read_unit(unit, sha, config.limits, config.domain_override):
@@ -143,7 +143,7 @@ def _convert_group(units: Group, writer: PartWriter, config: IngestConfig, caref
                 rec = QuarantineRecord(source, rec.locator, "bad_value", f"{source} {rec.locator}: {problem}",
                                        imp.name, sha)
             if type(rec) is QuarantineRecord:
-                st.quarantined += 1
+                quarantined += 1
                 reasons[rec.reason] += 1
                 out.quarantine(rec)
                 if len(messages) < MAX_MESSAGES:
@@ -157,7 +157,7 @@ def _convert_group(units: Group, writer: PartWriter, config: IngestConfig, caref
                 st.importers[imp.name] = imp.version
                 last_imp = imp
             add(rec, rec.source or unit.source, type(imp).__name__, imp.version)
-        st.records, st.trajectories, st.turns = records, trajectories, turns
+        st.records, st.trajectories, st.turns, st.quarantined = records, trajectories, turns, quarantined
         st.domains, st.reasons = domains, dict(reasons)
     files = out.close()
     return files, stats, messages

@@ -124,7 +124,8 @@ class RowBuffer:
 
     def __init__(self, schema: pa.Schema, keys: int = 0):
         self.schema = schema
-        self.width = len(schema) - keys  # the first `keys` columns are not in `values` (TurnBuffer)
+        self.keys = keys  # the first `keys` columns are not in `values`: a subclass supplies them (TurnBuffer)
+        self.width = len(schema) - keys
         self.values: list = []
         self.nbytes = 0
 
@@ -132,8 +133,9 @@ class RowBuffer:
         return len(self.values) // self.width
 
     def columns(self) -> list[pa.Array]:
-        w, v = self.width, self.values
-        return [pa.array(v[j::w], type=f.type) for j, f in enumerate(self.schema)]
+        """The columns held in `values` (all but the first `keys`), in schema order."""
+        w, v, k = self.width, self.values, self.keys
+        return [pa.array(v[j::w], type=self.schema.field(k + j).type) for j in range(w)]
 
     def take(self) -> pa.RecordBatch:
         arrays = self.columns()
@@ -166,12 +168,11 @@ class TurnBuffer(RowBuffer):
         owner = pa.array(np.repeat(np.arange(len(counts)), counts))
         starts = np.repeat(np.cumsum(counts) - counts, counts)
         index = (np.arange(int(counts.sum()), dtype=np.int64) - starts).astype(np.int32)
-        w, v = self.width, self.values
         return [
             pa.array(self.ids, type=pa.string()).take(owner),
             pa.array(index, type=pa.int32()),
             pa.array(self.domains, type=pa.string()).take(owner),
-            *(pa.array(v[j::w], type=self.schema.field(3 + j).type) for j in range(w)),
+            *super().columns(),
         ]
 
     def take(self) -> pa.RecordBatch:

@@ -1,5 +1,5 @@
-"""bench/ingest_ab.py's output check: two corpora of the same rows agree whatever their file layout; one
-changed value is found and named by table, column and key."""
+"""bench/ingest_ab.py: its output check (two corpora of the same rows agree whatever their file layout; one
+changed value is found and named by table, column and key) and its checkouts of a git revision."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+import pytest
 
 from bench.ingest_ab import first_difference, read_tables
 from pipelines.ingest import IngestConfig, ingest
@@ -44,3 +45,30 @@ def test_same_rows_in_other_files_agree_and_one_changed_value_is_named(tmp_path:
     assert diff is not None
     assert diff.startswith(f"turns.observation differs first at sorted row {at} {{'trajectory_id': '{first}', 'turn_index': 0}}: ")
     assert diff.endswith(f"{old!r:.120} vs {old + '!'!r:.120}")
+
+
+def test_a_revision_is_checked_out_into_a_worktree_that_close_removes(tmp_path: Path) -> None:
+    from bench.ingest_ab import ROOT, Side, _git
+
+    rev = _git("rev-parse", "--short", "HEAD")
+    side = Side("old", "HEAD", work=tmp_path)
+    try:
+        assert side.root == tmp_path / f"old-{rev}"
+        assert side.label == f"`{rev}` (HEAD)"
+        assert (side.root / "pipelines" / "ingest.py").read_bytes() == _git_show(f"{rev}:pipelines/ingest.py")
+        assert str(side.root) in _git("worktree", "list")
+    finally:
+        side.close()
+    assert not side.root.exists() and str(side.root) not in _git("worktree", "list")
+    here = Side("new", str(ROOT / "pipelines"), work=tmp_path)
+    assert (here.root, here.worktree) == (ROOT / "pipelines", None)
+    with pytest.raises(SystemExit, match="git rev-parse --verify"):
+        Side("old", "no-such-revision-xyz", work=tmp_path)
+
+
+def _git_show(spec: str) -> bytes:
+    import subprocess
+
+    from bench.ingest_ab import ROOT
+
+    return subprocess.run(["git", "show", spec], cwd=ROOT, check=True, capture_output=True).stdout

@@ -202,7 +202,6 @@ def test_fast_paths_agree_with_the_label_regexes() -> None:
 
     line_label = re.compile(r"^[ \t]*Action(?:[ \t]*\d+)?[ \t]*:", re.M)
     thought_label = re.compile(r"\s*Thought(?:[ \t]*\d+)?[ \t]*:[ \t]?")
-    call = re.compile(r"^\s*([A-Za-z_][\w.-]*)\s*\[(.*)\](.*)$", re.S)
     sample = [m["content"] for line in (SAMPLE / "fireact" / "finetune_gpt_format_hotpotqa.jsonl").read_text().splitlines()
               for m in json.loads(line)["messages"]]
     texts = _texts(0, 20_000) + sample
@@ -212,7 +211,7 @@ def test_fast_paths_agree_with_the_label_regexes() -> None:
         m = thought_label.match(t)
         assert F._strip_thought_label(t) == (t[m.end():].strip() if m else t.strip()), repr(t)
         for a in (t, t.strip(), f"search[{t}]", f"{t}[q]"):
-            m = call.match(a)
+            m = F._CALL.match(a)  # the regex `_parse_call` falls back to
             want = (m.group(1), m.group(2), m.group(3).strip() or None) if m else (None, None, None)
             assert F._parse_call(a) == want, repr(a)
         q, _, blocks = F.blocks_from_messages([{"role": "user", "content": "q"}, {"role": "user", "content": t}], "m", "w")
