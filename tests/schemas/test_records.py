@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
+import hashlib
+
 import pyarrow as pa
 import pytest
 
-from schemas.records import QuarantineRecord, Trajectory, TrajectoryBuffer, Turn, quarantine_batch
+from schemas.records import (
+    QuarantineRecord,
+    Trajectory,
+    TrajectoryBuffer,
+    Turn,
+    digest,
+    quarantine_batch,
+    trajectory_id,
+)
 from schemas.tables import SCHEMA_VERSION, TRAJECTORIES, TURNS
 from schemas.validate import validate
 
@@ -77,3 +87,19 @@ def test_quarantine_batch_rows() -> None:
         {"source": "g.json", "locator": "$", "reason": "empty_input", "detail": None,
          "importer": None, "input_sha256": None, "excerpt": None},
     ]
+
+
+@pytest.mark.parametrize("parts, data", [
+    (("abc", "line:7"), b"abc\0line:7\0"),
+    (("",), b"\0"),
+    ((), b""),
+    (("a\0b", "\u00e9", "\udc80"), b"a\0b\0\xc3\xa9\0\xed\xb2\x80\0"),  # a lone surrogate passes through
+    ((b"\xff", "x"), b"\xff\0x\0"),
+])
+def test_digest_hashes_each_part_then_a_nul(parts: tuple, data: bytes) -> None:
+    """The ids of every corpus depend on these bytes: text and bytes parts, each followed by NUL."""
+    assert digest(*parts) == hashlib.sha256(data).hexdigest()
+
+
+def test_trajectory_id_is_the_digest_of_format_and_record() -> None:
+    assert trajectory_id("fireact-chat", "d" * 64) == hashlib.sha256(b"fireact-chat\0" + b"d" * 64 + b"\0").hexdigest()[:32]
