@@ -258,33 +258,65 @@ def generate(workdir: Path, gib: float, seed: int, templates: list[Template]) ->
 # the measured runs (each in a child process)
 
 
+def baseline_sniff(container: str, sample):
+    """The baseline's format choice: the first registered importer of the container that accepts."""
+    from collectors.registry import IMPORTERS
+
+    for imp in IMPORTERS:
+        if imp.container == container:
+            try:
+                if imp.sniff(sample):
+                    return imp
+            except Exception:  # noqa: BLE001 - a sniffer must not stop the run
+                continue
+    return None
+
+
+class BaselineRows:
+    """The baseline's rows: a dict per trajectory and per turn, keyed by the schema's column names."""
+
+    def __init__(self) -> None:
+        from schemas.records import Trajectory, Turn
+        from schemas.tables import SCHEMA_VERSION, TRAJECTORIES
+
+        traj_cols = [f.name for f in TRAJECTORIES]
+        self.turn_attrs = [f for f in Turn.__slots__]  # type: ignore[attr-defined]
+        self.traj_attrs = [n for n in Trajectory.__slots__ if n in traj_cols]  # type: ignore[attr-defined]
+        self.schema_version = SCHEMA_VERSION
+
+    def of(self, t, imp, source: str) -> tuple[dict, list[dict]]:
+        tid = t.trajectory_id
+        row = {name: getattr(t, name) for name in self.traj_attrs}
+        row.update(
+            trajectory_id=tid,
+            schema_version=self.schema_version,
+            source=source,
+            num_turns=len(t.turns),
+            importer=type(imp).__name__,
+            importer_version=imp.version,
+        )
+        turn_rows = []
+        for i, turn in enumerate(t.turns):
+            trow = {name: getattr(turn, name) for name in self.turn_attrs}
+            trow.update(trajectory_id=tid, turn_index=i, domain=t.domain)
+            turn_rows.append(trow)
+        return row, turn_rows
+
+
 def run_baseline(data_dir: Path, out: Path, flush_bytes: int) -> dict:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     from collectors.base import ImportContext
-    from collectors.registry import IMPORTERS
-    from schemas.records import Trajectory, Turn
-    from schemas.tables import QUARANTINE, SCHEMA_VERSION, TRAJECTORIES, TURNS
+    from schemas.tables import QUARANTINE, TRAJECTORIES, TURNS
 
-    traj_cols = [f.name for f in TRAJECTORIES]
-    turn_attrs = [f for f in Turn.__slots__]  # type: ignore[attr-defined]
-    traj_attrs = [n for n in Trajectory.__slots__ if n in traj_cols]  # type: ignore[attr-defined]
     schemas = {"trajectories": TRAJECTORIES, "turns": TURNS, "quarantine": QUARANTINE}
     rows: dict[str, list[dict]] = {name: [] for name in schemas}
     writers: dict[str, pq.ParquetWriter] = {}
     counts = {"trajectories": 0, "turns": 0, "quarantined": 0, "records": 0, "bytes": 0, "files": 0}
     out.mkdir(parents=True, exist_ok=True)
-
-    def sniff(container: str, sample):
-        for imp in IMPORTERS:
-            if imp.container == container:
-                try:
-                    if imp.sniff(sample):
-                        return imp
-                except Exception:  # noqa: BLE001 - a sniffer must not stop the run
-                    continue
-        return None
+    sniff = baseline_sniff
+    to_rows = BaselineRows().of
 
     def flush() -> None:
         for name, schema in schemas.items():
@@ -347,21 +379,9 @@ def run_baseline(data_dir: Path, out: Path, flush_bytes: int) -> dict:
             except Exception as e:  # noqa: BLE001
                 quarantine(source, loc, "malformed_record", f"{source} {loc}: {type(e).__name__}: {e}", sha)
                 continue
-            tid = t.trajectory_id
-            row = {name: getattr(t, name) for name in traj_attrs}
-            row.update(
-                trajectory_id=tid,
-                schema_version=SCHEMA_VERSION,
-                source=source,
-                num_turns=len(t.turns),
-                importer=type(imp).__name__,
-                importer_version=imp.version,
-            )
+            row, turn_rows = to_rows(t, imp, source)
             rows["trajectories"].append(row)
-            for i, turn in enumerate(t.turns):
-                trow = {name: getattr(turn, name) for name in turn_attrs}
-                trow.update(trajectory_id=tid, turn_index=i, domain=t.domain)
-                rows["turns"].append(trow)
+            rows["turns"] += turn_rows
             counts["trajectories"] += 1
             counts["turns"] += len(t.turns)
         if flush_bytes and pending >= flush_bytes:
