@@ -39,13 +39,15 @@ def test_both_sides_count_the_same_records_in_every_stage(tmp_path: Path) -> Non
         "Parquet (zstd 3; `PartWriter`, checksums included)",
         "of which: convert the records (the importers: shared)",
     ]
-    assert all(v >= 0 for side in ("baseline", "project") for v in res[side].values())
+    assert list(res["baseline_fewer_gc"]) == list(res["baseline"])
+    assert all(v >= 0 for side in ("baseline", "baseline_fewer_gc", "project") for v in res[side].values())
     assert list(staging.rglob("*.parquet")) == []  # the project's part files are written, then removed
 
 
 def test_split_table_totals_and_the_share_outside_the_importers() -> None:
     res = {
         "baseline": {"parse": 1.0, "convert the records (the importers: shared)": 2.0, "rows as dicts": 1.0},
+        "baseline_fewer_gc": {"parse": 0.75, "convert the records (the importers: shared)": 1.5, "rows as dicts": 0.75},
         "project": {"read_unit": 2.5, "buffer": 0.5, "of which: convert the records (the importers: shared)": 1.5},
     }
     lines = split_table(res).splitlines()
@@ -55,6 +57,11 @@ def test_split_table_totals_and_the_share_outside_the_importers() -> None:
     # outside convert: 4 - 2 = 2 s against 3 - 1.5 = 1.5 s
     assert lines[7] == "- baseline / project CPU: 1.33; outside the importers' `convert`: 2.000 s against 1.500 s (1.33x)"
     assert lines[8] == "- the importers' `convert`: 2.000 s in the baseline (50% of its CPU), 1.500 s in the project (50%)"
+    # 4 s with the default collector, 3 s with fewer passes
+    assert lines[9] == ("- the baseline again under `fewer_gc_passes` (the project's collector setting): 3.000 s in all, "
+                        "1.500 s of it `convert`; the default collector costs the baseline 1.000 s (25%), "
+                        "and against that run the project's ratio is 1.00")
+    assert len(lines) == 10
 
 
 def test_the_baseline_writes_the_projects_trajectories_and_turns(tmp_path: Path) -> None:
