@@ -315,7 +315,6 @@ def run_baseline(data_dir: Path, out: Path, flush_bytes: int) -> dict:
     writers: dict[str, pq.ParquetWriter] = {}
     counts = {"trajectories": 0, "turns": 0, "quarantined": 0, "records": 0, "bytes": 0, "files": 0}
     out.mkdir(parents=True, exist_ok=True)
-    sniff = baseline_sniff
     to_rows = BaselineRows().of
 
     def flush() -> None:
@@ -359,11 +358,11 @@ def run_baseline(data_dir: Path, out: Path, flush_bytes: int) -> dict:
                 for lineno, line in enumerate(data.split(b"\n"), 1):
                     if line.strip():
                         obj = json.loads(line)
-                        imp = imp or sniff("jsonl", obj)
+                        imp = imp or baseline_sniff("jsonl", obj)
                         records.append((imp, f"line:{lineno}", obj))
             else:
                 doc = json.loads(data)
-                imp = sniff("json", doc)
+                imp = baseline_sniff("json", doc)
                 records = [(imp, loc, rec) for loc, rec in imp.split(doc, ctx)] if imp else [(None, "$", doc)]
         except (ValueError, UnicodeDecodeError) as e:
             counts["records"] += 1
