@@ -7,16 +7,42 @@ from the chat: each assistant action paired with the observation message that fo
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from typing import Any
 
-from collectors.base import ImportContext, Importer, as_text, loose_json, require, to_float
+from collectors.base import ImportContext, Importer, as_text, expect_object, loose_json, require, to_float
 from schemas.records import Trajectory, Turn, dumps
 
 _CTF = re.compile(r"\bCTF\b|capture the flag", re.I)
+RETRY_KEY = "worldline_retry"  # added by `split` to a RetryAgent attempt: its place among the attempts
 
 
+def _own(history: list) -> list[dict]:
+    """The run's own messages: SWE-agent 1.x with `put_demos_in_history` copies a demonstration's
+    messages into the history, each marked `is_demo`."""
+    return [m for m in history if isinstance(m, dict) and not m.get("is_demo")]
 
 
+def step_messages(steps: list, calls: list[dict]) -> list[dict | None]:
+    """The assistant message of each step. SWE-agent writes one per executed step, but a reply it
+    rejected and requeried (a format error, a blocked command) is a step in `trajectory` with no
+    message in `history` (`handle_error_with_retry`), so steps and messages are matched by their
+    `action`, in order; by position only when the messages carry no `action`."""
+    if not all("action" in c for c in calls):
+        return [calls[i] if i < len(calls) else None for i in range(len(steps))]
+    out: list[dict | None] = []
+    j = 0
+    for step in steps:
+        action = step.get("action") if isinstance(step, dict) else None
+        k = j
+        while k < len(calls) and calls[k].get("action") != action:
+            k += 1
+        if k < len(calls):
+            out.append(calls[k])
+            j = k + 1
+        else:
+            out.append(None)
+    return out
 
 
 class SweAgentImporter(Importer):
@@ -26,6 +52,9 @@ class SweAgentImporter(Importer):
     def sniff(self, doc: Any) -> bool:
         if not isinstance(doc, dict):
             return False
+        attempts = doc.get("attempts")
+        if isinstance(attempts, list) and attempts and isinstance(attempts[0], dict) and self.sniff(attempts[0]):
+            return True  # RetryAgent: every attempt a trajectory of its own (mid-run saves hold only these)
         if isinstance(doc.get("trajectory"), list) and ("history" in doc or "info" in doc):
             steps = doc["trajectory"]
             return not steps or (isinstance(steps[0], dict) and "action" in steps[0] and "observation" in steps[0])
@@ -38,13 +67,29 @@ class SweAgentImporter(Importer):
             and any(isinstance(m, dict) and "message_type" in m for m in hist[:3])
         )
 
+    def split(self, doc: Any, ctx: ImportContext) -> Iterator[tuple[str, Any]]:
+        """One record per file; a RetryAgent file (`attempts`) gives one per attempt: its top level
+        repeats the best attempt (`info.best_attempt_idx`), which is marked instead of read twice."""
+        attempts = doc.get("attempts") if isinstance(doc, dict) else None
+        if not (isinstance(attempts, list) and attempts):
+            yield "$", doc
+            return
+        info = doc.get("info")
+        best = info.get("best_attempt_idx") if isinstance(info, dict) else None
+        for i, attempt in enumerate(attempts):
+            if isinstance(attempt, dict):
+                attempt = {"replay_config": doc.get("replay_config"), "environment": doc.get("environment"), **attempt,
+                           RETRY_KEY: {"attempt": i, "attempts": len(attempts), "best_attempt_idx": best}}
+            yield f"attempts[{i}]", attempt
+
     def convert(self, doc: dict, locator: str, ctx: ImportContext) -> Trajectory:
-        history = doc.get("history") or []
+        expect_object(doc, locator)
+        history = _own(doc.get("history") or [])
         info = doc.get("info") or {}
         steps = doc.get("trajectory")
-        calls = [m for m in history if isinstance(m, dict) and m.get("role") == "assistant"]
         if steps is not None:
-            turns = [self._step(s, i, calls) for i, s in enumerate(steps)]
+            calls = [m for m in history if m.get("role") == "assistant"]
+            turns = [self._step(s, i, c) for i, (s, c) in enumerate(zip(steps, step_messages(steps, calls), strict=True))]
         else:
             turns = self._from_history(history)
         task = self._task(history)
@@ -57,6 +102,8 @@ class SweAgentImporter(Importer):
             "model_stats": loose_json(info.get("model_stats")),
             "submission": info.get("submission"),
         }
+        if doc.get(RETRY_KEY) is not None:
+            meta["retry"] = doc[RETRY_KEY]
         return Trajectory(
             domain=ctx.domain("terminal" if is_ctf else "swe"),
             source_format=self.name,
@@ -83,25 +130,24 @@ class SweAgentImporter(Importer):
 
     @staticmethod
     def _task(history: list) -> str | None:
-        """The last user message before the first assistant message (skips demonstrations)."""
+        """The last user message before the first assistant message (demonstrations are in user
+        messages before it, or marked `is_demo` and left out of `history` by the caller)."""
         task = None
         for m in history:
-            if not isinstance(m, dict):
-                continue
             if m.get("role") == "assistant":
                 break
             if m.get("role") == "user":
                 task = as_text(m.get("content"))
         return task
 
-    def _step(self, step: dict, i: int, calls: list[dict]) -> Turn:
+    def _step(self, step: dict, i: int, message: dict | None) -> Turn:
         where = f"trajectory[{i}]"
         action = require(step, "action", where)
         observation = require(step, "observation", where)
         tool_name = tool_args = tool_call_id = None
-        # In the function-calling variant the i-th assistant message holds the structured call.
-        if i < len(calls):
-            tc = loose_json(calls[i].get("tool_calls"))
+        # In the function-calling variant the step's assistant message holds the structured call.
+        if message is not None:
+            tc = loose_json(message.get("tool_calls"))
             if isinstance(tc, list) and tc and isinstance(tc[0], dict):
                 fn = tc[0].get("function", {})
                 tool_name = fn.get("name")
@@ -133,7 +179,7 @@ class SweAgentImporter(Importer):
         turns: list[Turn] = []
         pending: tuple[int, dict] | None = None
         for j, m in enumerate(history):
-            if not isinstance(m, dict):
+            if not isinstance(m, dict) or m.get("is_demo"):
                 continue
             role = m.get("role")
             if role == "assistant":

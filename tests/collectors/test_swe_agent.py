@@ -169,3 +169,69 @@ def test_native_id_from_problem_statement(path: Path, instance_id: str) -> None:
 def test_domain_override() -> None:
     recs = list(read_path(KATY, domain_override="swe"))
     assert [r.domain for r in recs if isinstance(r, Trajectory)] == ["swe"]
+
+
+# SWE-agent 1.x variants built from the bundled sample (data/sample/corpus/swe-agent), each the way
+# upstream's `sweagent/agent/agents.py` writes it; expected values come from the raw JSON.
+SAMPLE = Path(__file__).resolve().parents[2] / "data" / "sample" / "corpus" / "swe-agent"
+FC_SAMPLE = SAMPLE / "marshmallow-1867__function_calling_replace.traj"
+DEMO_SAMPLE = SAMPLE / "function_calling_simple.traj"
+
+
+def _calls(doc: dict) -> list[tuple[str, str]]:
+    """(tool name, call id) of each assistant message, read from the raw history."""
+    return [(m["tool_calls"][0]["function"]["name"], m["tool_calls"][0]["id"])
+            for m in doc["history"] if m["role"] == "assistant"]
+
+
+def _write(tmp_path: Path, doc: dict, name: str = "run.traj") -> Path:
+    p = tmp_path / name
+    p.write_text(json.dumps(doc, indent=2))  # as SWE-agent writes it
+    return p
+
+
+def test_requeried_step_keeps_every_later_call_on_its_own_step(tmp_path: Path) -> None:
+    # `handle_error_with_retry` adds a rejected reply to `trajectory` but not to `history`
+    doc = json.loads(FC_SAMPLE.read_text())
+    calls = _calls(doc)
+    assert len(calls) == len(doc["trajectory"]) == 11
+    doc["trajectory"].insert(1, {"action": "", "observation": "Your output was not formatted correctly.",
+                                 "thought": "", "response": "I will", "execution_time": 0.0})
+    t = one_trajectory(_write(tmp_path, doc))
+    assert len(t.turns) == 12
+    assert [u.tool_name for u in t.turns] == [calls[0][0], None, *[c[0] for c in calls[1:]]]
+    assert [u.tool_call_id for u in t.turns] == [calls[0][1], None, *[c[1] for c in calls[1:]]]
+    assert t.turns[1].action == "" and t.turns[1].observation == "Your output was not formatted correctly."
+
+
+def test_demonstration_in_history_is_not_the_task_nor_the_calls(tmp_path: Path) -> None:
+    # `put_demos_in_history: true` copies a demonstration's messages after the system message, `is_demo` set
+    doc = json.loads(FC_SAMPLE.read_text())
+    plain = one_trajectory(FC_SAMPLE)
+    demo = [{**m, "is_demo": True} for m in json.loads(DEMO_SAMPLE.read_text())["history"] if m["role"] != "system"]
+    assert sum(m["role"] == "assistant" for m in demo) == 5
+    doc["history"][1:1] = demo
+    t = one_trajectory(_write(tmp_path, doc))
+    assert t.task == plain.task and t.task.startswith("We're currently solving the following issue")
+    assert "TimeDelta serialization precision" in t.task
+    assert [(u.tool_name, u.tool_call_id) for u in t.turns] == _calls(json.loads(FC_SAMPLE.read_text()))
+
+
+def test_retry_agent_gives_one_trajectory_per_attempt(tmp_path: Path) -> None:
+    # RetryAgent: `{"attempts": [...]}`, the best attempt merged into the top level with `info.best_attempt_idx`
+    full = json.loads(FC_SAMPLE.read_text())
+    short = {**full, "trajectory": full["trajectory"][:3], "info": {"exit_status": "exit_cost"}}
+    final = {"attempts": [short, full], **full, "info": {**full["info"], "best_attempt_idx": 1}}
+    trajs = list(read_path(_write(tmp_path, final)))
+    assert [type(t) for t in trajs] == [Trajectory, Trajectory]
+    assert [t.locator for t in trajs] == ["attempts[0]", "attempts[1]"]
+    assert [len(t.turns) for t in trajs] == [3, 11]
+    assert [t.outcome for t in trajs] == ["exit_cost", full["info"]["exit_status"]]
+    assert [json.loads(t.metadata)["retry"] for t in trajs] == [
+        {"attempt": 0, "attempts": 2, "best_attempt_idx": 1}, {"attempt": 1, "attempts": 2, "best_attempt_idx": 1}]
+    assert len({t.trajectory_id for t in trajs}) == 2
+    # saved mid-run (`save_trajectory(choose=False)`): only the attempts so far
+    (t,) = read_path(_write(tmp_path, {"attempts": [short]}, "partial.traj"))
+    assert isinstance(t, Trajectory) and t.locator == "attempts[0]" and len(t.turns) == 3
+    assert json.loads(t.metadata)["retry"] == {"attempt": 0, "attempts": 1, "best_attempt_idx": None}
+    assert "retry" not in json.loads(one_trajectory(FC_SAMPLE).metadata)
