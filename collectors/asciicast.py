@@ -396,7 +396,7 @@ class AsciicastImporter(Importer):
         except StopIteration:
             raise RecordError("empty_input", "line:1: no asciicast header") from None
         try:
-            header = orjson.loads(raw)
+            header = orjson.loads(raw.removeprefix(b"\xef\xbb\xbf"))  # a BOM, as `sniff` allows (Windows editors write one)
         except orjson.JSONDecodeError as e:
             raise RecordError("invalid_json", f"line:{lineno}: header: {e}") from None
         if not _is_header(header):
@@ -492,6 +492,8 @@ class _Builder:
 
     def __init__(self, width: int, height: int, t0: datetime | None):
         self.screen = Screen(width, height)
+        self.size0 = (width, height)
+        self.resize_lines: list[tuple[int, int, int]] = []  # (line, cols, rows): replayed by `_output_only`
         self.t0 = t0
         self.turns: list[dict] = []
         self.cur: dict | None = None  # the turn being typed or answered
@@ -555,6 +557,7 @@ class _Builder:
             m = re.match(r"^(\d+)x(\d+)$", data.strip())
             if m:
                 self.screen.resize(int(m[1]), int(m[2]))
+                self.resize_lines.append((lineno, int(m[1]), int(m[2])))
             rz = {"t": t, "size": data}
             (self.cur["resizes"] if self.cur is not None else self.resizes).append(rz)
         elif code == "x":
@@ -620,15 +623,25 @@ class _Builder:
                 metadata=dumps({"output_only": True}),
             )
             return [turn], None, extra
-        # Replay the output through a fresh screen, cutting at each marker.
+        # Replay the output through a fresh screen of the header's size, resized where the recording
+        # was, cutting at each marker.
         extra["split"] = "markers"
-        screen = Screen(self.screen.w, self.screen.h)
+        screen = Screen(*self.size0)
+        resizes = list(self.resize_lines)
+
+        def resize_before(line: int | None) -> None:
+            while resizes and (line is None or resizes[0][0] < line):
+                _, cols, rows = resizes.pop(0)
+                screen.resize(cols, rows)
+
         marks = sorted(self.markers, key=lambda m: m["line"])
         events = self.pre_out
         j = 0
         while j < len(events) and events[j][0] < marks[0]["line"]:
+            resize_before(events[j][0])
             screen.feed(events[j][2])
             j += 1
+        resize_before(marks[0]["line"])
         initial = screen.take() or None
         turns = []
         for k, mark in enumerate(marks):
@@ -636,10 +649,12 @@ class _Builder:
             out = []
             t_last = None
             while j < len(events) and (stop is None or events[j][0] < stop):
+                resize_before(events[j][0])
                 screen.feed(events[j][2])
                 out.append(events[j][2])
                 t_last = events[j][1]
                 j += 1
+            resize_before(stop)
             turns.append(
                 Turn(
                     kind="env",

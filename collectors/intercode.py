@@ -17,6 +17,10 @@ kept in each trajectory's metadata), and human-play logs store
 `{task_index: {environment, query_idx, query, gold, reward, trajectory: [{action, observation}]}}`
 (a turn per `trajectory` step, locator `trajectory[i]`; no per-turn reward or validity).
 
+When the policy raised, `eval_n_turn.py` logs `"blocked"` as a last action, with a reward but no
+observation or validity, and ends the episode: that turn is a `message` turn (nothing ran), an
+error, metadata `policy_error`; the columns one entry short are not a length mismatch then.
+
 SQL observations are stored by InterCode as the text of Python's `str(rows)`; a result kept as a
 JSON list of rows is rendered the same way (rows as tuples), so both read alike and identically
 on every run.
@@ -47,10 +51,6 @@ def render_observation(value: Any) -> str | None:
     if value is None or isinstance(value, str):
         return value
     return repr(_tuplify(value))
-
-
-
-
 
 
 class InterCodeImporter(Importer):
@@ -89,19 +89,29 @@ class InterCodeImporter(Importer):
         actions = require(th, "actions", f"{locator} turn_history")
         require(th, "observations", f"{locator} turn_history")
         cols: dict[str, list] = {}
+        blocked = isinstance(actions, list) and bool(actions) and actions[-1] == "blocked"
+        short: set[str] = set()  # columns without an entry for the blocked action
         for name in _LISTS:
             col = th.get(name)
             if col is None and name not in ("actions", "observations"):
                 continue
             if not isinstance(col, list):
                 raise RecordError("malformed_record", f"{locator}: turn_history.{name} is not a list")
-            if len(col) != len(actions):
+            if blocked and len(col) == len(actions) - 1:
+                col = [*col, None]
+                short.add(name)
+            elif len(col) != len(actions):
                 raise RecordError(
                     "length_mismatch",
                     f"{locator}: turn_history.{name} has {len(col)} entries for {len(actions)} actions",
                 )
             cols[name] = col
         turns = [self._turn(cols, i, locator) for i in range(len(actions))]
+        if "observations" in short:
+            last = turns[-1]
+            last.kind, last.observation_kind, last.is_error = "message", "none", True
+            last.locator = f"turn_history.actions[{len(actions) - 1}]"
+            last.metadata = dumps({"policy_error": True})
         summary = loose_json(rec.get("summary"))
         summary = (
             summary if isinstance(summary, dict) else ({"raw": rec["summary"]} if rec.get("summary") else {})

@@ -126,6 +126,7 @@ def test_malformed_events_are_quarantined(name: str, reason: str, where: str) ->
     recs = list(read_path(DATA / name))
     assert len(recs) == 1 and isinstance(recs[0], QuarantineRecord)
     assert recs[0].reason == reason and recs[0].importer == "asciicast" and where in recs[0].detail
+    assert recs[0].excerpt is None  # the record is the file's stream, not text to show
 
 
 def test_truncated_last_line_is_tolerated() -> None:
@@ -156,3 +157,31 @@ def test_screen_emulation() -> None:
     assert s.take() == "日本x" and s.c == 5
     s.feed("\x1b[2J\x1b[Hnew\x1b]0;title\x07")  # clear screen, home, an OSC title
     assert s.take() == "new"
+
+
+def test_byte_order_mark_is_read_like_the_same_file_without(tmp_path: Path) -> None:
+    # Windows tools (PowerShell 5 `Out-File -Encoding UTF8`) write a BOM before the header
+    bom = tmp_path / "bom.cast"
+    bom.write_bytes(b"\xef\xbb\xbf" + (DATA / "bash_session.cast").read_bytes())
+    t, plain = one_trajectory(bom), one_trajectory(DATA / "bash_session.cast")
+    assert len(t.turns) == len(plain.turns) > 0
+    assert [(u.action, u.observation) for u in t.turns] == [(u.action, u.observation) for u in plain.turns]
+
+
+def test_output_only_replay_resizes_where_the_recording_did(tmp_path: Path) -> None:
+    # asciicast v2 `r` events ("COLSxROWS"): output before a resize was drawn at the earlier width
+    cast = tmp_path / "resize.cast"
+    cast.write_text("\n".join([
+        '{"version": 2, "width": 40, "height": 10}',
+        '[0.0, "o", "intro\\r\\n"]',
+        '[0.5, "m", "step 1"]',
+        '[0.6, "o", "0123456789ABCDEFGHIJ\\r\\n"]',
+        '[0.7, "r", "10x5"]',
+        '[1.0, "m", "step 2"]',
+        '[1.1, "o", "abcdefghijklmnopqrst\\r\\n"]',
+    ]) + "\n")
+    t = one_trajectory(cast)
+    assert [u.action for u in t.turns] == ["step 1", "step 2"]
+    assert t.initial_state == "intro"
+    assert [u.observation for u in t.turns] == ["0123456789ABCDEFGHIJ", "abcdefghij\nklmnopqrst"]
+    assert json.loads(t.metadata)["resizes"] == [{"t": 0.7, "size": "10x5"}]

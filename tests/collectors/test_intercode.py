@@ -117,3 +117,29 @@ def test_malformed_record_is_quarantined(tmp_path: Path) -> None:
     assert len(recs) == 3 and len(q) == 1
     assert q[0].importer == "intercode" and q[0].locator == "key:1" and q[0].reason == "length_mismatch"
     assert "key:1: turn_history.observations has 1 entries for 2 actions" in q[0].detail
+
+
+def test_policy_error_blocked_action_keeps_the_turns_before_it(sample: Path, tmp_path: Path) -> None:
+    # `experiments/eval_n_turn.py`: when `policy.forward` raises, it appends "blocked" to `actions` and
+    # 0 to `rewards` (not to `observations` / `valid_action`) and ends the episode
+    raw = json.loads((sample / "intercode" / "ic_bash_multiturn_gpt-4_10_turns_fs_1.json").read_text())
+    rec = raw["1"]
+    th = rec["turn_history"]
+    assert len(th["actions"]) == 10
+    short = {k: (v[:5] if isinstance(v, list) else v) for k, v in th.items()}
+    short["actions"].append("blocked")
+    short["rewards"].append(0)
+    (tmp_path / "run.json").write_text(json.dumps({"1": {**rec, "turn_history": short}}))
+    (t,) = _trajs(tmp_path / "run.json")
+    (plain,) = [u for u in _trajs(sample / "intercode" / "ic_bash_multiturn_gpt-4_10_turns_fs_1.json") if u.locator == "key:1"]
+    assert len(t.turns) == 6
+    assert t.turns[:5] == plain.turns[:5]
+    last = t.turns[5]
+    assert (last.kind, last.action, last.observation, last.observation_kind) == ("message", "blocked", None, "none")
+    assert (last.is_error, last.reward, last.locator) == (True, 0.0, "turn_history.actions[5]")
+    assert json.loads(last.metadata) == {"policy_error": True}
+    # a column short by one without the "blocked" marker is still a length mismatch
+    bad = {**short, "actions": [*short["actions"][:5], "ls"]}
+    (tmp_path / "bad.json").write_text(json.dumps({"1": {**rec, "turn_history": bad}}))
+    (q,) = read_path(tmp_path / "bad.json")
+    assert isinstance(q, QuarantineRecord) and q.reason == "length_mismatch"
