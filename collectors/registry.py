@@ -14,6 +14,7 @@ _ORDER = [
     # directories
     "collectors.droidbot:DroidBotImporter",
     "collectors.browsergym:BrowserGymImporter",
+    "collectors.harbor:HarborJobImporter",
     # raw streams
     "collectors.asciicast:AsciicastImporter",
     "collectors.uiautomator:UiAutomatorImporter",
