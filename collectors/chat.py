@@ -11,6 +11,10 @@ with `name`); top-level `tools` (or legacy `functions`) is the action space.
 ShareGPT form (LLaMA-Factory and similar): `from` in system/human/gpt/function_call/observation/tool,
 `value` text (or the same roles under `role`/`content`, as LLaMA-Factory's configurable tags allow); a `function_call` value is JSON `{name, arguments}` (a list for parallel calls) and is
 paired with the `observation` that follows it; top-level `system` and `tools` are honoured.
+Anthropic Messages form (the same `messages` list, content as typed blocks): assistant `tool_use`
+blocks `{id, name, input}` are the calls (its `text` blocks the thought, `thinking` blocks the
+reasoning), and `tool_result` blocks `{tool_use_id, content, is_error}` in the next user message their
+results (text after them in that message is a user turn); top-level `system` may be text blocks too.
 Hermes/Qwen text tool calls (either form): `<tool_call>{"name", "arguments"}</tool_call>` blocks in an
 assistant message are its calls (the text around them is the thought), and `<tool_response>` blocks in a
 tool message are their results, in order (the JSON inside, without the tags).
@@ -114,6 +118,45 @@ def _hermes_results(b: _Builder, text: str | None, loc: str) -> bool:
     return True
 
 
+def _blocks(content: Any) -> list[dict] | None:
+    """Anthropic Messages content blocks (`[{"type": ...}, ...]`), else None."""
+    if isinstance(content, list) and content and all(isinstance(p, dict) and isinstance(p.get("type"), str) for p in content):
+        return content
+    return None
+
+
+def _block_text(blocks: list[dict], kind: str = "text", key: str = "text") -> str | None:
+    return "".join(str(p.get(key) or "") for p in blocks if p["type"] == kind) or None
+
+
+def _anthropic_calls(b: _Builder, blocks: list[dict], reasoning: str | None, loc: str) -> bool:
+    """An assistant message's `tool_use` blocks as calls; False when it has none."""
+    uses = [(i, p) for i, p in enumerate(blocks) if p["type"] == "tool_use"]
+    if not uses:
+        return False
+    b.content_blocks = True
+    thought = _join(reasoning or _block_text(blocks, "thinking", "thinking"), _block_text(blocks))
+    for k, (i, p) in enumerate(uses):
+        b.call(p.get("name"), p.get("input"), p.get("id"), thought if k == 0 else None, f"{loc}.content[{i}]")
+    return True
+
+
+def _anthropic_results(b: _Builder, blocks: list[dict], loc: str) -> bool:
+    """A user message's `tool_result` blocks as results (any other blocks after them: a user turn);
+    False when it has none."""
+    results = [(i, p) for i, p in enumerate(blocks) if p["type"] == "tool_result"]
+    if not results:
+        return False
+    b.content_blocks = True
+    for i, p in results:
+        err = p.get("is_error") if isinstance(p.get("is_error"), bool) else None
+        b.result(as_text(p.get("content")), p.get("tool_use_id"), None, f"{loc}.content[{i}]", err)
+    rest = [p for p in blocks if p["type"] != "tool_result"]
+    if rest:
+        b.user_text(as_text(rest) or "", loc)
+    return True
+
+
 def _join(*parts: str | None) -> str | None:
     kept = [p for p in parts if p and p.strip()]
     return "\n\n".join(kept) if kept else None
@@ -129,6 +172,7 @@ class _Builder:
         self.system: list[str] = []
         self.open_calls: list[int] = []  # indices of env turns still waiting for a result
         self.by_id: dict[str, int] = {}
+        self.content_blocks = False  # Anthropic `tool_use` / `tool_result` blocks were read
 
     def started(self) -> bool:
         return self.task is not None or bool(self.turns)
@@ -222,12 +266,18 @@ def _openai_messages(msgs: list, field: str, b: _Builder) -> None:
         if role is None:
             raise RecordError("missing_field", f"{b.where} {loc}: message has no 'role'")
         text = as_text(m.get("content"))
+        blocks = _blocks(m.get("content"))
         if role in _SYSTEM:
             b.system_text(text or "", loc)
         elif role in _USER:
-            b.user_text(text or "", loc)
+            if blocks is None or not _anthropic_results(b, blocks, loc):
+                b.user_text(text or "", loc)
         elif role in _ASSISTANT:
             reasoning = as_text(m.get("reasoning_content") or m.get("reasoning") or m.get("thinking"))
+            if blocks is not None and not m.get("tool_calls") and _anthropic_calls(b, blocks, reasoning, loc):
+                continue
+            if blocks is not None and any(p["type"] == "thinking" for p in blocks):
+                text, reasoning = _block_text(blocks), _join(reasoning, _block_text(blocks, "thinking", "thinking"))
             calls = m.get("tool_calls")
             if isinstance(m.get("function_call"), dict) and not calls:
                 calls = [{"id": None, "type": "function", "function": m["function_call"]}]
@@ -326,8 +376,9 @@ class ChatImporter(Importer):
             raise RecordError("missing_field", f"{locator}: neither 'messages' nor 'conversations' is present")
         if not isinstance(msgs, list):
             raise RecordError("malformed_record", f"{locator}: {field!r} must be a list, got {type(msgs).__name__}")
-        if isinstance(record.get("system"), str) and record["system"].strip():
-            b.system.append(record["system"])
+        system = as_text(record.get("system")) if isinstance(record.get("system"), str | list) else None
+        if system and system.strip():
+            b.system.append(system)
         if form == "sharegpt" and msgs and isinstance(msgs[0], dict) and "from" not in msgs[0] and "role" in msgs[0]:
             form = "openai"  # `conversations` holding OpenAI-style role/content messages
         if form == "openai":
@@ -337,7 +388,7 @@ class ChatImporter(Importer):
         turns = b.finish()
         tools = _loads(record.get("tools") or record.get("functions"))
         skip = {"messages", "conversations", "tools", "functions", "system", "id"}
-        meta: dict[str, Any] = {"form": form}
+        meta: dict[str, Any] = {"form": "anthropic" if b.content_blocks else form}
         if b.system:
             meta["system"] = "\n\n".join(b.system)
         meta.update({k: v for k, v in record.items() if k not in skip})

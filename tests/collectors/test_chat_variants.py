@@ -193,3 +193,40 @@ def test_llamafactory_tags_renamed_to_role_and_content(tmp_path: Path) -> None:
 
     assert [fields(t) for t in renamed] == [fields(t) for t in original]
     assert renamed[0].turns[0].locator == "messages[1]+messages[2]"
+
+
+def test_anthropic_messages_content_blocks(tmp_path: Path) -> None:
+    # Anthropic Messages API: assistant `tool_use` blocks, results as `tool_result` blocks of the next
+    # user message (`content` a string or text blocks, `is_error`), `thinking` blocks, `system` as blocks
+    rec = {
+        "system": [{"type": "text", "text": "You are a coding agent."}],
+        "messages": [
+            {"role": "user", "content": "List files, then count lines"},
+            {"role": "assistant", "content": [
+                {"type": "thinking", "thinking": "Two commands.", "signature": "sig"},
+                {"type": "text", "text": "Running both."},
+                {"type": "tool_use", "id": "toolu_01", "name": "bash", "input": {"command": "ls"}},
+                {"type": "tool_use", "id": "toolu_02", "name": "bash", "input": {"command": "wc -l a.txt"}}]},
+            {"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": "toolu_02", "is_error": True,
+                 "content": [{"type": "text", "text": "wc: a.txt: No such file"}]},
+                {"type": "tool_result", "tool_use_id": "toolu_01", "content": "b.txt"},
+                {"type": "text", "text": "Now b.txt please."}]},
+            {"role": "assistant", "content": [{"type": "text", "text": "Only b.txt exists."}]},
+        ],
+    }
+    (tmp_path / "a.jsonl").write_text(json.dumps(rec) + "\n")
+    (t,) = _trajs(tmp_path / "a.jsonl")
+    assert t.task == "List files, then count lines"
+    assert json.loads(t.metadata) == {"form": "anthropic", "system": "You are a coding agent."}
+    assert [u.kind for u in t.turns] == ["env", "env", "user", "message"]
+    ls, wc, user, reply = t.turns
+    assert (ls.action, ls.tool_name, ls.tool_call_id, ls.observation, ls.is_error) == (
+        'bash {"command":"ls"}', "bash", "toolu_01", "b.txt", None)
+    assert ls.thought == "Two commands.\n\nRunning both." and wc.thought is None
+    assert (wc.tool_call_id, wc.observation, wc.is_error, wc.observation_kind) == (
+        "toolu_02", "wc: a.txt: No such file", True, "error")
+    assert ls.locator == "messages[1].content[2]+messages[2].content[1]"
+    assert wc.locator == "messages[1].content[3]+messages[2].content[0]"
+    assert user.action == "Now b.txt please." and reply.action == "Only b.txt exists."
+    assert_schema_valid([t])
