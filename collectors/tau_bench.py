@@ -18,6 +18,9 @@ The system message (the domain policy) goes to metadata; the first user message 
 instruction (`info.task.instruction`) is the environment state that drives every user reply, so
 it is stored as `initial_state`; the expected actions stay in metadata only.
 
+A run the harness could not finish (`run.py` catches the exception and writes `reward: 0.0`,
+`info: {error, traceback}`, `traj: []`) has outcome "error": its 0.0 says nothing about the agent.
+
 Domain: "mcp". tau-bench tasks are customer-service tool use through JSON function schemas, the
 same shape as MCP tool calls; none of the other domains (terminal, swe, web, os, android, search)
 fits. `ingest --domain` overrides it.
@@ -136,7 +139,7 @@ class TauBenchImporter(Importer):
             action_space=dumps(tools) if tools else None,
             initial_state=dumps(hidden) if hidden else None,
             agent="tau-bench",
-            outcome=outcome_of(reward),
+            outcome="error" if info.get("error") else outcome_of(reward),
             reward=reward,
             metadata=dumps(meta),
             locator=locator,

@@ -115,3 +115,16 @@ def test_malformed_record_is_quarantined(tmp_path: Path) -> None:
     assert isinstance(ok, Trajectory) and isinstance(q, QuarantineRecord)
     assert q.importer == "tau-bench" and q.locator == "[1]" and q.reason == "unpaired_tool_result"
     assert "[1] traj[8]: tool result 'call_missing'" in q.detail
+
+
+def test_harness_error_run_is_an_error_not_a_failure(tmp_path: Path) -> None:
+    # tau-bench `run.py`: an exception in the episode is written as reward 0.0, info {error, traceback}, traj []
+    recs = json.loads((DATA / "react_and_minimal.json").read_text())
+    crashed = {"task_id": 5, "reward": 0.0, "trial": 0, "traj": [],
+               "info": {"error": "litellm.RateLimitError: rate limited", "traceback": "Traceback ..."}}
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps([crashed, *recs], indent=2))
+    err, react, minimal = _trajs(path)
+    assert (err.outcome, err.reward, len(err.turns), err.native_id) == ("error", 0.0, 0, "5:0")
+    assert json.loads(err.metadata)["info"]["error"] == "litellm.RateLimitError: rate limited"
+    assert (react.outcome, minimal.outcome) == ("success", "failure")
