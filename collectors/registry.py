@@ -15,6 +15,7 @@ _ORDER = [
     "collectors.droidbot:DroidBotImporter",
     "collectors.browsergym:BrowserGymImporter",
     "collectors.harbor:HarborJobImporter",
+    "collectors.tau2_bench:Tau2BenchDirImporter",
     # raw streams
     "collectors.asciicast:AsciicastImporter",
     "collectors.uiautomator:UiAutomatorImporter",

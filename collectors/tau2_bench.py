@@ -19,12 +19,22 @@ lists the task, is the `initial_state`; `info.environment_info.tool_defs` is the
 Timestamps are written without a zone (`datetime.now()`); they are read as UTC. A tool turn's
 duration runs from the call's message to its result's.
 
+A run saved with `Results.save(format="dir")` is a directory: `results.json` holds `info`, `tasks`
+and a `simulation_index` instead of `simulations`, and each simulation is `simulations/<id>.json`
+(`Tau2BenchDirImporter`; locator `simulations/<file>`; the same trajectories as the one document).
+Full-duplex simulations (`messages` null, the conversation in `ticks`) are quarantined with reason
+`unsupported_variant`, naming the simulation, and the rest of the file is read.
+
 Domain: "mcp", as for tau-bench (customer-service tool use through JSON function schemas).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
+
+import orjson
 
 from collectors.base import (
     ImportContext,
@@ -51,9 +61,7 @@ class Tau2BenchImporter(Importer):
         if not isinstance(doc, dict) or not isinstance(doc.get("simulations"), list):
             return False
         sims = doc["simulations"]
-        return isinstance(doc.get("info"), dict) and (
-            not sims or (isinstance(sims[0], dict) and "task_id" in sims[0] and isinstance(sims[0].get("messages"), list))
-        )
+        return isinstance(doc.get("info"), dict) and (not sims or _is_simulation(sims[0]))
 
     def split(self, doc: dict, ctx: ImportContext):
         info = object_at(doc, "info")
@@ -65,6 +73,9 @@ class Tau2BenchImporter(Importer):
     def convert(self, rec: Any, locator: str, ctx: ImportContext) -> Trajectory:
         sim, info, task_def = rec["simulation"], rec["info"], rec["task"]
         expect_object(sim, locator)
+        if sim.get("messages") is None and isinstance(sim.get("ticks"), list):
+            raise RecordError("unsupported_variant", f"{locator}: a full-duplex simulation (its conversation is "
+                              f"in 'ticks', 'messages' is null); this importer reads half-duplex 'messages' only")
         messages = require(sim, "messages", locator)
         if not isinstance(messages, list):
             raise RecordError("malformed_record", f"{locator}: 'messages' is not a list")
@@ -97,6 +108,70 @@ class Tau2BenchImporter(Importer):
             metadata=dumps({k: v for k, v in meta.items() if v is not None}),
             locator=locator,
         )
+
+
+def _is_simulation(sim: Any) -> bool:
+    """A `SimulationRun`: half-duplex (`messages`) or full-duplex (`ticks`, `messages` null)."""
+    return isinstance(sim, dict) and "task_id" in sim and (
+        isinstance(sim.get("messages"), list) or (sim.get("messages") is None and isinstance(sim.get("ticks"), list)))
+
+
+_MAX_JSON_BYTES = 256 << 20
+
+
+def _load(path: Path, where: str) -> Any:
+    size = path.stat().st_size
+    if size > _MAX_JSON_BYTES:
+        raise RecordError("record_too_large", f"{where}: {size} bytes, above {_MAX_JSON_BYTES}", where)
+    try:
+        return orjson.loads(path.read_bytes())
+    except orjson.JSONDecodeError as e:
+        raise RecordError("invalid_json", f"{where}: {e}", where) from None
+
+
+class Tau2BenchDirImporter(Importer):
+    """A run saved as a directory (`Results.save(format="dir")`): `results.json` + `simulations/*.json`."""
+
+    name = "tau2-bench-dir"
+    container = "dir"
+
+    @staticmethod
+    def _index(directory: Path) -> dict | None:
+        p = directory / "results.json"
+        if not ((directory / "simulations").is_dir() and p.is_file()) or p.stat().st_size > _MAX_JSON_BYTES:
+            return None
+        try:
+            doc = orjson.loads(p.read_bytes())
+        except orjson.JSONDecodeError:
+            return None
+        ok = isinstance(doc, dict) and isinstance(doc.get("info"), dict) and isinstance(doc.get("simulation_index"), list)
+        return doc if ok else None
+
+    def sniff(self, directory: Path) -> bool:
+        return self._index(directory) is not None
+
+    def consumes(self, directory: Path) -> list[Path]:
+        return [directory / "results.json", *sorted(p for p in (directory / "simulations").glob("*.json") if p.is_file())]
+
+    def split(self, directory: Path, ctx: ImportContext) -> Iterator[tuple[str, Any]]:
+        doc = self._index(directory)
+        if doc is None:
+            raise RecordError("invalid_json", "results.json: no longer a tau2-bench results index")
+        info = object_at(doc, "info")
+        tasks = {str(t.get("id")): t for t in doc.get("tasks") or [] if isinstance(t, dict)}
+        for p in sorted((directory / "simulations").glob("*.json")):
+            loc = f"simulations/{p.name}"
+            try:
+                sim = _load(p, loc)
+            except RecordError as e:
+                sim = e
+            task = tasks.get(str(sim.get("task_id"))) if isinstance(sim, dict) else None
+            yield loc, {"simulation": sim, "info": info, "task": task}
+
+    def convert(self, rec: Any, locator: str, ctx: ImportContext) -> Trajectory:
+        if isinstance(rec["simulation"], RecordError):
+            raise rec["simulation"]
+        return _TAU2.convert(rec, locator, ctx)
 
 
 def _turns(messages: list, locator: str) -> tuple[str | None, str | None, list[Turn], list[dict]]:
@@ -169,3 +244,6 @@ def _turns(messages: list, locator: str) -> tuple[str | None, str | None, list[T
         else:
             raise RecordError("malformed_record", f"{where}: unknown role {role!r}")
     return system, task, turns, loose + user_calls
+
+
+_TAU2 = Tau2BenchImporter()

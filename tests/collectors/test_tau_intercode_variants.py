@@ -287,3 +287,39 @@ def test_intercode_native_id_keeps_keys_that_contain_key(tmp_path: Path) -> None
     (tmp_path / "human.json").write_text(json.dumps({"monkey:7": raw["809"] | {"query_idx": None}}, indent=1))
     (t,) = list(read_path(tmp_path / "human.json"))
     assert t.native_id == "monkey:7"
+
+
+def test_tau2_directory_format_reads_as_the_one_document(tmp_path: Path) -> None:
+    # `Results.save(format="dir")`: results.json with `simulation_index` instead of `simulations`,
+    # each `SimulationRun` in simulations/<id>.json
+    raw = json.loads((DATA / TAU2).read_text())
+    run = tmp_path / "run1"
+    (run / "simulations").mkdir(parents=True)
+    sims = raw.pop("simulations")
+    index = [{"id": s["id"], "task_id": s["task_id"], "trial": s.get("trial"), "reward": s["reward_info"]["reward"]} for s in sims]
+    (run / "results.json").write_text(json.dumps({**raw, "simulation_index": index}, indent=2))
+    for s in sims:
+        (run / "simulations" / f"{s['id']}.json").write_text(json.dumps(s, indent=2))
+    (t,) = _trajs(run)
+    (one,) = _trajs(DATA / TAU2)
+    assert t.source_format == "tau2-bench" and t.locator == f"simulations/{sims[0]['id']}.json"
+    assert t.source == str(run)
+    assert [(u.kind, u.action, u.observation, u.tool_call_id) for u in t.turns] == [
+        (u.kind, u.action, u.observation, u.tool_call_id) for u in one.turns]
+    assert (t.reward, t.model, t.task, t.native_id) == (one.reward, one.model, one.task, one.native_id)
+
+
+@pytest.mark.parametrize("first", [True, False])
+def test_tau2_full_duplex_simulation_is_quarantined_alone(tmp_path: Path, first: bool) -> None:
+    # `SimulationRun.messages` is null for full-duplex runs (the conversation is in `ticks`)
+    raw = json.loads((DATA / TAU2).read_text())
+    duplex = {**raw["simulations"][0], "id": "fd", "messages": None, "mode": "full_duplex",
+              "ticks": [{"tick_id": 0, "agent_chunk": {"role": "assistant", "content": "Hi!"}, "user_chunk": None}]}
+    raw["simulations"] = [duplex, *raw["simulations"]] if first else [*raw["simulations"], duplex]
+    (tmp_path / "results.json").write_text(json.dumps(raw, indent=2))
+    recs = list(read_path(tmp_path / "results.json"))
+    q = [r for r in recs if isinstance(r, QuarantineRecord)]
+    t = [r for r in recs if isinstance(r, Trajectory)]
+    assert len(t) == 1 and len(t[0].turns) == 4
+    assert [(r.locator, r.reason) for r in q] == [("simulations[0]" if first else "simulations[1]", "unsupported_variant")]
+    assert "full-duplex" in q[0].detail
