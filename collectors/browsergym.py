@@ -10,11 +10,16 @@ matter:
   tab-indented `[bid] role 'name'` lines), `# Error message from last action`, ...;
 - the chosen action: `action:\\n<model answer>` (BrowserGym loop at INFO), `Agent chose
   action:\\n <action>` (newer BrowserGym loops, DEBUG) or `Agent action:\\n <action>` (AgentLab, DEBUG);
-- AgentLab's `Agent thought: ...` (INFO), kept as the next action's thought.
+- AgentLab's `Agent thought: ...` (INFO), kept as the next action's thought;
+- the loops' chat record `<think>\n\naction:\n<action>` (`_send_chat_info`, INFO; the think text is
+  `None` when the agent gave none): the action with its thought. A loop at DEBUG also logs the same
+  action as `Agent chose action:`; two action records with different labels and the same action, no
+  prompt between them, are one step.
 
 AgentLab does not log prompts, so its actions have no observation here (the observations are in
 `step_*.pkl.gz` pickles, which are never unpickled: untrusted pickle runs code); a log with no
-action at all (AgentLab at INFO) is quarantined as `no_turns`.
+action record at all is quarantined as `no_turns`. Screen recordings (`task_video/`, `chat_video/`,
+`combined_video.mp4`) are claimed with the other byproducts.
 
 Steps are delimited by these records, not by counting: the log is read as a sequence, each
 action is paired with the first prompt logged after it (the next observation), the first prompt
@@ -55,7 +60,8 @@ _HEADER = re.compile(
     r"^(?P<time>\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:[,.]\d+)?) - (?:(?P<pid>\d+) - )?"
     r"(?P<logger>[\w.\-<>]+)(?::\d+)? - (?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) - (?P<msg>.*)$"
 )
-_ACTION = re.compile(r"^(?:action|Agent chose action|Agent action):[ \t]*(?:\n|$)")
+_ACTION = re.compile(r"^(?P<label>action|Agent chose action|Agent action):[ \t]*(?:\n|$)")
+_CHAT_ACTION = re.compile(r"\n\naction:[ \t]*\n")  # after the think text in `_send_chat_info`'s message
 _THOUGHT = re.compile(r"^Agent thought:[ \t]*")
 _AX_ROOT = re.compile(r"^(?:\[\w*\] )?RootWebArea\b")
 _HEADING = re.compile(r"^# (.+?)\s*$")
@@ -72,6 +78,7 @@ _KNOWN_SECTIONS = {
     "Error message from last action",
     "Next action",
 }
+_PROMPT_SECTION = re.compile(r"^# (?:" + "|".join(map(re.escape, sorted(_KNOWN_SECTIONS))) + r")\s*$", re.M)
 _TAB = re.compile(r"^Tab (\d+)( \(active tab\))?\s*\n\s+Title: (.*)\n\s+URL: (.*)$", re.M)
 _CHAT = re.compile(r"^- \[(\w+)\] ", re.M)
 _CODE = re.compile(r"```(\w*\n)?(.*?)```", re.S)
@@ -120,8 +127,24 @@ _STD_PARAMS: dict[str, list[str]] = {
 # pickles are never unpickled (untrusted pickle executes code). Their names go to metadata.
 _BYPRODUCTS = re.compile(
     r"^(exp_args\.pkl|package_versions\.txt|goal_object\.pkl\.gz|step_\d+\.pkl\.gz|"
-    r"screenshot(_som)?_step_\d+\.(png|jpe?g)|summary_info\.json|experiment_analysis\.md)$"
+    r"screenshot(_som)?_step_\d+\.(png|jpe?g)|summary_info\.json|experiment_analysis\.md|combined_video\.mp4)$"
 )
+_VIDEO_DIRS = ("task_video", "chat_video")  # recordings (`record_video`): `*.webm` files, claimed like the rest
+
+
+def _action_record(msg: str) -> tuple[str, str | None, str] | None:
+    """(label, think text, action) of an action record, or None for any other message."""
+    m = _ACTION.match(msg)
+    if m:
+        return m["label"], None, msg[m.end():]
+    if _PROMPT_SECTION.search(msg):  # a prompt, whose text may quote `action:` examples
+        return None
+    marks = list(_CHAT_ACTION.finditer(msg))
+    if not marks:
+        return None
+    last = marks[-1]
+    think = msg[: last.start()].strip()
+    return "action", (None if think in ("", "None") else think), msg[last.end():]
 
 
 _READ = ("experiment.log", "summary_info.json", "experiment_analysis.md")
@@ -437,6 +460,7 @@ class BrowserGymImporter(Importer):
     def consumes(self, directory: Path) -> list[Path]:
         files = [directory / "experiment.log"]
         files += [p for p in directory.iterdir() if p.is_file() and _BYPRODUCTS.match(p.name)]
+        files += [p for d in _VIDEO_DIRS if (directory / d).is_dir() for p in (directory / d).glob("*.webm") if p.is_file()]
         return sorted(files)
 
     def split(self, directory: Path, ctx: ImportContext):
@@ -471,10 +495,16 @@ class BrowserGymImporter(Importer):
             if _THOUGHT.match(rec.msg):
                 thought = _THOUGHT.sub("", rec.msg, count=1).strip() or None
                 continue
-            if _ACTION.match(rec.msg):
+            if (act := _action_record(rec.msg)) is not None:
+                label, think, answer = act
+                if (pending is not None and pending["label"] != label
+                        and pending["answer"].strip() == answer.strip()):  # the same step logged twice
+                    pending["thought"] = pending["thought"] or think
+                    continue
                 if pending is not None:
                     steps.append(pending)
-                pending = {"rec": rec, "obs": None, "users": [], "thought": thought}
+                pending = {"rec": rec, "obs": None, "users": [], "thought": think or thought, "label": label,
+                           "answer": answer}
                 thought = None
                 continue
             obs = _observation(rec)
@@ -507,8 +537,8 @@ class BrowserGymImporter(Importer):
         if not steps:
             raise RecordError(
                 "no_turns",
-                "experiment.log: no agent action is logged (prompts and actions are logged at INFO by "
-                "BrowserGym's DemoAgent loop; AgentLab logs actions at DEBUG only)",
+                "experiment.log: no agent action is logged (the loops log each action at INFO, "
+                "`action:` after the agent's think text, and again at DEBUG)",
             )
 
         md_ok = self._analysis_agrees(analysis, initial_obs, steps)
@@ -604,7 +634,7 @@ class BrowserGymImporter(Importer):
         rec: _Record = st["rec"]
         obs: _Obs | None = st["obs"]
         where = f"experiment.log line {rec.line} turn {k}"
-        answer = _ACTION.sub("", rec.msg, count=1).strip()
+        answer = st["answer"].strip()
         if not answer:
             raise RecordError("missing_field", f"{where}: the action record is empty")
         action, thought = _split_answer(answer)

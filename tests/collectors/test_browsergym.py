@@ -215,3 +215,65 @@ def test_sniff_checks_log_content(sample: Path) -> None:
 def test_domain_override(sample: Path) -> None:
     (t,) = list(read_path(sample / BG / "order-ipad-pro_14", domain_override="os"))
     assert t.domain == "os"
+
+
+# The loops' chat record (BrowserGym and AgentLab `loop.py`, `_send_chat_info`): logged at INFO as
+# f"{think}\n\naction:\n{action}\n" (`"think" in agent_info` is always true for AgentInfo: `None` when empty).
+def _chat_record(ts: str, logger: str, think: str | None, action: str) -> list[str]:
+    return [f"{ts} - {logger} - INFO - {think}", "", "action:", *action.split("\n"), ""]
+
+
+def test_agentlab_info_log_actions_after_the_think_text(tmp_path: Path) -> None:
+    # AgentLab at its default level (INFO): `Agent thought:` and the chat record, no DEBUG `Agent action:`
+    exp = tmp_path / "2024-07-10_14-02-10_GenericAgent-gpt-4o-mini_on_webarena.310_0"
+    exp.mkdir()
+    lg = "51234 - agentlab.experiments.loop:1003"
+    lines = (DATA / "agentlab_debug" / "experiment.log").read_text().splitlines()
+    log = [*lines[:2],
+           "2024-07-10 14:02:23,512 - 51234 - agentlab.experiments.loop:243 - INFO - Agent thought: I need the Reports menu.",
+           *_chat_record("2024-07-10 14:02:23,640", lg, "I need the Reports menu.", "click('256')"),
+           *_chat_record("2024-07-10 14:02:29,801", lg, None, "send_msg_to_user('Quest Lumaflex Band')"),
+           lines[-1]]
+    (exp / "experiment.log").write_text("\n".join(log) + "\n")
+    (exp / "summary_info.json").write_bytes((DATA / "agentlab_debug" / "summary_info.json").read_bytes())
+    t = _one(exp)
+    assert [u.action for u in t.turns] == ["click('256')", "send_msg_to_user('Quest Lumaflex Band')"]
+    assert [u.thought for u in t.turns] == ["I need the Reports menu.", None]
+    assert t.turns[0].locator == "experiment.log:4"
+
+
+def test_debug_and_chat_records_of_one_action_are_one_step(tmp_path: Path) -> None:
+    # a loop at DEBUG logs `Agent chose action:` and then the INFO chat record for the same action
+    import shutil
+
+    exp = tmp_path / "chat_mode_debug"
+    shutil.copytree(DATA / "chat_mode_debug", exp)
+    lines = (exp / "experiment.log").read_text().splitlines()
+    out: list[str] = []
+    i = 0
+    while i < len(lines):
+        out.append(lines[i])
+        if lines[i].endswith("DEBUG - Agent chose action:"):
+            ts = lines[i][:23]
+            j = i + 1
+            while j < len(lines) and not lines[j][:4].isdigit():
+                out.append(lines[j])
+                j += 1
+            answer = "\n".join(lines[i + 1 : j]).strip()
+            out += _chat_record(ts, "browsergym.experiments.loop", None, answer)
+            i = j
+            continue
+        i += 1
+    assert sum(ln.endswith("INFO - None") for ln in out) == 3
+    (exp / "experiment.log").write_text("\n".join(out) + "\n")
+    # the recordings BrowserGym writes with `record_video` are claimed, not quarantined
+    for d, name in (("task_video", "a1b2.webm"), ("chat_video", "c3d4.webm")):
+        (exp / d).mkdir()
+        (exp / d / name).write_bytes(b"\x1aE\xdf\xa3")
+    (exp / "combined_video.mp4").write_bytes(b"\x00\x00\x00\x18ftypmp42")
+    recs = _read(exp)
+    assert [type(r) for r in recs] == [Trajectory]
+    t, plain = recs[0], _one(DATA / "chat_mode_debug")
+    assert [(u.kind, u.action, u.observation, u.thought, u.is_error) for u in t.turns] == [
+        (u.kind, u.action, u.observation, u.thought, u.is_error) for u in plain.turns]
+    assert len(t.turns) == 4
