@@ -10,6 +10,9 @@ Not turns, but kept in trajectory metadata: the first user message before any ag
 the `task`), the `system` action (its prompt goes to metadata, its `tools` to `action_space`) and
 the harness' agent-state bookkeeping (`change_agent_state`, `agent_state_changed`).
 
+V1 rows (the software-agent-sdk's events, typed by `kind`) are walked by `collectors.openhands_v1`
+into the same turns.
+
 Older histories have no ids: eval rows stored `[action, observation]` pairs, and some resolver
 outputs have bare dicts (`command`, `exit_code`, `content` at top level). Pairs are taken as they
 are; histories with no `cause` anywhere pair each observation with the action just before it.
@@ -29,6 +32,7 @@ from datetime import datetime
 from typing import Any
 
 from collectors.base import ImportContext, Importer, as_text, expect_object, loose_json, object_at, parse_time
+from collectors.openhands_v1 import V1Stream, is_v1_history
 from schemas.records import RecordError, Trajectory, Turn, dumps
 
 AGENT = "openhands"
@@ -516,9 +520,9 @@ class OpenHandsOutputImporter(Importer):
         history = row.get("history")
         if not isinstance(history, list):
             raise RecordError("missing_field", f"{locator}: field 'history' is missing or not a list")
-        s = _Stream(history, locator, "history")
+        s = V1Stream(history, locator, "history") if is_v1_history(history) else _Stream(history, locator, "history")
         meta_in = object_at(row, "metadata")
-        llm = object_at(meta_in, "llm_config")
+        llm = object_at(meta_in, "llm_config") or object_at(meta_in, "llm")  # V1 `EvalMetadata.llm`
         issue = row.get("issue") if isinstance(row.get("issue"), dict) else None
         native = row["instance_id"] if row.get("instance_id") is not None else row.get("task_id")
         if native is None and issue:

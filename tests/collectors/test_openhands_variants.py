@@ -194,3 +194,74 @@ def test_humanevalfix_task_id_row() -> None:
     assert json.loads(t.env_fingerprint) == {"git_commit": "4d3253696f5a9d9de02ab86969fe9796fa40331f"}
     assert t.outcome == "finished"
     assert_schema_valid([t])
+
+
+def _v1_action(eid: str, call: str, tool: str, action: dict, args: dict, ts: str, thought: str = "") -> dict:
+    return {"id": eid, "timestamp": ts, "source": "agent", "kind": "ActionEvent",
+            "thought": [{"type": "text", "text": thought}] if thought else [], "reasoning_content": None,
+            "action": action, "tool_name": tool, "tool_call_id": call,
+            "tool_call": {"id": call, "name": tool, "arguments": json.dumps(args), "origin": "completion"},
+            "llm_response_id": "r-" + eid, "security_risk": "UNKNOWN"}
+
+
+def test_v1_sdk_eval_row(tmp_path: Path) -> None:
+    """An OpenHands V1 evaluation row (OpenHands/benchmarks `EvalOutput`; events of the
+    software-agent-sdk `openhands.sdk.event`: Action/Observation/AgentError/UserReject events typed by
+    `kind`, content as text parts), built from those models."""
+    history = [
+        {"id": "e0", "timestamp": "2025-11-03T10:00:00", "source": "agent", "kind": "SystemPromptEvent",
+         "system_prompt": {"type": "text", "text": "You are OpenHands agent."}, "tools": [{"name": "terminal"}]},
+        {"id": "e1", "timestamp": "2025-11-03T10:00:01", "source": "user", "kind": "MessageEvent",
+         "llm_message": {"role": "user", "content": [{"type": "text", "text": "Fix the bug in foo.py"}]}},
+        _v1_action("e2", "call_1", "terminal", {"command": "pytest -q", "is_input": False, "kind": "TerminalAction"},
+                   {"command": "pytest -q"}, "2025-11-03T10:00:02", "Run the tests."),
+        {"id": "e3", "timestamp": "2025-11-03T10:00:05", "source": "environment", "kind": "ObservationEvent",
+         "tool_name": "terminal", "tool_call_id": "call_1", "action_id": "e2",
+         "observation": {"content": [{"type": "text", "text": "1 failed in 0.1s"}], "is_error": False,
+                         "command": "pytest -q", "exit_code": 1, "timeout": False, "kind": "TerminalObservation"}},
+        {"id": "e4", "timestamp": "2025-11-03T10:00:05", "source": "environment", "kind": "ConversationStateUpdateEvent",
+         "key": "execution_status", "value": "running"},
+        _v1_action("e5", "call_2", "file_editor", {"command": "view", "path": "/w/foo.py", "kind": "FileEditorAction"},
+                   {"command": "view", "path": "/w/foo.py"}, "2025-11-03T10:00:06"),
+        {"id": "e6", "timestamp": "2025-11-03T10:00:06", "source": "agent", "kind": "AgentErrorEvent",
+         "tool_name": "file_editor", "tool_call_id": "call_2", "error": "Path /w/foo.py does not exist."},
+        _v1_action("e7", "call_3", "terminal", {"command": "rm -rf /", "kind": "TerminalAction"},
+                   {"command": "rm -rf /"}, "2025-11-03T10:00:07"),
+        {"id": "e8", "timestamp": "2025-11-03T10:00:08", "source": "environment", "kind": "UserRejectObservation",
+         "tool_name": "terminal", "tool_call_id": "call_3", "action_id": "e7", "rejection_reason": "Too dangerous",
+         "rejection_source": "user"},
+        {"id": "e9", "timestamp": "2025-11-03T10:00:09", "source": "agent", "kind": "MessageEvent",
+         "llm_message": {"role": "assistant", "content": [{"type": "text", "text": "I will look elsewhere."}]}},
+        _v1_action("e10", "call_4", "terminal", {"command": "ls", "kind": "TerminalAction"}, {"command": "ls"},
+                   "2025-11-03T10:00:10"),
+        _v1_action("e11", "call_5", "finish", {"message": "Done.", "kind": "FinishAction"}, {"message": "Done."},
+                   "2025-11-03T10:00:11"),
+        {"id": "e12", "timestamp": "2025-11-03T10:00:11", "source": "environment", "kind": "ObservationEvent",
+         "tool_name": "finish", "tool_call_id": "call_5", "action_id": "e11",
+         "observation": {"content": [{"type": "text", "text": "Done."}], "is_error": False, "kind": "FinishObservation"}},
+    ]
+    row = {"instance_id": "astropy__astropy-12907", "attempt": 1, "test_result": {"git_patch": "diff --git a/foo.py"},
+           "instruction": "Fix the bug in foo.py", "history": history, "error": None,
+           "metadata": {"llm": {"model": "litellm_proxy/claude-sonnet-4-5-20250929"}, "max_iterations": 100},
+           "metrics": {"accumulated_cost": 0.1}}
+    (tmp_path / "output.jsonl").write_text(json.dumps(row) + "\n")
+    (t,) = list(read_path(tmp_path / "output.jsonl"))
+    assert isinstance(t, Trajectory), getattr(t, "detail", t)
+    assert (t.source_format, t.domain, t.native_id, t.task) == ("openhands-output", "swe", "astropy__astropy-12907",
+                                                                "Fix the bug in foo.py")
+    assert t.model == "litellm_proxy/claude-sonnet-4-5-20250929" and t.outcome == "finished"
+    assert json.loads(t.action_space) == [{"name": "terminal"}]
+    assert [u.kind for u in t.turns] == ["env", "env", "env", "message", "message", "message"]
+    run, edit, rejected, said, unanswered, finish = t.turns
+    assert (run.action, run.observation, run.exit_code, run.is_error, run.observation_kind) == (
+        "pytest -q", "1 failed in 0.1s", 1, True, "stdout")
+    assert (run.tool_name, run.tool_call_id, run.thought, run.duration_s) == ("terminal", "call_1", "Run the tests.", 3.0)
+    assert run.locator == "history[2]+history[3]"
+    assert edit.action == 'file_editor {"command":"view","path":"/w/foo.py"}'
+    assert (edit.observation, edit.is_error, edit.observation_kind) == ("Path /w/foo.py does not exist.", True, "error")
+    assert (rejected.observation, rejected.observation_kind) == ("Too dangerous", "user_reply")
+    assert json.loads(rejected.metadata)["rejected"] is True
+    assert said.action == "I will look elsewhere."
+    assert unanswered.action == "ls" and json.loads(unanswered.metadata)["result_missing"] is True
+    assert finish.tool_name == "finish" and finish.observation is None and finish.locator == "history[11]+history[12]"
+    assert_schema_valid([t])

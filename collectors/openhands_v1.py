@@ -1,0 +1,173 @@
+"""OpenHands V1 events (the software-agent-sdk, `openhands.sdk.event`), as in V1 evaluation rows.
+
+V1 events are typed by `kind`: `ActionEvent` (`action` with its own `kind`, `tool_name`,
+`tool_call_id`, `tool_call {id, name, arguments}`, `thought` as text parts, `reasoning_content`),
+answered by an `ObservationEvent` (`observation` with `content` parts, `is_error` and the tool's
+fields, e.g. a terminal's `exit_code`; `action_id` names the action), a `UserRejectObservation`
+(`rejection_reason`) or an `AgentErrorEvent` (`error`), all carrying the call's `tool_call_id`;
+`MessageEvent` (`source` user or agent, `llm_message {role, content}`) and `SystemPromptEvent`
+(`system_prompt`, `tools`). Other kinds (state updates, condensations, pauses) are harness
+bookkeeping.
+
+Turns follow the V0 conventions of `collectors.openhands`: an action with its answer is an `env`
+turn (a terminal command's action is the command itself, other tools `name {arguments}`); an action
+with no answer, or a finish, is a `message` turn; an answer to no logged action is an `env` turn
+without action; the first user message is the task, later ones `user` turns; agent messages are
+`message` turns.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from collectors.base import as_text, loose_json, parse_time, render_call
+from schemas.records import RecordError, Turn, dumps
+
+_ANSWERS = {"ObservationEvent", "UserRejectObservation", "AgentErrorEvent"}
+_SHELL_ACTIONS = {"TerminalAction", "ExecuteBashAction", "BashAction"}
+_SHELL_OBS = {"TerminalObservation", "ExecuteBashObservation", "BashObservation"}
+_FILE_OBS = {"FileEditorObservation", "StrReplaceEditorObservation"}
+_ACK_ACTIONS = {"FinishAction", "ThinkAction"}  # answered by an acknowledgement, not by the environment
+
+
+def is_v1_history(history: Any) -> bool:
+    """A V1 history: event objects typed by `kind` (`...Event`, `...Observation`); V0 events have none."""
+    head = history[0] if isinstance(history, list) and history else None
+    kind = head.get("kind") if isinstance(head, dict) else None
+    return isinstance(kind, str) and kind.endswith(("Event", "Observation"))
+
+
+class V1Stream:
+    """One V1 history walked into turns; the same surface as `collectors.openhands._Stream`."""
+
+    def __init__(self, history: list, where: str, prefix: str):
+        self.where, self.prefix = where, prefix
+        self.turns: list[Turn] = []
+        self.task: str | None = None
+        self.task_event: Any = None
+        self.system: dict | None = None
+        self.model: str | None = None
+        self.finished = False
+        self.first_ts: datetime | None = None
+        self._acks: set[int] = set()  # turns of actions whose answer is only an acknowledgement
+        self._walk(history)
+
+    def _walk(self, history: list) -> None:
+        open_calls: dict[str, tuple[int, datetime | None]] = {}  # tool_call_id / action id -> (turn, its time)
+        for i, ev in enumerate(history):
+            loc = f"{self.prefix}[{i}]"
+            if not isinstance(ev, dict):
+                raise RecordError("malformed_event", f"{self.where} {loc}: expected an event object, got {type(ev).__name__}")
+            kind = ev.get("kind")
+            when = parse_time(ev.get("timestamp"))
+            if self.first_ts is None and when is not None:
+                self.first_ts = when
+            if kind == "SystemPromptEvent":
+                self.system = ev
+            elif kind == "MessageEvent":
+                self._message(ev, loc)
+            elif kind == "ActionEvent":
+                self._action(ev, loc, when, open_calls)
+            elif kind in _ANSWERS:
+                self._answer(ev, kind, loc, when, open_calls)
+        for idx, _ in set(open_calls.values()):
+            t = self.turns[idx]
+            if idx not in self._acks:
+                t.kind, t.observation_kind = "message", "none"
+                t.metadata = dumps({**(loose_json(t.metadata) or {}), "result_missing": True})
+
+    def _message(self, ev: dict, loc: str) -> None:
+        msg = ev.get("llm_message") if isinstance(ev.get("llm_message"), dict) else {}
+        text = as_text(msg.get("content")) or ""
+        source = ev.get("source") or msg.get("role")
+        if source == "user":
+            if self.task is None and not self.turns:
+                self.task, self.task_event = text, {"id": ev.get("id"), "locator": loc}
+            else:
+                self.turns.append(Turn(kind="user", action=text, observation_kind="none", locator=loc))
+        else:
+            reasoning = as_text(msg.get("reasoning_content"))
+            self.turns.append(Turn(kind="message", action=text, thought=reasoning, observation_kind="none", locator=loc))
+
+    def _action(self, ev: dict, loc: str, when: datetime | None, open_calls: dict) -> None:
+        action = ev.get("action") if isinstance(ev.get("action"), dict) else {}
+        akind = action.get("kind")
+        call = ev.get("tool_call") if isinstance(ev.get("tool_call"), dict) else {}
+        name = ev.get("tool_name") or call.get("name")
+        args = loose_json(call.get("arguments")) if call.get("arguments") is not None else {
+            k: v for k, v in action.items() if k != "kind"}
+        text = action.get("command") if akind in _SHELL_ACTIONS and isinstance(action.get("command"), str) else render_call(name, args)
+        thought = "\n\n".join(p for p in (as_text(ev.get("reasoning_content")), as_text(ev.get("thought"))) if p) or None
+        self.finished = self.finished or akind == "FinishAction"
+        self.turns.append(Turn(
+            kind="message" if akind in _ACK_ACTIONS else "env", action=text, observation_kind="none", tool_name=name,
+            tool_args=dumps(args) if args is not None else None, tool_call_id=ev.get("tool_call_id") or call.get("id"),
+            thought=thought, started_at=when, locator=loc, metadata=dumps({"action_kind": akind}) if akind else None,
+        ))
+        idx = len(self.turns) - 1
+        if akind in _ACK_ACTIONS:
+            self._acks.add(idx)
+        for key in (ev.get("tool_call_id"), ev.get("id")):
+            if key is not None:
+                open_calls[str(key)] = (idx, when)
+
+    def _answer(self, ev: dict, kind: str, loc: str, when: datetime | None, open_calls: dict) -> None:
+        obs = ev.get("observation") if isinstance(ev.get("observation"), dict) else {}
+        if kind == "ObservationEvent":
+            text = as_text(obs.get("content"))
+            is_error = obs.get("is_error") if isinstance(obs.get("is_error"), bool) else None
+            okind = obs.get("kind")
+            obs_kind = ("error" if is_error else "stdout" if okind in _SHELL_OBS
+                        else "file_view" if okind in _FILE_OBS else "tool_result")
+            code = obs.get("exit_code")
+            exit_code = code if isinstance(code, int) and not isinstance(code, bool) else None
+            if exit_code is not None and exit_code != 0:
+                is_error = True  # as for V0 commands: a non-zero exit is an error turn
+            meta = {"observation_kind": okind} if okind else {}
+        elif kind == "UserRejectObservation":
+            text, is_error, obs_kind, exit_code = ev.get("rejection_reason"), None, "user_reply", None
+            meta = {"rejected": True, "rejection_source": ev.get("rejection_source")}
+        else:  # AgentErrorEvent: the scaffold could not run the call
+            text, is_error, obs_kind, exit_code = ev.get("error"), True, "error", None
+            meta = {"agent_error": True}
+        hit = next((open_calls[str(k)] for k in (ev.get("action_id"), ev.get("tool_call_id"))
+                    if k is not None and str(k) in open_calls), None)
+        if hit is not None:  # answered: neither its call id nor its event id is open any more
+            for k in [k for k, v in open_calls.items() if v[0] == hit[0]]:
+                del open_calls[k]
+        if hit is None:
+            self.turns.append(Turn(kind="env", observation=text, observation_kind=obs_kind, tool_name=ev.get("tool_name"),
+                                   tool_call_id=ev.get("tool_call_id"), exit_code=exit_code, is_error=is_error,
+                                   started_at=when, locator=loc, metadata=dumps({**meta, "call_missing": True})))
+            return
+        idx, started = hit
+        t = self.turns[idx]
+        if idx in self._acks:  # `Finish` / `Think` acknowledged: no environment output
+            t.locator = f"{t.locator}+{loc}"
+            return
+        t.observation, t.observation_kind, t.exit_code, t.is_error = text, obs_kind, exit_code, is_error
+        t.locator = f"{t.locator}+{loc}"
+        if started is not None and when is not None:
+            t.duration_s = round(max(0.0, (when - started).total_seconds()), 6)
+        merged = {**(loose_json(t.metadata) or {}), **{k: v for k, v in meta.items() if v is not None}}
+        t.metadata = dumps(merged) if merged else None
+
+    def action_space(self) -> str | None:
+        tools = self.system.get("tools") if self.system else None
+        return dumps(tools) if tools else None
+
+    def version(self) -> str | None:
+        return None
+
+    def outcome(self) -> str | None:
+        return "finished" if self.finished else None
+
+    def meta(self) -> dict[str, Any]:
+        m: dict[str, Any] = {"events": "openhands-v1"}
+        if self.system:
+            prompt = self.system.get("system_prompt")
+            m["system_prompt"] = as_text([prompt] if isinstance(prompt, dict) else prompt)  # a TextContent
+        if self.task_event:
+            m["task_event"] = self.task_event
+        return m
