@@ -13,6 +13,11 @@ would be counted as an (action, observation) pair everywhere else. The clean sta
 fewer-than-2-turns filter keeps these out of training shards; they remain in the corpus as screen
 states (e.g. for initial states, evaluation or action-space mining).
 
+`uiautomator dump --windows` (newer Android) writes every window instead:
+`<displays><display id><window index title type active focused ...><hierarchy rotation>
+<node .../></hierarchy></window>...</display></displays>`; each window is rendered under a
+`window <index> "<title>" <type>` line, in document order, and the windows' attributes go to metadata.
+
 `adb exec-out uiautomator dump /dev/tty` appends `UI hierchary dumped to: /dev/tty` after the
 XML; text after the document is kept in metadata. Several dumps concatenated in one file are
 split into one record per `<hierarchy>` (locator `hierarchy:N`). DTDs and entity declarations
@@ -34,10 +39,11 @@ _MAX_BYTES = 64 << 20
 # XML declaration, comments and a DOCTYPE may precede the root; the DOCTYPE is admitted here only
 # so that convert can refuse it by name instead of the file becoming an unknown format.
 _SNIFF = re.compile(
-    rb"^\s*(?:<\?xml[^>]*\?>\s*)?(?:<!--.*?-->\s*|<!DOCTYPE[^\[>]*(?:\[.*?\])?\s*>\s*)*<hierarchy(?:\s[^>]*)?/?>",
+    rb"^\s*(?:<\?xml[^>]*\?>\s*)?(?:<!--.*?-->\s*|<!DOCTYPE[^\[>]*(?:\[.*?\])?\s*>\s*)*<(?:hierarchy|displays)(?:\s[^>]*)?/?>",
     re.S,
 )
-_DOC = re.compile(rb"(?:<\?xml[^>]*\?>\s*)?<hierarchy\b(?:[^>]*/>|.*?</hierarchy\s*>)", re.S)
+_DOC = re.compile(rb"(?:<\?xml[^>]*\?>\s*)?<(hierarchy|displays)\b(?:[^>]*/>|.*?</\1\s*>)", re.S)
+_WINDOW_TAGS = {"display", "window", "hierarchy"}  # the containers of a `--windows` dump
 _UNSAFE = re.compile(rb"<!(?:DOCTYPE|ENTITY)", re.I)
 
 _FLAGS = {
@@ -72,6 +78,11 @@ def _view(el: ET.Element) -> View:
     )
 
 
+def _window_line(a: dict) -> str:
+    flags = "".join(f" {f}" for f in ("active", "focused") if a.get(f) == "true")
+    return f'window {a.get("index", "?")} "{a.get("title") or ""}" {a.get("type") or ""}{flags}'.rstrip()
+
+
 class UiAutomatorImporter(Importer):
     name = "uiautomator"
     container = "text"
@@ -84,7 +95,7 @@ class UiAutomatorImporter(Importer):
         rest = text[m.end() : m.end() + 4096]
         return (
             m.group(0).endswith(b"/>")
-            or rest.lstrip().startswith((b"<node", b"</hierarchy"))
+            or rest.lstrip().startswith((b"<node", b"</hierarchy", b"<display"))
             or b"bounds=" in rest
         )
 
@@ -115,12 +126,24 @@ class UiAutomatorImporter(Importer):
         roots: list[View] = []
         stack: list[View] = []
         packages: set[str] = set()
+        windows: list[dict] | None = None  # a `--windows` dump: each window's attributes and views
+        display = None
         try:
             for event, el in ET.iterparse(io.BytesIO(xml), events=("start", "end")):
                 if root_attrs is None:  # the first start event: the document element
-                    if el.tag != "hierarchy":
+                    if el.tag not in ("hierarchy", "displays"):
                         raise RecordError("malformed_record", f"root element is <{el.tag}>, not <hierarchy>")
                     root_attrs = dict(el.attrib)
+                    windows = [] if el.tag == "displays" else None
+                    continue
+                if windows is not None and not stack and el.tag in _WINDOW_TAGS:
+                    if event == "start" and el.tag == "display":
+                        display = el.get("id")
+                    elif event == "start" and el.tag == "window":
+                        windows.append({"attrs": {"display": display, **el.attrib}, "roots": []})
+                        roots = windows[-1]["roots"]
+                    elif event == "start" and windows:
+                        windows[-1]["attrs"]["rotation"] = el.get("rotation")
                     continue
                 if event == "start":
                     v = _view(el)
@@ -135,23 +158,29 @@ class UiAutomatorImporter(Importer):
             line, col = e.position
             raise RecordError("invalid_xml", f"XML error at line {line} column {col}: {e}") from None
         root_attrs = root_attrs or {}
+        rotation = root_attrs.get("rotation") if windows is None else next(
+            (w["attrs"]["rotation"] for w in windows if w["attrs"].get("rotation")), None)
         tail = trailing.decode("utf-8", errors="replace").strip()
         meta = {
-            "rotation": int(root_attrs["rotation"])
-            if root_attrs.get("rotation", "").lstrip("-").isdigit()
-            else None,
+            "rotation": int(rotation) if rotation and rotation.lstrip("-").isdigit() else None,
             "hierarchy_attributes": root_attrs or None,
             "packages": sorted(packages) or None,
-            "num_views": count_views(roots),
+            "num_views": count_views(roots) if windows is None else sum(count_views(w["roots"]) for w in windows),
+            "windows": [w["attrs"] for w in windows] if windows is not None else None,
             "trailing_text": tail or None,
         }
+        if windows is not None:
+            state = "\n".join(_window_line(w["attrs"]) + ("\n" + render_tree(w["roots"]) if w["roots"] else "")
+                              for w in windows)
+        else:
+            state = render_tree(roots)
         return Trajectory(
             domain=ctx.domain("android"),
             source_format=self.name,
             native_id=None,
             record_digest=ctx.record_digest(locator),
             turns=[],
-            initial_state=render_tree(roots),
+            initial_state=state,
             agent=None,
             metadata=dumps({k: v for k, v in meta.items() if v is not None}),
             locator=locator,

@@ -153,3 +153,34 @@ def test_same_rendering_as_droidbot() -> None:
         "[0] android.widget.FrameLayout bounds=[0,0][1080,1920]\n"
         '  [1] android.widget.CheckBox id=app:id/agree text="I agree" bounds=[40,100][600,180] clickable checkable checked focusable'
     )
+
+
+def _node(cls: str, bounds: str, children: str = "", **attrs: str) -> str:
+    extra = "".join(f' {k.replace("_", "-")}="{v}"' for k, v in attrs.items())
+    return (f'<node index="0" class="{cls}" package="com.android.settings" enabled="true" bounds="{bounds}"{extra}'
+            + (f">{children}</node>" if children else " />"))
+
+
+def test_windows_dump(tmp_path: Path) -> None:
+    # `uiautomator dump --windows`: <displays><display><window ...><hierarchy>nodes</hierarchy></window>...
+    settings = _node("android.widget.FrameLayout", "[0,0][1080,2400]",
+                     _node("android.widget.TextView", "[0,300][1080,420]", text="Network &amp; internet", clickable="true"))
+    status = _node("android.widget.TextView", "[40,0][160,63]", content_desc="12:00")
+    xml = ("<?xml version='1.0' encoding='UTF-8' standalone='yes' ?><displays><display id=\"0\">"
+           f'<window index="0" title="Settings" type="TYPE_APPLICATION" active="true" focused="true">'
+           f'<hierarchy rotation="1">{settings}</hierarchy></window>'
+           f'<window index="1" title="StatusBar" type="TYPE_SYSTEM" active="false" focused="false">'
+           f'<hierarchy rotation="1">{status}</hierarchy></window></display></displays>')
+    (tmp_path / "window_dump.xml").write_text(xml)
+    (t,) = _trajs(tmp_path / "window_dump.xml")
+    assert t.source_format == "uiautomator" and t.domain == "android" and t.turns == []
+    assert t.initial_state == "\n".join([
+        'window 0 "Settings" TYPE_APPLICATION active focused',
+        "[0] android.widget.FrameLayout bounds=[0,0][1080,2400]",
+        '  [1] android.widget.TextView text="Network & internet" bounds=[0,300][1080,420] clickable',
+        'window 1 "StatusBar" TYPE_SYSTEM',
+        '[0] android.widget.TextView desc="12:00" bounds=[40,0][160,63]',
+    ])
+    meta = json.loads(t.metadata)
+    assert meta["num_views"] == 3 and meta["rotation"] == 1
+    assert [(w["display"], w["index"], w["title"]) for w in meta["windows"]] == [("0", "0", "Settings"), ("0", "1", "StatusBar")]
