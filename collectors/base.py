@@ -70,6 +70,18 @@ class Importer:
         return [p for p in directory.rglob("*") if p.is_file()]
 
 
+def load_json_file(path: Path, where: str, limit: int) -> Any:
+    """A JSON file that a directory importer reads itself (the reader bounds only the files it opens),
+    or a RecordError that names it (`where`): too large, or not JSON."""
+    size = path.stat().st_size
+    if size > limit:
+        raise RecordError("record_too_large", f"{where}: {size} bytes, above the {limit}-byte limit", where)
+    try:
+        return orjson.loads(path.read_bytes())
+    except orjson.JSONDecodeError as e:
+        raise RecordError("invalid_json", f"{where}: {e}", where) from None
+
+
 def expect_object(obj: Any, where: str) -> dict:
     """obj, or a RecordError (malformed_record) that names the record when it is not a JSON object."""
     if not isinstance(obj, dict):

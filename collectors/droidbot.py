@@ -26,7 +26,7 @@ from typing import Any
 import orjson
 
 from collectors.android_views import View, describe, parse_bounds_pairs, render_tree, walk
-from collectors.base import ImportContext, Importer, require
+from collectors.base import ImportContext, Importer, load_json_file, require
 from schemas.records import RecordError, Trajectory, Turn, dumps
 
 _MAX_JSON_BYTES = 64 << 20  # one event or state file; larger ones are not DroidBot's
@@ -114,15 +114,6 @@ def views_to_tree(views: list, where: str) -> list[View]:
     return roots
 
 
-def _load_json(path: Path, where: str) -> Any:
-    if path.stat().st_size > _MAX_JSON_BYTES:
-        raise RecordError("record_too_large", f"{where}: {path.stat().st_size} bytes")
-    try:
-        return orjson.loads(path.read_bytes())
-    except orjson.JSONDecodeError as e:
-        raise RecordError("invalid_json", f"{where}: {e}") from None
-
-
 def _utg(path: Path) -> dict | None:
     """`utg.js` is `var utg = {...}`: the JSON after the first brace, if it parses."""
     if not path.is_file() or path.stat().st_size > _MAX_JSON_BYTES:
@@ -185,7 +176,7 @@ class DroidBotImporter(Importer):
         events = []
         for p in sorted((directory / "events").glob("*.json")):
             rel = f"events/{p.name}"
-            rec = _load_json(p, rel)
+            rec = load_json_file(p, rel, _MAX_JSON_BYTES)
             if not _looks_like_event(rec):
                 raise RecordError(
                     "malformed_record",
@@ -213,7 +204,7 @@ class DroidBotImporter(Importer):
         utg = _utg(directory / "utg.js") or {}
         env = None
         if (directory / "droidbot_env.json").is_file():
-            env = _load_json(directory / "droidbot_env.json", "droidbot_env.json")
+            env = load_json_file(directory / "droidbot_env.json", "droidbot_env.json", _MAX_JSON_BYTES)
         package = utg.get("app_package") or self._package_from_intents(events)
         fingerprint = {
             k: utg[k]
@@ -255,7 +246,7 @@ class DroidBotImporter(Importer):
             return states
         for p in sorted(sdir.glob("*.json")):
             rel = f"states/{p.name}"
-            st = _load_json(p, rel)
+            st = load_json_file(p, rel, _MAX_JSON_BYTES)
             key = require(st, "state_str", rel)
             if not isinstance(key, str):
                 raise RecordError("malformed_record", f"{rel}: state_str is not a string")

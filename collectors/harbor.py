@@ -17,10 +17,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from collectors.atif import AtifImporter
-from collectors.base import ImportContext, Importer
+from collectors.base import ImportContext, Importer, load_json_file
 from schemas.records import RecordError, Trajectory
 
 _TRAJECTORY = Path("agent") / "trajectory.json"
@@ -94,13 +92,7 @@ class HarborJobImporter(Importer):
 
     @staticmethod
     def _load(path: Path, where: str) -> Any:
-        size = path.stat().st_size
-        if size > _MAX_TRAJECTORY_BYTES:
-            raise RecordError("record_too_large", f"{where}: {size} bytes, above {_MAX_TRAJECTORY_BYTES}", where)
-        try:
-            doc = orjson.loads(path.read_bytes())
-        except orjson.JSONDecodeError as e:
-            raise RecordError("invalid_json", f"{where}: {e}", where) from None
+        doc = load_json_file(path, where, _MAX_TRAJECTORY_BYTES)
         if not _ATIF.sniff(doc):
             raise RecordError("malformed_record", f"{where}: not an ATIF trajectory", where)
         return doc

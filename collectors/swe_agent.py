@@ -2,6 +2,12 @@
 
 A turn is one `trajectory[]` step. Files that carry only `history` (some demonstrations) are read
 from the chat: each assistant action paired with the observation message that follows it.
+
+SWE-agent 1.x variants: the structured call of a step is in its assistant message in `history`,
+matched by the step's `action` (a reply that was rejected and requeried has a step but no message);
+demonstration messages copied into the history (`is_demo`) are neither the task nor calls; a
+RetryAgent file (`attempts`, the best attempt also merged at the top level) gives one trajectory
+per attempt (locator `attempts[i]`, `metadata.retry`).
 """
 
 from __future__ import annotations
@@ -179,7 +185,7 @@ class SweAgentImporter(Importer):
         turns: list[Turn] = []
         pending: tuple[int, dict] | None = None
         for j, m in enumerate(history):
-            if not isinstance(m, dict) or m.get("is_demo"):
+            if not isinstance(m, dict):
                 continue
             role = m.get("role")
             if role == "assistant":

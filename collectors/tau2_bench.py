@@ -41,6 +41,7 @@ from collectors.base import (
     Importer,
     as_text,
     expect_object,
+    load_json_file,
     loose_json,
     object_at,
     outcome_of,
@@ -119,16 +120,6 @@ def _is_simulation(sim: Any) -> bool:
 _MAX_JSON_BYTES = 256 << 20
 
 
-def _load(path: Path, where: str) -> Any:
-    size = path.stat().st_size
-    if size > _MAX_JSON_BYTES:
-        raise RecordError("record_too_large", f"{where}: {size} bytes, above {_MAX_JSON_BYTES}", where)
-    try:
-        return orjson.loads(path.read_bytes())
-    except orjson.JSONDecodeError as e:
-        raise RecordError("invalid_json", f"{where}: {e}", where) from None
-
-
 class Tau2BenchDirImporter(Importer):
     """A run saved as a directory (`Results.save(format="dir")`): `results.json` + `simulations/*.json`."""
 
@@ -162,7 +153,7 @@ class Tau2BenchDirImporter(Importer):
         for p in sorted((directory / "simulations").glob("*.json")):
             loc = f"simulations/{p.name}"
             try:
-                sim = _load(p, loc)
+                sim = load_json_file(p, loc, _MAX_JSON_BYTES)
             except RecordError as e:
                 sim = e
             task = tasks.get(str(sim.get("task_id"))) if isinstance(sim, dict) else None
