@@ -62,7 +62,7 @@ _MARKER = "**Environment Observation:**"
 _SUFFIX = "\n\nPlease analyze the input above"
 _TAG = re.compile(r"<predicted_observation>(.*?)(?:</predicted_observation>|\Z)", re.S | re.I)
 _SECTION = re.compile(
-    r"^\*\*(Task Instruction|Current State|Current Phone State|Action|Environment Observation)\s*:\*\*[ \t]*\n?",
+    r"^\*\*(Task Instruction|Current State|Action|Environment Observation)\s*:\*\*[ \t]*\n?",
     re.M | re.I,
 )
 _TURN = re.compile(r"^\s*###\s*Turn\s*(\d+)[ \t]*\n?", re.I)
@@ -104,9 +104,9 @@ def split_prompt(prompt: str) -> dict[str, Any]:
         out["preamble"] = pre.strip()
     for i, m in enumerate(matches):
         end = matches[i + 1].start() if i + 1 < len(matches) else len(prompt)
+        # android rows put `**Current Phone State:**` under `**Current State:**`: part of the state, as
+        # the same heading is part of every observation
         key = m.group(1).lower().replace(" ", "_")
-        if key == "current_phone_state":
-            key = "current_state"
         out[key] = prompt[m.end() : end].strip()
     return out
 

@@ -338,7 +338,8 @@ class MiniSweAgentImporter(Importer):
             task=run.task,
             agent="mini-swe-agent",
             model=model_cfg.get("model_name") if isinstance(model_cfg.get("model_name"), str) else None,
-            outcome=info.get("exit_status") if isinstance(info.get("exit_status"), str) else None,
+            # v2 writes "" while a run is unfinished (v1: null): no terminal status yet
+            outcome=info.get("exit_status") or None if isinstance(info.get("exit_status"), str) else None,
             metadata=dumps(meta),
             locator=locator,
         )

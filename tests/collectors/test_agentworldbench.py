@@ -104,3 +104,22 @@ def test_sniff_is_specific() -> None:
     imp = AgentWorldBenchImporter()
     assert not imp.sniff({"messages": [{"role": "user", "content": "x"}]})
     assert not imp.sniff({"prompt": "x", "response": "y"})
+
+
+def test_android_phone_state_heading_is_part_of_the_state(tmp_path: Path) -> None:
+    # android rows (Qwen/AgentWorldBench): `**Current State:**\n**Current Phone State:**\n• ...`, and each
+    # response `**Environment Observation:**\n**Current Phone State:**\n• ...`: one screen, one text
+    screen = "**Current Phone State:**\n\u2022 **App:** Files (com.google.android.documentsui)\n\u2022 **Keyboard:** Hidden"
+    launcher = "**Current Phone State:**\n\u2022 **App:** Pixel Launcher (com.google.android.apps.nexuslauncher)\n\u2022 **Keyboard:** Hidden"
+    turn1 = ("### Turn 1\n**Task Instruction:**\nCheck file_1.txt.\n\n**Current State:**\n" + launcher
+             + '\n\n**Action:**\n```json\n{"action_type": "open_app", "app_name": "Files"}\n```')
+    turn2 = "### Turn 2\n**Current State:**\n" + screen + '\n\n**Action:**\n```json\n{"action_type": "click", "index": 3}\n```'
+    row = {"task": "android", "id": 2, "prompt": [turn1, turn2 + "\n\nPlease analyze the input above and predict."],
+           "response": ["**Environment Observation:**\n" + screen, "**Environment Observation:**\n" + screen.replace("Hidden", "Shown")],
+           "current_prompt": turn2, "turn_idx": 2}
+    (tmp_path / "android_test.jsonl").write_text(json.dumps(row) + "\n")
+    (t,) = list(read_path(tmp_path / "android_test.jsonl"))
+    assert t.domain == "android" and len(t.turns) == 2
+    assert t.initial_state == launcher
+    assert t.turns[0].observation == screen
+    assert json.loads(t.turns[1].metadata)["state_before"] == screen

@@ -342,3 +342,10 @@ def test_exit_code_int32_cannot_hold_quarantines_the_record(tmp_path: Path) -> N
     ((reason, detail),) = connect(tmp_path / "corpus").sql("SELECT reason, detail FROM quarantine").fetchall()
     assert reason == "bad_value"
     assert detail.endswith("$: turn 0 (messages[2]+messages[3]): exit_code must be a 32-bit integer, got int 99999999999")
+
+
+def test_v2_unfinished_run_has_no_outcome(tmp_path: Path) -> None:
+    # v2 `serialize()` writes `exit_status: ""` until the run ends (v1 writes null)
+    t = one_trajectory(_variant(tmp_path, V2, lambda d: d["info"].update(exit_status="", submission="")))
+    assert t.outcome is None
+    assert one_trajectory(V2).outcome == json.loads(V2.read_text())["info"]["exit_status"] != ""
