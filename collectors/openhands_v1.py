@@ -14,15 +14,30 @@ turn (a terminal command's action is the command itself, other tools `name {argu
 with no answer, or a finish, is a `message` turn; an answer to no logged action is an `env` turn
 without action; the first user message is the task, later ones `user` turns; agent messages are
 `message` turns.
+
+The same events persisted by a conversation (`<conversation>/base_state.json` and
+`events/event-<index>-<id>.json`) are a directory input (`OpenHandsConversationImporter`): one
+trajectory, with the model and the execution status from `base_state.json`.
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterator
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
-from collectors.base import as_text, loose_json, parse_time, render_call
-from schemas.records import RecordError, Turn, dumps
+from collectors.base import (
+    ImportContext,
+    Importer,
+    as_text,
+    load_json_file,
+    loose_json,
+    parse_time,
+    render_call,
+)
+from schemas.records import RecordError, Trajectory, Turn, dumps
 
 _ANSWERS = {"ObservationEvent", "UserRejectObservation", "AgentErrorEvent"}
 _SHELL_ACTIONS = {"TerminalAction", "ExecuteBashAction", "BashAction"}
@@ -171,3 +186,59 @@ class V1Stream:
         if self.task_event:
             m["task_event"] = self.task_event
         return m
+
+
+_EVENT_FILE = re.compile(r"^event-(\d{5,})-[0-9a-fA-F\-]{8,}\.json$")  # `EVENT_FILE_PATTERN`: event-{idx:05d}-{id}.json
+_MAX_EVENT_BYTES = 64 << 20
+
+
+def _event_files(directory: Path) -> list[Path]:
+    events = directory / "events"
+    if not events.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in events.iterdir() if (m := _EVENT_FILE.match(p.name)) and p.is_file()]
+    return [p for _, p in sorted(found)]
+
+
+class OpenHandsConversationImporter(Importer):
+    """A persisted V1 conversation (`ConversationState` persistence): `base_state.json` and one file per
+    event in `events/` (`event-<index>-<event id>.json`), read in index order into one trajectory."""
+
+    name = "openhands-conversation"
+    container = "dir"
+
+    def sniff(self, directory: Path) -> bool:
+        return (directory / "base_state.json").is_file() and bool(_event_files(directory))
+
+    def consumes(self, directory: Path) -> list[Path]:
+        return [directory / "base_state.json", *_event_files(directory)]
+
+    def split(self, directory: Path, ctx: ImportContext) -> Iterator[tuple[str, Any]]:
+        yield "$", directory
+
+    def convert(self, directory: Path, locator: str, ctx: ImportContext) -> Trajectory:
+        state = load_json_file(directory / "base_state.json", "base_state.json", _MAX_EVENT_BYTES)
+        state = state if isinstance(state, dict) else {}
+        files = _event_files(directory)
+        events = [load_json_file(p, f"events/{p.name}", _MAX_EVENT_BYTES) for p in files]
+        s = V1Stream(events, "events", "events")
+        agent = state.get("agent") if isinstance(state.get("agent"), dict) else {}
+        llm = agent.get("llm") if isinstance(agent.get("llm"), dict) else {}
+        status = state.get("execution_status")
+        meta = {**s.meta(), "event_files": len(files), "execution_status": status,
+                "max_iterations": state.get("max_iterations")}
+        return Trajectory(
+            domain=ctx.domain("swe"),
+            source_format=self.name,
+            native_id=str(state["id"]) if state.get("id") is not None else None,
+            record_digest=ctx.record_digest(locator),
+            turns=s.turns,
+            task=s.task,
+            action_space=s.action_space(),
+            agent="openhands",
+            model=llm.get("model") if isinstance(llm.get("model"), str) else None,
+            outcome=str(status) if status else s.outcome(),
+            collected_at=s.first_ts,
+            metadata=dumps({k: v for k, v in meta.items() if v is not None}),
+            locator=locator,
+        )

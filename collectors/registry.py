@@ -16,6 +16,7 @@ _ORDER = [
     "collectors.browsergym:BrowserGymImporter",
     "collectors.harbor:HarborJobImporter",
     "collectors.tau2_bench:Tau2BenchDirImporter",
+    "collectors.openhands_v1:OpenHandsConversationImporter",
     # raw streams
     "collectors.asciicast:AsciicastImporter",
     "collectors.uiautomator:UiAutomatorImporter",

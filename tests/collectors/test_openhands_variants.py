@@ -204,11 +204,10 @@ def _v1_action(eid: str, call: str, tool: str, action: dict, args: dict, ts: str
             "llm_response_id": "r-" + eid, "security_risk": "UNKNOWN"}
 
 
-def test_v1_sdk_eval_row(tmp_path: Path) -> None:
-    """An OpenHands V1 evaluation row (OpenHands/benchmarks `EvalOutput`; events of the
-    software-agent-sdk `openhands.sdk.event`: Action/Observation/AgentError/UserReject events typed by
-    `kind`, content as text parts), built from those models."""
-    history = [
+def _v1_history() -> list[dict]:
+    """Events of the software-agent-sdk (`openhands.sdk.event`: Action/Observation/AgentError/UserReject
+    events typed by `kind`, content as text parts), built from those models."""
+    return [
         {"id": "e0", "timestamp": "2025-11-03T10:00:00", "source": "agent", "kind": "SystemPromptEvent",
          "system_prompt": {"type": "text", "text": "You are OpenHands agent."}, "tools": [{"name": "terminal"}]},
         {"id": "e1", "timestamp": "2025-11-03T10:00:01", "source": "user", "kind": "MessageEvent",
@@ -240,6 +239,28 @@ def test_v1_sdk_eval_row(tmp_path: Path) -> None:
          "tool_name": "finish", "tool_call_id": "call_5", "action_id": "e11",
          "observation": {"content": [{"type": "text", "text": "Done."}], "is_error": False, "kind": "FinishObservation"}},
     ]
+
+
+def _check_v1_turns(t: Trajectory) -> None:
+    assert json.loads(t.action_space) == [{"name": "terminal"}]
+    assert [u.kind for u in t.turns] == ["env", "env", "env", "message", "message", "message"]
+    run, edit, rejected, said, unanswered, finish = t.turns
+    assert (run.action, run.observation, run.exit_code, run.is_error, run.observation_kind) == (
+        "pytest -q", "1 failed in 0.1s", 1, True, "stdout")
+    assert (run.tool_name, run.tool_call_id, run.thought, run.duration_s) == ("terminal", "call_1", "Run the tests.", 3.0)
+    assert edit.action == 'file_editor {"command":"view","path":"/w/foo.py"}'
+    assert (edit.observation, edit.is_error, edit.observation_kind) == ("Path /w/foo.py does not exist.", True, "error")
+    assert (rejected.observation, rejected.observation_kind) == ("Too dangerous", "user_reply")
+    assert json.loads(rejected.metadata)["rejected"] is True
+    assert said.action == "I will look elsewhere."
+    assert unanswered.action == "ls" and json.loads(unanswered.metadata)["result_missing"] is True
+    assert finish.tool_name == "finish" and finish.observation is None
+    assert_schema_valid([t])
+
+
+def test_v1_sdk_eval_row(tmp_path: Path) -> None:
+    """An OpenHands V1 evaluation row (OpenHands/benchmarks `EvalOutput`) holding V1 events."""
+    history = _v1_history()
     row = {"instance_id": "astropy__astropy-12907", "attempt": 1, "test_result": {"git_patch": "diff --git a/foo.py"},
            "instruction": "Fix the bug in foo.py", "history": history, "error": None,
            "metadata": {"llm": {"model": "litellm_proxy/claude-sonnet-4-5-20250929"}, "max_iterations": 100},
@@ -250,18 +271,25 @@ def test_v1_sdk_eval_row(tmp_path: Path) -> None:
     assert (t.source_format, t.domain, t.native_id, t.task) == ("openhands-output", "swe", "astropy__astropy-12907",
                                                                 "Fix the bug in foo.py")
     assert t.model == "litellm_proxy/claude-sonnet-4-5-20250929" and t.outcome == "finished"
-    assert json.loads(t.action_space) == [{"name": "terminal"}]
-    assert [u.kind for u in t.turns] == ["env", "env", "env", "message", "message", "message"]
-    run, edit, rejected, said, unanswered, finish = t.turns
-    assert (run.action, run.observation, run.exit_code, run.is_error, run.observation_kind) == (
-        "pytest -q", "1 failed in 0.1s", 1, True, "stdout")
-    assert (run.tool_name, run.tool_call_id, run.thought, run.duration_s) == ("terminal", "call_1", "Run the tests.", 3.0)
-    assert run.locator == "history[2]+history[3]"
-    assert edit.action == 'file_editor {"command":"view","path":"/w/foo.py"}'
-    assert (edit.observation, edit.is_error, edit.observation_kind) == ("Path /w/foo.py does not exist.", True, "error")
-    assert (rejected.observation, rejected.observation_kind) == ("Too dangerous", "user_reply")
-    assert json.loads(rejected.metadata)["rejected"] is True
-    assert said.action == "I will look elsewhere."
-    assert unanswered.action == "ls" and json.loads(unanswered.metadata)["result_missing"] is True
-    assert finish.tool_name == "finish" and finish.observation is None and finish.locator == "history[11]+history[12]"
-    assert_schema_valid([t])
+    _check_v1_turns(t)
+    assert t.turns[0].locator == "history[2]+history[3]" and t.turns[5].locator == "history[11]+history[12]"
+
+
+def test_v1_persisted_conversation_directory(tmp_path: Path) -> None:
+    # `ConversationState` persistence: base_state.json and events/event-{idx:05d}-{event_id}.json
+    conv = tmp_path / "a1b2c3d4e5f60718293a4b5c6d7e8f90"
+    (conv / "events").mkdir(parents=True)
+    (conv / "base_state.json").write_text(json.dumps({
+        "id": "a1b2c3d4-e5f6-0718-293a-4b5c6d7e8f90", "agent": {"llm": {"model": "claude-sonnet-4-5"}},
+        "execution_status": "finished", "max_iterations": 100}))
+    history = _v1_history()
+    for i, ev in reversed(list(enumerate(history))):  # written in any order; read by index
+        (conv / "events" / f"event-{i:05d}-{ev['id'].ljust(8, '0')}.json").write_text(json.dumps(ev))
+    (t,) = list(read_path(conv))
+    assert isinstance(t, Trajectory), getattr(t, "detail", t)
+    assert (t.source_format, t.domain, t.native_id, t.model, t.outcome, t.task) == (
+        "openhands-conversation", "swe", "a1b2c3d4-e5f6-0718-293a-4b5c6d7e8f90", "claude-sonnet-4-5", "finished",
+        "Fix the bug in foo.py")
+    _check_v1_turns(t)
+    assert t.turns[0].locator == "events[2]+events[3]"
+    assert json.loads(t.metadata)["event_files"] == len(history)
