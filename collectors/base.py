@@ -59,7 +59,9 @@ class Importer:
         raise NotImplementedError
 
     def split(self, doc: Any, ctx: ImportContext) -> Iterator[tuple[str, Any]]:
-        """Yield (locator, record) pairs; the default is one record per document."""
+        """Yield (locator, record) pairs; the default is one record per document. A record that cannot
+        be read (a directory importer's broken file) is yielded as its RecordError: it becomes that
+        record's quarantine row and the split goes on (raising ends the whole input)."""
         yield "$", doc
 
     def convert(self, record: Any, locator: str, ctx: ImportContext) -> Trajectory:

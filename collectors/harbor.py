@@ -49,13 +49,6 @@ def _trials(directory: Path) -> list[Path]:
     return sorted(p for p in directory.iterdir() if p.is_dir() and _is_trial(p))
 
 
-class _Unreadable:
-    """A trial whose trajectory could not be read: `convert` turns it into that trial's quarantine row."""
-
-    def __init__(self, error: RecordError):
-        self.error = error
-
-
 class HarborJobImporter(Importer):
     name = "harbor"
     container = "dir"
@@ -78,15 +71,13 @@ class HarborJobImporter(Importer):
             try:
                 doc = self._load(trial / _TRAJECTORY, rel)
             except RecordError as e:
-                yield rel, (trial, _Unreadable(e))
+                yield rel, e
                 continue
             for sub, record in _ATIF.split(doc, ctx):
                 yield (rel if sub == "$" else f"{rel}/{sub}"), (trial, record)
 
     def convert(self, record: Any, locator: str, ctx: ImportContext) -> Trajectory:
         trial, rec = record
-        if isinstance(rec, _Unreadable):
-            raise rec.error
         # the ATIF importer finds the trial's result.json from the trajectory's own path
         return _ATIF.convert(rec, locator, replace(ctx, path=trial / _TRAJECTORY))
 

@@ -32,10 +32,8 @@ from datetime import datetime
 from typing import Any
 
 from collectors.base import ImportContext, Importer, as_text, expect_object, loose_json, object_at, parse_time
-from collectors.openhands_v1 import V1Stream, is_v1_history
+from collectors.openhands_v1 import AGENT, V1Stream, is_v1_history
 from schemas.records import RecordError, Trajectory, Turn, dumps
-
-AGENT = "openhands"
 
 # Observation types that are not environment output.
 _HARNESS_OBS = {"agent_state_changed"}

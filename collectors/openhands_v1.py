@@ -39,6 +39,7 @@ from collectors.base import (
 )
 from schemas.records import RecordError, Trajectory, Turn, dumps
 
+AGENT = "openhands"
 _ANSWERS = {"ObservationEvent", "UserRejectObservation", "AgentErrorEvent"}
 _SHELL_ACTIONS = {"TerminalAction", "ExecuteBashAction", "BashAction"}
 _SHELL_OBS = {"TerminalObservation", "ExecuteBashObservation", "BashObservation"}
@@ -66,10 +67,14 @@ class V1Stream:
         self.finished = False
         self.first_ts: datetime | None = None
         self._acks: set[int] = set()  # turns of actions whose answer is only an acknowledgement
+        self._meta: dict[int, dict] = {}  # turn index -> its metadata, serialized once the walk is done
         self._walk(history)
+        for idx, meta in self._meta.items():
+            meta = {k: v for k, v in meta.items() if v is not None}
+            self.turns[idx].metadata = dumps(meta) if meta else None
 
     def _walk(self, history: list) -> None:
-        open_calls: dict[str, tuple[int, datetime | None]] = {}  # tool_call_id / action id -> (turn, its time)
+        open_calls: dict[str, tuple[int, datetime | None]] = {}  # call id (else event id) -> (turn, its time)
         for i, ev in enumerate(history):
             loc = f"{self.prefix}[{i}]"
             if not isinstance(ev, dict):
@@ -86,11 +91,10 @@ class V1Stream:
                 self._action(ev, loc, when, open_calls)
             elif kind in _ANSWERS:
                 self._answer(ev, kind, loc, when, open_calls)
-        for idx, _ in set(open_calls.values()):
-            t = self.turns[idx]
+        for idx, _ in open_calls.values():
             if idx not in self._acks:
-                t.kind, t.observation_kind = "message", "none"
-                t.metadata = dumps({**(loose_json(t.metadata) or {}), "result_missing": True})
+                self.turns[idx].kind = "message"
+                self._meta[idx]["result_missing"] = True
 
     def _message(self, ev: dict, loc: str) -> None:
         msg = ev.get("llm_message") if isinstance(ev.get("llm_message"), dict) else {}
@@ -118,14 +122,15 @@ class V1Stream:
         self.turns.append(Turn(
             kind="message" if akind in _ACK_ACTIONS else "env", action=text, observation_kind="none", tool_name=name,
             tool_args=dumps(args) if args is not None else None, tool_call_id=ev.get("tool_call_id") or call.get("id"),
-            thought=thought, started_at=when, locator=loc, metadata=dumps({"action_kind": akind}) if akind else None,
+            thought=thought, started_at=when, locator=loc,
         ))
         idx = len(self.turns) - 1
+        self._meta[idx] = {"action_kind": akind}
         if akind in _ACK_ACTIONS:
             self._acks.add(idx)
-        for key in (ev.get("tool_call_id"), ev.get("id")):
-            if key is not None:
-                open_calls[str(key)] = (idx, when)
+        key = ev.get("tool_call_id") or call.get("id") or ev.get("id")
+        if key is not None:
+            open_calls[str(key)] = (idx, when)
 
     def _answer(self, ev: dict, kind: str, loc: str, when: datetime | None, open_calls: dict) -> None:
         obs = ev.get("observation") if isinstance(ev.get("observation"), dict) else {}
@@ -146,15 +151,14 @@ class V1Stream:
         else:  # AgentErrorEvent: the scaffold could not run the call
             text, is_error, obs_kind, exit_code = ev.get("error"), True, "error", None
             meta = {"agent_error": True}
-        hit = next((open_calls[str(k)] for k in (ev.get("action_id"), ev.get("tool_call_id"))
+        # every answer kind carries the call's id; an action logged without one is keyed by its event id
+        hit = next((open_calls.pop(str(k)) for k in (ev.get("tool_call_id"), ev.get("action_id"))
                     if k is not None and str(k) in open_calls), None)
-        if hit is not None:  # answered: neither its call id nor its event id is open any more
-            for k in [k for k, v in open_calls.items() if v[0] == hit[0]]:
-                del open_calls[k]
         if hit is None:
             self.turns.append(Turn(kind="env", observation=text, observation_kind=obs_kind, tool_name=ev.get("tool_name"),
                                    tool_call_id=ev.get("tool_call_id"), exit_code=exit_code, is_error=is_error,
-                                   started_at=when, locator=loc, metadata=dumps({**meta, "call_missing": True})))
+                                   started_at=when, locator=loc))
+            self._meta[len(self.turns) - 1] = {**meta, "call_missing": True}
             return
         idx, started = hit
         t = self.turns[idx]
@@ -165,8 +169,7 @@ class V1Stream:
         t.locator = f"{t.locator}+{loc}"
         if started is not None and when is not None:
             t.duration_s = round(max(0.0, (when - started).total_seconds()), 6)
-        merged = {**(loose_json(t.metadata) or {}), **{k: v for k, v in meta.items() if v is not None}}
-        t.metadata = dumps(merged) if merged else None
+        self._meta[idx].update(meta)
 
     def action_space(self) -> str | None:
         tools = self.system.get("tools") if self.system else None
@@ -235,7 +238,7 @@ class OpenHandsConversationImporter(Importer):
             turns=s.turns,
             task=s.task,
             action_space=s.action_space(),
-            agent="openhands",
+            agent=AGENT,
             model=llm.get("model") if isinstance(llm.get("model"), str) else None,
             outcome=str(status) if status else s.outcome(),
             collected_at=s.first_ts,

@@ -155,13 +155,12 @@ class Tau2BenchDirImporter(Importer):
             try:
                 sim = load_json_file(p, loc, _MAX_JSON_BYTES)
             except RecordError as e:
-                sim = e
+                yield loc, e
+                continue
             task = tasks.get(str(sim.get("task_id"))) if isinstance(sim, dict) else None
             yield loc, {"simulation": sim, "info": info, "task": task}
 
     def convert(self, rec: Any, locator: str, ctx: ImportContext) -> Trajectory:
-        if isinstance(rec["simulation"], RecordError):
-            raise rec["simulation"]
         return _TAU2.convert(rec, locator, ctx)
 
 

@@ -351,6 +351,9 @@ def _convert_all(imp: Importer, records: Iterator[tuple[str, Any]], ctx: ImportC
         except Exception as e:  # noqa: BLE001 - malformed input surfaces as arbitrary errors
             yield _q(ctx, split_locator, "malformed_record", f"{ctx.source}: {imp.name} could not split the input: {type(e).__name__}: {e}", importer=imp), None
             return
+        if isinstance(record, RecordError):  # this record only (see `Importer.split`)
+            yield _q(ctx, record.locator or locator, record.reason, f"{ctx.source}: {record.detail}", importer=imp), None
+            continue
         yield from _convert_one(imp, record, locator, ctx)
 
 

@@ -307,6 +307,11 @@ def test_tau2_directory_format_reads_as_the_one_document(tmp_path: Path) -> None
     assert [(u.kind, u.action, u.observation, u.tool_call_id) for u in t.turns] == [
         (u.kind, u.action, u.observation, u.tool_call_id) for u in one.turns]
     assert (t.reward, t.model, t.task, t.native_id) == (one.reward, one.model, one.task, one.native_id)
+    # a simulation file cut off mid-write is that simulation's quarantine row; the others are read
+    (run / "simulations" / "zz-cut.json").write_text('{"id": "zz", "messages": [')
+    recs = list(read_path(run))
+    assert [type(r) for r in recs] == [Trajectory, QuarantineRecord]
+    assert (recs[1].locator, recs[1].reason, recs[1].importer) == ("simulations/zz-cut.json", "invalid_json", "tau2-bench-dir")
 
 
 @pytest.mark.parametrize("first", [True, False])
