@@ -235,3 +235,13 @@ def test_retry_agent_gives_one_trajectory_per_attempt(tmp_path: Path) -> None:
     assert isinstance(t, Trajectory) and t.locator == "attempts[0]" and len(t.turns) == 3
     assert json.loads(t.metadata)["retry"] == {"attempt": 0, "attempts": 1, "best_attempt_idx": None}
     assert "retry" not in json.loads(one_trajectory(FC_SAMPLE).metadata)
+
+
+def test_messages_without_action_are_matched_by_position(tmp_path: Path) -> None:
+    # a writer that leaves `action` out of the history messages: steps and messages pair in order
+    doc = json.loads(FC_SAMPLE.read_text())
+    for m in doc["history"]:
+        m.pop("action", None)
+    doc["trajectory"].append({"action": "exit", "observation": "", "thought": ""})  # a step with no message
+    t = one_trajectory(_write(tmp_path, doc))
+    assert [(u.tool_name, u.tool_call_id) for u in t.turns] == [*_calls(json.loads(FC_SAMPLE.read_text())), (None, None)]
