@@ -26,7 +26,15 @@ last call a message turn).
 OpenAI Responses form (`input`, `messages` or a bare array of items, as openai-agents' `to_input_list()`
 saves them): `function_call` / `custom_tool_call` items are calls, `*_output` items their results by
 `call_id`, a `reasoning` item's summary the thought of the next call or message; top-level
-`instructions` is the system prompt.
+`instructions` is the system prompt. Built-in tools: those the client runs (`computer_call`,
+`local_shell_call`, `shell_call` with exit codes and stdout/stderr, `apply_patch_call`) pair with their
+`*_output` items the same way; those the API runs itself (`code_interpreter_call` with its logs,
+`file_search_call` with its results, `web_search_call` with its sources, `mcp_call` with its output or
+error) are call and result in one item, a `message` turn marked `result_missing` when the log left the
+result out; `image_generation_call` is a `message` turn (its image is not kept); `mcp_list_tools` is the
+action space when there is no top-level `tools`, approvals go to metadata, and item kinds this importer
+does not read (references, compacted context, newer `*_call` / `*_output` kinds) are counted in
+`metadata.unread_items`.
 Hermes/Qwen text tool calls (either form): `<tool_call>{"name", "arguments"}</tool_call>` blocks (JSON or
 a Python dict) in an assistant message are its calls (the text around them, and any block that does
 not parse, is the thought), and `<tool_response>` blocks in a tool message, or in a user message that
@@ -56,11 +64,20 @@ function calls, so the default is "mcp"; `ingest --domain` overrides it (`ctx.do
 from __future__ import annotations
 
 import re
+import shlex
 from typing import Any
 
 import orjson
 
-from collectors.base import ImportContext, Importer, as_text, expect_object, loose_json, render_call
+from collectors.base import (
+    ImportContext,
+    Importer,
+    as_text,
+    expect_object,
+    loose_json,
+    object_at,
+    render_call,
+)
 from schemas.records import RecordError, Trajectory, Turn, dumps
 
 _ASSISTANT = {"assistant", "gpt", "model", "chatgpt", "bot", "bard", "bing"}
@@ -285,6 +302,7 @@ class _Builder:
         # call id -> its turns in call order: providers (DeepSeek, GLM, Kimi) reuse an id within a message
         self.by_id: dict[str, list[int]] = {}
         self.content_blocks = False  # Anthropic `tool_use` / `tool_result` blocks were read
+        self.extra: dict[str, Any] = {}  # trajectory metadata that items outside the turns add
 
     def started(self) -> bool:
         return self.task is not None or bool(self.turns)
@@ -309,7 +327,7 @@ class _Builder:
         self.turns.append(Turn(kind="message", action=text, thought=reasoning, observation_kind="none", locator=loc))
 
     def call(self, name: str | None, args: Any, call_id: str | None, thought: str | None, loc: str,
-             meta: dict | None = None) -> None:
+             meta: dict | None = None) -> Turn:
         parsed = _loads(args)
         self.turns.append(
             Turn(
@@ -328,9 +346,22 @@ class _Builder:
         self.open_calls.append(idx)
         if call_id:
             self.by_id.setdefault(str(call_id), []).append(idx)
+        return self.turns[idx]
+
+    def closed_call(self, name: str, args: Any, call_id: str | None, thought: str | None, loc: str, meta: dict,
+                    output: str | None, kind: str, is_error: bool | None = None) -> Turn:
+        """A call whose result is part of the same item (a tool the Responses API ran itself); without
+        one (not included in the log) it stays a `message` turn marked `result_missing`."""
+        t = self.call(name, args, call_id, thought, loc, meta)
+        self.open_calls.pop()
+        if output is None:
+            t.metadata = dumps({**meta, "result_missing": True})
+            return t
+        t.kind, t.observation, t.observation_kind, t.is_error = "env", output, kind, is_error
+        return t
 
     def result(self, text: str | None, call_id: str | None, name: str | None, loc: str,
-               is_error: bool | None = None, meta: dict | None = None) -> None:
+               is_error: bool | None = None, meta: dict | None = None) -> Turn:
         idx = None
         same_id = [i for i in self.by_id.get(str(call_id), []) if i in self.open_calls] if call_id else []
         if same_id:
@@ -350,7 +381,7 @@ class _Builder:
                 Turn(kind="env", observation=text, observation_kind="tool_result", tool_call_id=call_id,
                      is_error=is_error, locator=loc, metadata=dumps(missing))
             )
-            return
+            return self.turns[-1]
         self.open_calls.remove(idx)
         t = self.turns[idx]
         t.kind = "env"
@@ -362,6 +393,7 @@ class _Builder:
             t.tool_call_id = call_id
         if meta:
             t.metadata = dumps({**(orjson.loads(t.metadata) if t.metadata else {}), **meta})
+        return t
 
     def finish(self) -> list[Turn]:
         for idx in self.open_calls:
@@ -474,18 +506,37 @@ def _sharegpt(conv: list, field: str, b: _Builder) -> None:
 # OpenAI Responses API items (openai-python src/openai/types/responses/): besides messages (`type`
 # "message", or none with a `role`), calls and their outputs paired by `call_id`, and reasoning
 _RESPONSES_TOOL_ITEMS = {"function_call", "function_call_output", "custom_tool_call", "custom_tool_call_output", "reasoning"}
-_RESPONSES_ITEMS = _RESPONSES_TOOL_ITEMS | {"message"}
+# tools the API runs itself, call and result in one item (response_function_web_search.py,
+# response_file_search_tool_call.py, response_code_interpreter_tool_call.py, response_input_item_param.py)
+_HOSTED_ITEMS = {"web_search_call", "file_search_call", "code_interpreter_call", "mcp_call", "image_generation_call"}
+# tools the client runs, answered by a `*_output` item (response_computer_tool_call.py,
+# response_function_shell_tool_call*.py, response_apply_patch_tool_call*.py, response_input_item_param.py)
+_CLIENT_CALLS = {"computer_call": "computer", "local_shell_call": "local_shell", "shell_call": "shell",
+                 "apply_patch_call": "apply_patch"}
+_CLIENT_OUTPUTS = {f"{k}_output" for k in _CLIENT_CALLS}
+# items that are not turns: the MCP server's tool list and approvals (trajectory metadata), references
+# to earlier items and compacted context (counted in `metadata.unread_items`)
+_CONTEXT_ITEMS = {"mcp_list_tools", "mcp_approval_request", "mcp_approval_response", "item_reference", "compaction"}
+_RESPONSES_ITEMS = (_RESPONSES_TOOL_ITEMS | _HOSTED_ITEMS | set(_CLIENT_CALLS) | _CLIENT_OUTPUTS | _CONTEXT_ITEMS
+                    | {"message"})
+# item kinds the API adds over time (`tool_search_call`, ...): accepted in a list that has known items, and
+# counted in `metadata.unread_items` instead of failing the conversation
+_LATER_ITEM = re.compile(r"[a-z][a-z_]*_(?:call|output)")
 
 
 def _is_responses(items: Any) -> bool:
     """A Responses item list (an `input`, or what openai-agents' `result.to_input_list()` saves): every
-    item a Responses item or a role message, at least one of them typed."""
+    item a Responses item or a role message, at least one of them of a known type."""
     if not isinstance(items, list) or not items:
         return False
-    if not all(isinstance(i, dict) and (i.get("type") in _RESPONSES_ITEMS or ("type" not in i and "role" in i))
+    if not all(isinstance(i, dict) and (("type" not in i and "role" in i) or _responses_type(i.get("type")))
                for i in items):
         return False
-    return any("type" in i for i in items)
+    return any(i.get("type") in _RESPONSES_ITEMS for i in items)
+
+
+def _responses_type(kind: Any) -> bool:
+    return isinstance(kind, str) and (kind in _RESPONSES_ITEMS or _LATER_ITEM.fullmatch(kind) is not None)
 
 
 def _responses(items: list, field: str, b: _Builder) -> None:
@@ -510,6 +561,14 @@ def _responses(items: list, field: str, b: _Builder) -> None:
             reasoning, reasoning_loc = None, ""
         elif kind in ("function_call_output", "custom_tool_call_output"):
             b.result(as_text(item.get("output")), item.get("call_id"), None, loc)
+        elif kind in _HOSTED_ITEMS:
+            _hosted_item(b, item, kind, reasoning, loc)
+            reasoning, reasoning_loc = None, ""
+        elif kind in _CLIENT_CALLS:
+            _client_call(b, item, kind, reasoning, loc)
+            reasoning, reasoning_loc = None, ""
+        elif kind in _CLIENT_OUTPUTS:
+            _client_output(b, item, kind, loc)
         elif kind == "message":
             role, text = item.get("role"), as_text(item.get("content"))
             if role in _USER:
@@ -521,9 +580,130 @@ def _responses(items: list, field: str, b: _Builder) -> None:
                 reasoning, reasoning_loc = None, ""
             else:
                 raise RecordError("malformed_record", f"{b.where} {loc}: unknown role {role!r}")
+        elif kind == "mcp_list_tools":
+            b.extra.setdefault("mcp_list_tools", []).append(
+                {k: item.get(k) for k in ("server_label", "tools", "error") if item.get(k) is not None})
+        elif kind in ("mcp_approval_request", "mcp_approval_response"):
+            b.extra.setdefault("mcp_approvals", []).append(item)
+        elif _responses_type(kind):  # a reference, compacted context, or an item kind newer than this importer
+            unread = b.extra.setdefault("unread_items", {})
+            unread[kind] = unread.get(kind, 0) + 1
         else:
             raise RecordError("malformed_record", f"{b.where} {loc}: unknown Responses item type {kind!r}")
     b.message(None, reasoning, reasoning_loc)
+
+
+def _failed(item: dict) -> bool | None:
+    return True if item.get("status") == "failed" else None
+
+
+def _hosted_item(b: _Builder, item: dict, kind: str, reasoning: str | None, loc: str) -> None:
+    """A tool the API ran itself: one item holds the call and, when the log includes it, the result."""
+    meta: dict[str, Any] = {"type": kind}
+    if item.get("status") is not None:
+        meta["status"] = item["status"]
+    item_id = item.get("id")
+    if kind == "web_search_call":
+        # the page text is not in the item (it reaches the model only through the answer's citations);
+        # the sources, when requested (`include`), are its result
+        action = object_at(item, "action")
+        args = {k: v for k, v in action.items() if k != "sources"}
+        sources = action.get("sources")
+        b.closed_call("web_search", args or None, item_id, reasoning, loc, meta,
+                      dumps(sources) if isinstance(sources, list) else None, "search_results", _failed(item))
+    elif kind == "file_search_call":
+        results = item.get("results")
+        b.closed_call("file_search", {"queries": item.get("queries")}, item_id, reasoning, loc, meta,
+                      dumps(results) if isinstance(results, list) else None, "search_results", _failed(item))
+    elif kind == "code_interpreter_call":
+        if item.get("container_id") is not None:
+            meta["container_id"] = item["container_id"]
+        outputs = item.get("outputs")
+        logs = None
+        if isinstance(outputs, list):
+            logs = "".join(str(o.get("logs") or "") for o in outputs if isinstance(o, dict) and o.get("type") == "logs")
+            images = [o.get("url") for o in outputs if isinstance(o, dict) and o.get("type") == "image"]
+            if images:
+                meta["images"] = images
+        t = b.closed_call("code_interpreter", {"code": item.get("code")}, item_id, reasoning, loc, meta, logs,
+                          "stdout", _failed(item))
+        t.action = item.get("code") if isinstance(item.get("code"), str) else t.action
+    elif kind == "mcp_call":
+        meta["server_label"] = item.get("server_label")
+        if item.get("approval_request_id") is not None:
+            meta["approval_request_id"] = item["approval_request_id"]
+        error = item.get("error")
+        output = as_text(error) if error is not None else as_text(item.get("output"))
+        b.closed_call(item.get("name") or "mcp_call", item.get("arguments"), item_id, reasoning, loc, meta, output,
+                      "error" if error is not None else "tool_result", True if error is not None else None)
+    else:  # image_generation_call: the model's own image, not environment output; its base64 is not kept
+        result = item.get("result")
+        if isinstance(result, str):
+            meta["result_base64_chars"] = len(result)
+        b.turns.append(Turn(kind="message", tool_name="image_generation", tool_call_id=item_id, thought=reasoning,
+                            observation_kind="none", locator=loc, metadata=dumps(meta)))
+
+
+def _client_call(b: _Builder, item: dict, kind: str, reasoning: str | None, loc: str) -> None:
+    """A built-in tool the client runs (computer, shell, apply_patch): answered by its `*_output` item."""
+    meta: dict[str, Any] = {"type": kind}
+    if kind == "computer_call":
+        args = item.get("action") if item.get("action") is not None else item.get("actions")
+        if item.get("pending_safety_checks"):
+            meta["pending_safety_checks"] = item["pending_safety_checks"]
+    elif kind == "apply_patch_call":
+        args = item.get("operation")
+    else:
+        args = object_at(item, "action")
+    t = b.call(_CLIENT_CALLS[kind], args, item.get("call_id"), reasoning, loc, meta)
+    action = object_at(item, "action")
+    if kind == "local_shell_call" and isinstance(action.get("command"), list):
+        t.action = shlex.join(str(c) for c in action["command"])  # the argv, as a shell would read it
+    elif kind == "shell_call" and isinstance(action.get("commands"), list):
+        t.action = "\n".join(str(c) for c in action["commands"])
+
+
+def _client_output(b: _Builder, item: dict, kind: str, loc: str) -> None:
+    # `local_shell_call_output` names its call in `id` (response_input_item_param.py) or, as clients
+    # write it, in `call_id`
+    call_id = item.get("call_id") or (item.get("id") if kind == "local_shell_call_output" else None)
+    output = item.get("output")
+    if kind == "shell_call_output":
+        chunks = [c for c in output if isinstance(c, dict)] if isinstance(output, list) else []
+        stdout = "".join(str(c.get("stdout") or "") for c in chunks)
+        stderr = "".join(str(c.get("stderr") or "") for c in chunks)
+        outcomes = [object_at(c, "outcome") for c in chunks]
+        codes = [o["exit_code"] for o in outcomes if o.get("type") == "exit" and isinstance(o.get("exit_code"), int)]
+        timeout = any(o.get("type") == "timeout" for o in outcomes)
+        exit_code = codes[-1] if codes else None
+        is_error = True if timeout else (exit_code != 0 if exit_code is not None else None)
+        meta: dict[str, Any] = {"exit_codes": codes} if len(codes) > 1 else {}  # one per command; the last is the turn's
+        if timeout:
+            meta["timeout"] = True
+        t = b.result("".join(str(c.get("stdout") or "") + str(c.get("stderr") or "") for c in chunks), call_id, None,
+                     loc, is_error, meta or None)
+        t.observation_kind, t.exit_code = "stdout", exit_code
+        t.stdout, t.stderr = stdout or None, stderr or None
+    elif kind == "local_shell_call_output":
+        t = b.result(as_text(output), call_id, None, loc)
+        t.observation_kind = "stdout"
+    elif kind == "computer_call_output":
+        b.result(_screenshot(output), call_id, None, loc)
+    else:  # apply_patch_call_output: optional text; `status` says whether the patch applied
+        failed = item.get("status") == "failed"
+        b.result(as_text(output) if output is not None else item.get("status"), call_id, None, loc,
+                 True if failed else None)
+
+
+def _screenshot(output: Any) -> str | None:
+    """A computer call's screenshot reference as text; an inline `data:` image is replaced by its size."""
+    if not isinstance(output, dict):
+        return as_text(output)
+    shot = dict(output)
+    url = shot.get("image_url")
+    if isinstance(url, str) and url.startswith("data:"):
+        shot["image_url"] = f"{url.split(',', 1)[0]},<{len(url)} characters not kept>"
+    return dumps(shot)
 
 
 def _form(field: str, msgs: list) -> str:
@@ -596,6 +776,10 @@ class ChatImporter(Importer):
         if b.system:
             meta["system"] = "\n\n".join(b.system)
         meta.update({k: v for k, v in record.items() if k not in skip})
+        meta.update(b.extra)
+        if not tools and b.extra.get("mcp_list_tools"):  # the tools a remote MCP server offered (Responses)
+            tools = [{**t, "server_label": srv.get("server_label")} for srv in b.extra["mcp_list_tools"]
+                     for t in srv.get("tools") or [] if isinstance(t, dict)]
         model = record.get("model") if isinstance(record.get("model"), str) else None
         return Trajectory(
             domain=ctx.domain("mcp"),

@@ -406,3 +406,76 @@ def test_anthropic_server_tool_results_in_the_assistant_message() -> None:
     assert json.loads(failed.observation) == {"type": "web_search_tool_result_error", "error_code": "max_uses_exceeded"}
     assert (answer.action, answer.locator) == ("Acme shipped Y.", "messages[1].content[5]")
     assert_schema_valid([t])
+
+
+def test_openai_responses_builtin_tools() -> None:
+    # openai-python src/openai/types/responses/: response_function_shell_tool_call(_output).py,
+    # response_apply_patch_tool_call(_output).py, response_input_item_param.py (LocalShellCall, its output
+    # naming the call in `id`; McpListTools, McpApprovalRequest/Response, McpCall, ImageGenerationCall,
+    # ComputerCallOutput), response_function_web_search.py, response_file_search_tool_call.py,
+    # response_code_interpreter_tool_call.py, response_computer_tool_call.py
+    client, hosted = _trajs(DATA / "openai_responses_builtin_tools.jsonl")
+    assert client.task == "Fix the failing test, then find the weather in Paris." and client.model == "gpt-5.1"
+    assert json.loads(client.metadata) == {"form": "responses", "model": "gpt-5.1", "unread_items": {"item_reference": 1}}
+    assert [u.kind for u in client.turns] == ["env", "env", "env", "env", "env", "env", "message", "message"]
+    shell, patch, bad_patch, ls, pwd, search, opened, answer = client.turns
+    # two commands: the output chunks in order, each stdout then stderr; the last exit code is the turn's
+    assert (shell.tool_name, shell.action, shell.thought) == ("shell", "pytest -q\necho done", "Run the tests first.")
+    assert (shell.observation, shell.stdout, shell.stderr) == ("1 failed\ndone\nwarn\n", "1 failed\ndone\n", "warn\n")
+    assert (shell.exit_code, shell.is_error, shell.observation_kind) == (0, False, "stdout")
+    assert json.loads(shell.metadata) == {"type": "shell_call", "exit_codes": [1, 0]}
+    assert (shell.tool_call_id, shell.locator) == ("call_sh1", "input[2]+input[3]")
+    assert json.loads(patch.tool_args) == {"type": "update_file", "path": "src/calc.py",
+                                           "diff": "@@\n-    return a - b\n+    return a + b\n"}
+    assert (patch.observation, patch.is_error, patch.locator) == ("Updated src/calc.py", None, "input[4]+input[5]")
+    assert (bad_patch.observation, bad_patch.is_error, bad_patch.observation_kind) == ("src/old.py: no such file", True, "error")
+    # the argv as a shell reads it; an output item names its call in `id` (two calls open, answered in
+    # reverse order)
+    assert (ls.action, ls.observation, ls.observation_kind, ls.locator) == ("ls -la 'my dir'", "total 0\n", "stdout", "input[8]+input[11]")
+    assert (ls.tool_name, ls.tool_call_id, ls.exit_code) == ("local_shell", "call_ls1", None)
+    assert (pwd.action, pwd.observation, pwd.locator) == ("pwd", "/repo\n", "input[9]+input[10]")
+    assert (search.tool_name, json.loads(search.tool_args)) == ("web_search", {"type": "search", "query": "weather Paris"})
+    assert json.loads(search.observation) == [{"type": "url", "url": "https://weather.example/paris"}]
+    assert (search.observation_kind, search.locator) == ("search_results", "input[12]")
+    # an opened page's text is not in the log
+    assert (opened.tool_name, opened.observation, opened.locator) == ("web_search", None, "input[13]")
+    assert json.loads(opened.metadata) == {"type": "web_search_call", "status": "completed", "result_missing": True}
+    assert (answer.action, answer.locator) == ("Fixed; 18C in Paris.", "input[15]")
+
+    assert hosted.task == "Summarise the sales file and list the open issues."
+    assert [u.kind for u in hosted.turns] == ["env", "env", "env", "env", "env", "message", "message"]
+    files, code, issues, missing_repo, click, image, done = hosted.turns
+    assert (files.tool_name, json.loads(files.tool_args), files.observation_kind) == ("file_search", {"queries": ["sales 2024"]}, "search_results")
+    assert json.loads(files.observation) == [{"file_id": "file_1", "filename": "sales.pdf", "score": 0.92,
+                                              "text": "Q1 sales rose 8%.", "attributes": {}}]
+    assert (code.action, code.observation, code.observation_kind) == ("print(1+1)", "2\n", "stdout")
+    assert json.loads(code.metadata) == {"type": "code_interpreter_call", "status": "completed", "container_id": "cntr_1",
+                                         "images": ["https://files.example/plot.png"]}
+    assert (issues.tool_name, json.loads(issues.tool_args), issues.observation) == ("list_issues", {"repo": "acme/app"}, "[#12 Crash on start]")
+    assert (issues.is_error, json.loads(issues.metadata)["approval_request_id"]) == (None, "mcpr_1")
+    assert (missing_repo.observation, missing_repo.is_error, missing_repo.observation_kind) == ("Repository not found", True, "error")
+    shot = "data:image/png;base64,iVBORw0KGgo="
+    assert (click.tool_name, json.loads(click.tool_args)) == ("computer", {"type": "click", "button": "left", "x": 10, "y": 20})
+    assert json.loads(click.observation) == {"type": "computer_screenshot",
+                                             "image_url": f"data:image/png;base64,<{len(shot)} characters not kept>"}
+    assert (image.tool_name, image.observation) == ("image_generation", None)
+    assert json.loads(image.metadata) == {"type": "image_generation_call", "status": "completed", "result_base64_chars": 8}
+    assert done.action == "Done."
+    meta = json.loads(hosted.metadata)
+    assert meta["unread_items"] == {"tool_search_call": 1}
+    assert [a["type"] for a in meta["mcp_approvals"]] == ["mcp_approval_request", "mcp_approval_response"]
+    # no top-level `tools`: the remote MCP server's list is the action space
+    assert json.loads(hosted.action_space) == [{"name": "list_issues", "server_label": "github",
+                                                "input_schema": {"type": "object", "properties": {"repo": {"type": "string"}}}}]
+    assert_schema_valid([client, hosted])
+
+
+def test_openai_responses_sniff_later_item_kinds() -> None:
+    from collectors.chat import ChatImporter
+
+    imp = ChatImporter()
+    call = {"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"}
+    assert imp.sniff({"input": [call, {"type": "tool_search_call"}, {"type": "tool_search_output"}]})
+    assert imp.sniff([{"role": "user", "content": "x"}, {"type": "shell_call", "call_id": "s", "action": {}}])
+    assert not imp.sniff([{"type": "tool_search_call"}])  # only kinds this importer cannot read: not claimed
+    assert not imp.sniff({"input": [call, {"type": "Shell Call"}]})
