@@ -1,4 +1,5 @@
-"""Generic tool-using chat logs: OpenAI `{"messages": [...]}` and ShareGPT `{"conversations": [...]}` lines.
+"""Generic tool-using chat logs: OpenAI `{"messages": [...]}`, ShareGPT `{"conversations": [...]}` and Gemini
+`{"contents": [...]}` lines.
 
 A generic importer (`generic = True`): it claims any line with a `messages` list of role (or `from`)
 dicts, a `conversations` list, or a Responses item list (below), so the reader offers it a line only
@@ -35,6 +36,11 @@ result out; `image_generation_call` is a `message` turn (its image is not kept);
 action space when there is no top-level `tools`, approvals go to metadata, and item kinds this importer
 does not read (references, compacted context, newer `*_call` / `*_output` kinds) are counted in
 `metadata.unread_items`.
+Gemini form (`{"contents": [...]}`: the Gemini API's request and Vertex AI's tuning JSONL, with
+`systemInstruction` and `tools`, camelCase or the google-genai SDK's snake_case): `functionCall` parts of a
+`model` content are calls, `functionResponse` parts of the next `user` (or `function`/`tool`) content their
+results (by `id`, else by name), `thought` parts the reasoning; the code-execution tool's `executableCode`
+and `codeExecutionResult` parts are a call and its result in the same content.
 Hermes/Qwen text tool calls (either form): `<tool_call>{"name", "arguments"}</tool_call>` blocks (JSON or
 a Python dict) in an assistant message are its calls (the text around them, and any block that does
 not parse, is the thought), and `<tool_response>` blocks in a tool message, or in a user message that
@@ -706,6 +712,85 @@ def _screenshot(output: Any) -> str | None:
     return dumps(shot)
 
 
+# Gemini `contents` (Gemini API / Vertex AI: GenerateContentRequest, and the supervised tuning JSONL
+# `{systemInstruction, contents, tools}`): roles `user` and `model` (older logs: `function` / `tool` for
+# results), each with typed `parts`; the REST form is camelCase, the google-genai SDK's dumps snake_case
+_GEMINI_PART_KEYS = {
+    "functionCall": "function_call", "functionResponse": "function_response", "executableCode": "executable_code",
+    "codeExecutionResult": "code_execution_result", "inlineData": "inline_data", "fileData": "file_data",
+}
+
+
+def _part(p: dict, key: str) -> Any:
+    v = p.get(key)
+    return v if v is not None else p.get(_GEMINI_PART_KEYS[key])
+
+
+def _is_gemini(contents: Any) -> bool:
+    return (isinstance(contents, list) and bool(contents)
+            and all(isinstance(c, dict) and isinstance(c.get("parts"), list) for c in contents[:5]))
+
+
+def _gemini(contents: list, b: _Builder) -> None:
+    """Gemini contents onto the builder. A `model` content is read in order: its text and thought parts
+    before a `functionCall` are the call's thought; the code-execution tool's `executableCode` and
+    `codeExecutionResult` parts are a call and its result within the same content. `functionResponse`
+    parts answer calls by `id` when both have one (Gemini 2.x), else by name, oldest first; a response
+    that holds only `error` (the documented key for a failure, next to `output`) is an error."""
+    for j, c in enumerate(contents):
+        loc = f"contents[{j}]"
+        if not isinstance(c, dict) or not isinstance(c.get("parts"), list):
+            raise RecordError("malformed_record", f"{b.where} {loc}: expected a content object with 'parts'")
+        role = c.get("role") or "user"
+        parts = [p for p in c["parts"] if isinstance(p, dict)]
+        if role == "model":
+            _gemini_model(b, parts, loc)
+            continue
+        if role not in ("user", "function", "tool"):
+            raise RecordError("malformed_record", f"{b.where} {loc}: unknown role {role!r}")
+        text: list[str] = []
+        for k, p in enumerate(parts):
+            resp = _part(p, "functionResponse")
+            if isinstance(resp, dict):
+                body = resp.get("response")
+                failed = isinstance(body, dict) and "error" in body and "output" not in body
+                b.result(as_text(body), resp.get("id"), resp.get("name"), f"{loc}.parts[{k}]", True if failed else None)
+            elif isinstance(p.get("text"), str):
+                text.append(p["text"])
+        if text:
+            b.user_text("".join(text), loc)
+
+
+def _gemini_model(b: _Builder, parts: list[dict], loc: str) -> None:
+    thinking: list[str] = []
+    text: list[str] = []
+    text_loc: str | None = None
+    for k, p in enumerate(parts):
+        part_loc = f"{loc}.parts[{k}]"
+        call, code, ran = _part(p, "functionCall"), _part(p, "executableCode"), _part(p, "codeExecutionResult")
+        if isinstance(call, dict):
+            b.call(call.get("name"), call.get("args"), call.get("id"), _join(_join(*thinking), "".join(text)), part_loc)
+            thinking, text, text_loc = [], [], None
+        elif isinstance(code, dict):
+            t = b.call("code_execution", code, None, _join(_join(*thinking), "".join(text)), part_loc)
+            if isinstance(code.get("code"), str):
+                t.action = code["code"]
+            thinking, text, text_loc = [], [], None
+        elif isinstance(ran, dict):
+            outcome = ran.get("outcome")
+            failed = outcome is not None and outcome != "OUTCOME_OK"
+            t = b.result(as_text(ran.get("output")), None, "code_execution", part_loc, failed,
+                         {"outcome": outcome} if outcome is not None else None)
+            t.observation_kind = "stdout"
+        elif isinstance(p.get("text"), str):
+            if p.get("thought") is True:
+                thinking.append(p["text"])
+            else:
+                text.append(p["text"])
+                text_loc = text_loc or part_loc
+    b.message("".join(text) or None, _join(*thinking), text_loc or loc)
+
+
 def _form(field: str, msgs: list) -> str:
     """How a message list is written: "responses" (Responses items), "sharegpt" (`from`/`value`) or
     "openai" (`role`/`content`), whatever key holds it (LLaMA-Factory lets a dataset name its tags); a
@@ -736,7 +821,7 @@ class ChatImporter(Importer):
         conv = sample.get("conversations")
         if isinstance(conv, list) and conv:
             return all(isinstance(m, dict) and ("from" in m or "role" in m) for m in conv[:5])
-        return _is_responses(sample.get("input"))
+        return _is_responses(sample.get("input")) or _is_gemini(sample.get("contents"))
 
     def convert(self, record: Any, locator: str, ctx: ImportContext) -> Trajectory:
         b = _Builder(locator)
@@ -750,13 +835,20 @@ class ChatImporter(Importer):
                 field = "conversations"
             elif _is_responses(record.get("input")):
                 field = "input"
+            elif "contents" in record:
+                field = "contents"
             else:
-                raise RecordError("missing_field", f"{locator}: neither 'messages' nor 'conversations' is present")
+                raise RecordError("missing_field", f"{locator}: none of 'messages', 'conversations', 'contents' is present")
             msgs = record[field]
         if not isinstance(msgs, list):
             raise RecordError("malformed_record", f"{locator}: {field!r} must be a list, got {type(msgs).__name__}")
-        form = _form(field, msgs)
+        form = "gemini" if field == "contents" else _form(field, msgs)
         system = as_text(record.get("system")) if isinstance(record.get("system"), str | list) else None
+        instruction = record.get("systemInstruction") or record.get("system_instruction")
+        if form == "gemini" and isinstance(instruction, dict | str):
+            text = instruction if isinstance(instruction, str) else "".join(
+                str(p.get("text") or "") for p in instruction.get("parts") or [] if isinstance(p, dict))
+            system = _join(system, text)
         if system and system.strip():
             b.system.append(system)
         if form == "responses" and isinstance(record.get("instructions"), str) and record["instructions"].strip():
@@ -765,6 +857,8 @@ class ChatImporter(Importer):
             _openai_messages(msgs, field, b)
         elif form == "sharegpt":
             _sharegpt(msgs, field, b)
+        elif form == "gemini":
+            _gemini(msgs, b)
         else:
             _responses(msgs, field, b)
         turns = b.finish()
@@ -772,6 +866,8 @@ class ChatImporter(Importer):
         skip = {"messages", "conversations", "tools", "functions", "system", "id", field}
         if form == "responses":
             skip.add("instructions")
+        if form == "gemini":
+            skip |= {"systemInstruction", "system_instruction"}
         meta: dict[str, Any] = {"form": "anthropic" if b.content_blocks else form}
         if b.system:
             meta["system"] = "\n\n".join(b.system)

@@ -479,3 +479,43 @@ def test_openai_responses_sniff_later_item_kinds() -> None:
     assert imp.sniff([{"role": "user", "content": "x"}, {"type": "shell_call", "call_id": "s", "action": {}}])
     assert not imp.sniff([{"type": "tool_search_call"}])  # only kinds this importer cannot read: not claimed
     assert not imp.sniff({"input": [call, {"type": "Shell Call"}]})
+
+
+def test_gemini_contents() -> None:
+    # Gemini API / Vertex AI tuning JSONL (`systemInstruction`, `contents`, `tools[].functionDeclarations`;
+    # google-genai SDK dumps in snake_case): functionCall / functionResponse parts, code execution parts,
+    # thought parts
+    rest, sdk = _trajs(DATA / "gemini_contents.jsonl")
+    assert (rest.task, rest.source_format) == ("Weather in Paris and Rome?", "chat")
+    assert json.loads(rest.metadata) == {"form": "gemini", "system": "You are a travel assistant."}
+    assert json.loads(rest.action_space)[0]["functionDeclarations"][0]["name"] == "get_weather"
+    assert [u.kind for u in rest.turns] == ["env", "env", "message"]
+    paris, rome, answer = rest.turns
+    # the responses come back in the other order: paired by id
+    assert (paris.tool_call_id, json.loads(paris.tool_args), json.loads(paris.observation)) == ("fc_1", {"city": "Paris"}, {"output": {"temp_c": 18}})
+    assert (paris.thought, paris.is_error, paris.locator) == ("Checking both cities.", None, "contents[1].parts[1]+contents[2].parts[1]")
+    assert (rome.tool_call_id, json.loads(rome.observation), rome.is_error, rome.observation_kind) == ("fc_2", {"error": "station offline"}, True, "error")
+    assert rome.thought is None and rome.locator == "contents[1].parts[2]+contents[2].parts[0]"
+    assert (answer.action, answer.locator) == ("Paris is 18C; Rome is unavailable.", "contents[3].parts[0]")
+
+    assert sdk.task == "What is the sum of the first 10 primes?" and json.loads(sdk.metadata) == {"form": "gemini"}
+    assert [u.kind for u in sdk.turns] == ["env", "env", "message", "user", "env"]
+    ok, failed, said, user, product = sdk.turns
+    assert (ok.tool_name, ok.action, ok.observation) == ("code_execution", "print(sum([2, 3, 5, 7, 11, 13, 17, 19, 23, 29]))", "129\n")
+    assert (ok.thought, ok.is_error, ok.observation_kind, ok.locator) == ("Add them up in code.", False, "stdout", "contents[1].parts[1]+contents[1].parts[2]")
+    assert (failed.action, failed.is_error, json.loads(failed.metadata)) == ("1/0", True, {"outcome": "OUTCOME_FAILED"})
+    assert failed.observation == "ZeroDivisionError: division by zero\n"
+    assert (said.action, said.locator, user.action) == ("The sum is 129.", "contents[1].parts[5]", "And the product?")
+    # no ids: paired by name; an older `function` role holds the response
+    assert (product.tool_name, json.loads(product.tool_args), product.observation) == ("multiply_all", {"numbers": [2, 3, 5]}, '{"output":30}')
+    assert product.locator == "contents[3].parts[0]+contents[4].parts[0]"
+    assert_schema_valid([rest, sdk])
+
+
+def test_gemini_contents_sniff() -> None:
+    from collectors.chat import ChatImporter
+
+    imp = ChatImporter()
+    assert imp.sniff({"contents": [{"role": "user", "parts": [{"text": "hi"}]}]})
+    assert not imp.sniff({"contents": "hi"})
+    assert not imp.sniff({"contents": [{"role": "user", "text": "hi"}]})  # no parts: not Gemini contents
