@@ -21,6 +21,7 @@ _ORDER = [
     # raw streams
     "collectors.asciicast:AsciicastImporter",
     "collectors.uiautomator:UiAutomatorImporter",
+    "collectors.mcp_traffic:McpTrafficImporter",  # a text stream (a session spans lines); claims only JSON-RPC with MCP methods
     # whole JSON documents
     "collectors.intercode:InterCodeImporter",  # before SWE-agent: an InterCode episode log also has trajectory + info
     "collectors.swe_agent:SweAgentImporter",

@@ -27,7 +27,7 @@ from mcp.shared.message import SessionMessage
 from mcp_types import ErrorData, JSONRPCError, JSONRPCRequest, JSONRPCResponse
 
 from collectors.mcp.wire import WireLog, _StreamWrapper
-from schemas.records import digest, dumps
+from schemas.records import digest
 
 FAULTS: dict[str, str] = {
     "tool_error": "in-band tool error: the result becomes `isError: true` with an error text",
@@ -310,11 +310,3 @@ def _violate(result: dict, schema: dict | None, rng: random.Random) -> tuple[dic
             return out, detail
     out["structuredContent"] = ["unexpected"]
     return out, {"replaced_with": "array"}
-
-
-def canonical_error(code: int, message: str, data: Any = None) -> str:
-    """The observation text of a JSON-RPC error, as the client saw it."""
-    err: dict[str, Any] = {"code": code, "message": message}
-    if data is not None:
-        err["data"] = data
-    return dumps({"error": err})  # type: ignore[return-value]

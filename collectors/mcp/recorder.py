@@ -17,13 +17,12 @@ wrong, and an `outcome` naming it.
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import shutil
 import tempfile
 import time
 import traceback
 from contextlib import AsyncExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -43,8 +42,19 @@ from mcp_types import (
 )
 from pydantic import ValidationError
 
-from collectors.mcp.faults import FaultConfig, FaultProxy, Injection, canonical_error
+from collectors.mcp.faults import FaultConfig, FaultProxy, Injection
 from collectors.mcp.raw import RawRow
+from collectors.mcp.shape import (
+    Observation,
+    action_space,
+    action_text,
+    canonical_error,
+    error_observation,
+    initial_state,
+    request_method,
+    result_observation,
+    server_fingerprint,
+)
 from collectors.mcp.spec import ServerSpec, SessionSpec, SpecError, expand, run_setup
 from collectors.mcp.wire import (
     ServerProcess,
@@ -88,11 +98,6 @@ class _Failure(Exception):
     def __init__(self, outcome: str, message: str, action: str = "initialize"):
         super().__init__(message)
         self.outcome, self.message, self.action = outcome, message, action
-
-
-def tool_schema_sha256(tools: list[dict]) -> str:
-    """sha256 of the canonical JSON of the tool list, sorted by name: the action-space identity."""
-    return hashlib.sha256(dumps(sorted(tools, key=lambda t: str(t.get("name")))).encode()).hexdigest()
 
 
 def _now() -> dt.datetime:
@@ -361,12 +366,7 @@ class SessionRecorder:
         """Send one request; returns the turn and, if the connection ended, the outcome."""
         name = action.tool_name or ""
         args = action.tool_args or {}
-        if name == "resources/read":
-            method = "resources/read"
-        elif name == "prompts/get":
-            method = "prompts/get"
-        else:
-            method = "tools/call"
+        method = request_method(name)
         assert self.proxy is not None
         self.proxy.force(forced if method == "tools/call" else None)
         mark = self.log.mark()
@@ -418,28 +418,22 @@ class SessionRecorder:
         if req_t is not None and resp_t is not None:
             meta["server_latency_s"] = round(resp_t - req_t, 6)
         closed: str | None = None
-        is_error = False
+        obs: Observation
         if isinstance(delivered, JSONRPCResponse):
-            observation = dumps(delivered.result)
-            kind = "tool_result"
-            is_error = delivered.result.get("isError") is True
-            meta["in_band_error"] = is_error
-            meta["has_structured_content"] = "structuredContent" in delivered.result
+            obs = result_observation(delivered.result)
         elif isinstance(delivered, JSONRPCError):
             err = delivered.error
-            observation, kind, is_error = canonical_error(err.code, err.message, err.data), "error", True
             origin = "proxy" if inj is not None and inj.applied and delivered is not wire else "server"
-            meta["protocol_error"] = {"code": err.code, "message": err.message, "origin": origin}
+            obs = error_observation(err.code, err.message, err.data, origin)
         elif exc is not None:
-            observation, kind, is_error = canonical_error(exc.code, exc.message, exc.data), "error", True
-            meta["protocol_error"] = {"code": exc.code, "message": exc.message, "origin": "client"}
+            obs = error_observation(exc.code, exc.message, exc.data, "client")
             if exc.code == CONNECTION_CLOSED:
                 closed = await self._closed_outcome(inj)
                 self.closed_error = self._closed_message(closed, f"{method} {name}".strip())
                 if closed == "invalid_jsonrpc":
                     bad = next((e for e in reversed(entries) if e.dir == "s2c" and e.msg is None and e.raw), None)
                     if bad is not None:  # what the server actually wrote is the observation
-                        observation = bad.raw[:OBSERVATION_LIMIT]
+                        obs = replace(obs, text=bad.raw[:OBSERVATION_LIMIT])
                     meta["protocol_violation"] = self.proc.violation if self.proc else None
                 if closed == "server_died" and self.proc is not None:
                     meta["server_exit_code"] = self.proc.returncode
@@ -447,7 +441,9 @@ class SessionRecorder:
             elif exc.code == REQUEST_TIMEOUT:
                 meta["timeout_s"] = self.call_timeout_s
         else:
-            observation, kind, is_error = canonical_error(0, client_error or "no response recorded"), "error", True
+            obs = Observation(canonical_error(0, client_error or "no response recorded"), "error", True)
+        meta.update(obs.meta)
+        observation, kind, is_error = obs.text, obs.kind, obs.is_error
         if client_error:
             meta["client_error"] = client_error
         perturbation = None
@@ -459,7 +455,7 @@ class SessionRecorder:
             else:
                 meta["fault_skipped"] = {"kind": inj.kind, **inj.detail}
         turn = Turn(  # one canonical action text whatever the policy's own formatting
-            kind="env", action=f"{name}({dumps(args)})", tool_name=name, tool_args=dumps(args),
+            kind="env", action=action_text(name, args), tool_name=name, tool_args=dumps(args),
             tool_call_id=action.tool_call_id or (str(rid) if rid is not None else None), thought=action.thought,
             observation=observation, observation_kind=kind, is_error=is_error, started_at=started,
             duration_s=round(latency, 6), perturbation=perturbation, locator=f"jsonrpc:{rid}",
@@ -508,21 +504,11 @@ class SessionRecorder:
     def _trajectory(self, outcome: str, error: str | None, started: dt.datetime, exit_code: int | None,
                     seconds: float) -> Trajectory:
         spec, s = self.spec, self.session
-        info = self.init_raw.get("serverInfo") or {}
         fp: dict[str, Any] = {
-            "server_name": info.get("name"), "server_version": info.get("version"),
-            "protocol_version": self.init_raw.get("protocolVersion"),
-            "tool_schema_sha256": tool_schema_sha256(self.tools) if self.tools else None,
-            "tools": len(self.tools), "transport": spec.transport, "spec": spec.name,
+            **server_fingerprint(self.init_raw, self.tools), "transport": spec.transport, "spec": spec.name,
             "spec_sha256": spec.sha256, "package": spec.package_version(),
         }
-        initial: dict[str, Any] = {"server_info": info or None, "protocol_version": self.init_raw.get("protocolVersion"),
-                                   "capabilities": self.init_raw.get("capabilities"),
-                                   "instructions": self.init_raw.get("instructions")}
-        if self.resources is not None:
-            initial["resources"] = self.resources
-        if self.prompts is not None:
-            initial["prompts"] = self.prompts
+        initial = initial_state(self.init_raw, self.resources, self.prompts)
         meta: dict[str, Any] = {
             "server": spec.name, "spec": str(spec.path), "session": s.name, "repetition": self.repetition,
             "transport": spec.transport, "run_id": self.run_id, "workdir": self.workdir,
@@ -541,7 +527,7 @@ class SessionRecorder:
             native_id=f"{self.key}@{self.run_id}",
             record_digest=digest(self.run_id, self.key, spec.sha256),
             turns=self.turns, task=s.task or spec.description or None,
-            action_space=dumps(self.tools) if self.tools else None,
+            action_space=action_space(self.tools),
             initial_state=dumps(initial) if self.init_raw else None,
             agent=self.policy.name, model=getattr(self.policy, "model", None),
             outcome=outcome, env_fingerprint=dumps(fp), collected_at=started, license=spec.license,
@@ -572,10 +558,12 @@ def _leaf(e: BaseException) -> BaseException:
 def _observation_of(sm: Any) -> tuple[str | None, bool | None]:
     msg = getattr(sm, "message", None)
     if isinstance(msg, JSONRPCResponse):
-        return dumps(msg.result), msg.result.get("isError") is True
-    if isinstance(msg, JSONRPCError):
-        return canonical_error(msg.error.code, msg.error.message, msg.error.data), True
-    return None, None
+        obs = result_observation(msg.result)
+    elif isinstance(msg, JSONRPCError):
+        obs = error_observation(msg.error.code, msg.error.message, msg.error.data, "server")
+    else:
+        return None, None
+    return obs.text, obs.is_error
 
 
 def _replace_str(value: Any, old: str, new: str) -> Any:
