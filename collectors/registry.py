@@ -22,6 +22,7 @@ _ORDER = [
     "collectors.asciicast:AsciicastImporter",
     "collectors.uiautomator:UiAutomatorImporter",
     "collectors.mcp_traffic:McpTrafficImporter",  # a text stream (a session spans lines); claims only JSON-RPC with MCP methods
+    "collectors.android_control:AndroidControlImporter",  # binary TFRecord, claimed only when its length CRC checks: it cannot take the text formats' input, nor they its
     # whole JSON documents
     "collectors.intercode:InterCodeImporter",  # before SWE-agent: an InterCode episode log also has trajectory + info
     "collectors.swe_agent:SweAgentImporter",
