@@ -100,12 +100,12 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
-from types import ModuleType
 from typing import IO, Any
 
 import orjson
 
 from collectors.base import ImportContext, Importer, parse_time
+from collectors.mcp import shape
 from pipelines.sources import ReadLimits, iter_lines, read_bounded
 from schemas.records import RecordError, Trajectory, Turn, dumps
 
@@ -623,7 +623,6 @@ class _Session:
 
     conn: str
     loc: str
-    turn_methods: tuple[str, ...]
     container: str = ""
     requests: list[_Request] = field(default_factory=list)  # turns, in request order
     pending: dict[tuple[str, str], _Request] = field(default_factory=dict)
@@ -692,7 +691,7 @@ class _Session:
             self._unanswered(old)
             _note(self.notes, self.note_counts, "duplicate_ids",
                   {"id": w.msg["id"], "first": old.wire.loc, "again": w.loc})
-        req = _Request(w, method, direction, direction == "c2s" and method in self.turn_methods)
+        req = _Request(w, method, direction, direction == "c2s" and method in shape.TURN_METHODS)
         self.pending[key] = req
         if req.turn:
             self.requests.append(req)
@@ -778,8 +777,8 @@ class _Sessions:
     """Open sessions by connection. A new `initialize` ends the connection's session (returned to be
     yielded at once); the rest end with the log."""
 
-    def __init__(self, turn_methods: tuple[str, ...], container: str):
-        self.turn_methods, self.container = turn_methods, container
+    def __init__(self, container: str):
+        self.container = container
         self.open: dict[str, _Session] = {}
         self.early: dict[str, _Session] = {}  # log lines waiting for their connection's next session
 
@@ -790,7 +789,7 @@ class _Sessions:
             s.close("session_ended")
             ended, s = s, None
         if s is None:
-            s = self.open[w.conn] = _Session(w.conn, w.loc, self.turn_methods, self.container)
+            s = self.open[w.conn] = _Session(w.conn, w.loc, self.container)
             if (early := self.early.pop(w.conn, None)) is not None:
                 s.absorb(early)
         s.add(w)
@@ -799,7 +798,7 @@ class _Sessions:
     def event(self, e: _Event) -> None:
         s = self.open.get(e.conn)
         if s is None or (not e.stderr and _STARTING.match(e.text) and s.messages):
-            s = self.early.setdefault(e.conn, _Session(e.conn, "", self.turn_methods))
+            s = self.early.setdefault(e.conn, _Session(e.conn, ""))
         s.event(e)
 
     def finish(self) -> list[_Session]:
@@ -828,9 +827,6 @@ class McpTrafficImporter(Importer):
             return False
 
     def split(self, stream: IO[bytes], ctx: ImportContext) -> Iterator[tuple[str, Any]]:
-        # imported here: the MCP package loads the SDK (about a second), which only a read log needs
-        from collectors.mcp.shape import TURN_METHODS
-
         head = stream.peek(_LIMITS.head_bytes)[: _LIMITS.head_bytes] if hasattr(stream, "peek") else b""
         container = _detect(head)
         if container == "array":
@@ -839,7 +835,7 @@ class McpTrafficImporter(Importer):
             items = _log_items(stream)
         else:
             items = _line_items(stream)
-        sessions = _Sessions(TURN_METHODS, container or "lines")
+        sessions = _Sessions(container or "lines")
         for it in items:
             if isinstance(it, RecordError):
                 yield it.locator or "$", it
@@ -851,8 +847,6 @@ class McpTrafficImporter(Importer):
             yield s.loc, s
 
     def convert(self, session: _Session, locator: str, ctx: ImportContext) -> Trajectory:
-        from collectors.mcp import shape
-
         init = session.init_result or session.discover_result or {}
         tools = session.tools or []
         fingerprint = {**shape.server_fingerprint(init, tools), "transport": session.transport}
@@ -863,7 +857,7 @@ class McpTrafficImporter(Importer):
             source_format=self.name,
             native_id=None,
             record_digest=ctx.record_digest(locator),
-            turns=[_turn(r, shape) for r in session.requests],
+            turns=[_turn(r) for r in session.requests],
             action_space=shape.action_space(session.tools),
             initial_state=dumps(initial),
             agent=client.get("name") if isinstance(client.get("name"), str) else None,
@@ -875,7 +869,7 @@ class McpTrafficImporter(Importer):
         )
 
 
-def _turn(req: _Request, shape: ModuleType) -> Turn:
+def _turn(req: _Request) -> Turn:
     """One request and its response, as the recorder renders them."""
     msg = req.wire.msg
     name, args = shape.request_action(req.method, msg.get("params"))

@@ -10,13 +10,7 @@
 - `contracts`: data contracts over the recorded MCP data.
 
 Entry points: `worldline collect mcp` (collectors/mcp_cli.py), the Dagster asset
-`mcp_trajectories` (dagster_project/mcp_assets.py), `bench/mcp.py`.
+`mcp_trajectories` (dagster_project/mcp_assets.py), `bench/mcp.py`. Import from the submodules: the
+package itself imports nothing, so that a light one (`shape`, which the traffic importer in the ingest
+registry uses) does not load the MCP SDK that `collect` and `recorder` need.
 """
-
-from collectors.mcp.collect import McpSummary, collect
-from collectors.mcp.faults import FAULTS, FaultConfig
-from collectors.mcp.recorder import SOURCE_FORMAT, SessionResult, record_session
-from collectors.mcp.spec import ServerSpec, SessionSpec, load_spec
-
-__all__ = ["FAULTS", "SOURCE_FORMAT", "FaultConfig", "McpSummary", "ServerSpec", "SessionResult", "SessionSpec",
-           "collect", "load_spec", "record_session"]
