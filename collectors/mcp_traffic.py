@@ -106,7 +106,7 @@ import orjson
 
 from collectors.base import ImportContext, Importer, parse_time
 from collectors.mcp import shape
-from pipelines.sources import ReadLimits, iter_lines, read_bounded
+from pipelines.sources import ReadLimits, iter_lines, json_problem, read_bounded
 from schemas.records import RecordError, Trajectory, Turn, dumps
 
 _LIMITS = ReadLimits()
@@ -372,16 +372,12 @@ def _checked(w: _Wire) -> _Wire | RecordError:
 
 
 def _bad_json(loc: str, data: bytes | str, err: ValueError) -> RecordError:
-    """The quarantine reason of a line that did not parse, as the reader names them."""
-    if isinstance(data, bytes):
-        try:
-            data.decode("utf-8")
-        except UnicodeDecodeError as u:
-            return RecordError("invalid_utf8", f"{loc}: invalid UTF-8 at byte {u.start}", loc)
-    msg = str(err)
-    truncated = "unexpected end" in msg.lower() or "eof" in msg.lower() or "unterminated" in msg.lower()
+    """The quarantine row of a line that did not parse, with the reader's reasons and its first characters."""
+    reason, problem = json_problem(data, err)
+    if reason == "invalid_utf8":
+        return RecordError(reason, f"{loc}: {problem}", loc)
     excerpt = (data[:120].decode("utf-8", "replace") if isinstance(data, bytes) else data[:120]).rstrip()
-    return RecordError("truncated_json" if truncated else "invalid_json", f"{loc}: {msg}; the line starts {excerpt!r}", loc)
+    return RecordError(reason, f"{loc}: {problem}; the line starts {excerpt!r}", loc)
 
 
 # -- the shapes -----------------------------------------------------------------------------------

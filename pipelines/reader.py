@@ -28,6 +28,7 @@ from pipelines.sources import (
     extract_tar,
     is_tar,
     iter_lines,
+    json_problem,
     open_input,
     read_bounded,
     sha256_file,
@@ -315,13 +316,8 @@ def _read_doc(data: bytes, ctx: ImportContext) -> Iterator[Item]:
 
 
 def _bad_json(ctx: ImportContext, loc: str, where: str, data: bytes, e: Exception) -> QuarantineRecord:
-    try:
-        data.decode("utf-8")
-    except UnicodeDecodeError as u:
-        return _q(ctx, loc, "invalid_utf8", f"{where}: invalid UTF-8 at byte {u.start}", data)
-    msg = str(e)
-    reason = "truncated_json" if "unexpected end" in msg.lower() or "eof" in msg.lower() else "invalid_json"
-    return _q(ctx, loc, reason, f"{where}: {msg}", data)
+    reason, problem = json_problem(data, e)
+    return _q(ctx, loc, reason, f"{where}: {problem}", data)
 
 
 def _sniff(importers: list[Importer], sample: Any) -> Importer | None:

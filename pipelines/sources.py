@@ -179,6 +179,21 @@ def iter_lines(stream: IO[bytes], limit: int) -> Iterator[tuple[int, bytes | Non
         yield lineno, line, len(line)
 
 
+def json_problem(data: bytes | str, err: Exception) -> tuple[str, str]:
+    """(quarantine reason, what is wrong) of JSON that did not parse: `invalid_utf8` (at which byte),
+    `truncated_json` (the parser ran out of input: orjson's "unexpected end" / "EOF", the standard
+    library's "Unterminated ..."), else `invalid_json` with the parser's message."""
+    if isinstance(data, bytes):
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError as u:
+            return "invalid_utf8", f"invalid UTF-8 at byte {u.start}"
+    msg = str(err)
+    low = msg.lower()
+    truncated = "unexpected end" in low or "eof" in low or "unterminated" in low
+    return ("truncated_json" if truncated else "invalid_json"), msg
+
+
 @dataclass(frozen=True)
 class TarRejection:
     member: str
