@@ -34,7 +34,7 @@ screenshots stripped to save space, is read too); the others are checked when pr
 disagree, an action that is not a JSON object with an `action_type`, a tree that does not decode:
 the episode is quarantined with a message naming the step (locator `record:N/step:K`, N and K from
 0 as `tf.data` and `actions` count them). Corrupt framing: see `collectors.protowire.read_tfrecords`;
-a record is never larger than the reader's record limit (`ReadLimits.max_record_bytes`).
+a record is never larger than the run's record limit (`ctx.limits.max_record_bytes`).
 """
 
 from __future__ import annotations
@@ -58,10 +58,8 @@ from collectors.protowire import (
     read_tfrecords,
     tfrecord_length,
 )
-from pipelines.sources import ReadLimits
 from schemas.records import RecordError, Trajectory, Turn, dumps
 
-_MAX_RECORD_BYTES = ReadLimits().max_record_bytes
 # Feature names only AndroidControl uses (`episode_id` is shared with Android in the Wild's shards,
 # which hold one step per Example and are not this format).
 _DISTINCT = frozenset(
@@ -104,7 +102,7 @@ class AndroidControlImporter(Importer):
 
     def split(self, stream: IO[bytes], ctx: ImportContext):
         try:
-            for item in read_tfrecords(stream, _MAX_RECORD_BYTES):
+            for item in read_tfrecords(stream, ctx.limits.max_record_bytes):
                 loc = f"record:{item.index}"
                 if isinstance(item, FramingProblem):
                     yield loc, RecordError(item.reason, item.detail, loc)

@@ -38,8 +38,6 @@ import orjson
 from collectors.base import ImportContext, Importer
 from schemas.records import RecordError, Trajectory, Turn, dumps
 
-_MAX_LINE = 64 << 20
-
 _TOKEN = re.compile(
     r"\x1b\[[0-?]*[ -/]*[@-~]"  # CSI
     r"|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?"  # OSC
@@ -390,7 +388,7 @@ class AsciicastImporter(Importer):
         yield "$", stream
 
     def convert(self, stream: IO[bytes], locator: str, ctx: ImportContext) -> Trajectory:
-        lines = self._lines(stream)
+        lines = self._lines(stream, ctx.limits.max_record_bytes)
         try:
             lineno, raw = next(lines)
         except StopIteration:
@@ -475,15 +473,15 @@ class AsciicastImporter(Importer):
         )
 
     @staticmethod
-    def _lines(stream: IO[bytes]):
+    def _lines(stream: IO[bytes], limit: int):
         n = 0
         while True:
-            line = stream.readline(_MAX_LINE + 1)
+            line = stream.readline(limit + 1)
             if not line:
                 return
             n += 1
-            if len(line) > _MAX_LINE:
-                raise RecordError("record_too_large", f"line:{n}: longer than {_MAX_LINE} bytes")
+            if len(line) > limit:
+                raise RecordError("record_too_large", f"line:{n}: longer than {limit} bytes")
             yield n, line
 
 

@@ -17,6 +17,7 @@ from typing import IO, Any, ClassVar
 
 import orjson
 
+from pipelines.sources import ReadLimits
 from schemas.records import RecordError, Trajectory, digest, dumps
 
 
@@ -28,6 +29,8 @@ class ImportContext:
     input_sha256: str
     domain_override: str | None = None
     path: Path | None = None  # the real file on disk, for formats with companion files
+    # the run's bounds (`ingest --max-record-mb`): what a text importer reading its own stream holds at most
+    limits: ReadLimits = ReadLimits()
 
     def record_digest(self, locator: str) -> str:
         """Content address of one record: the input's sha256 and the record's place in it."""

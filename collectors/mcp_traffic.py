@@ -59,7 +59,7 @@ quarantined lines, and every line is either in a session, quarantined, or a log 
 a message (counted in `log_events` / `server_stderr_lines`; those of a connection that never sent
 a message have no session to be counted in).
 
-Memory: lines are read one at a time (bounded by `ReadLimits.max_record_bytes`); what is held is
+Memory: lines are read one at a time (bounded by the run's `ctx.limits.max_record_bytes`); what is held is
 the open sessions' turns and pending requests, and bounded lists of notes. A JSON-array export is
 one document, read whole within the same limit.
 
@@ -109,7 +109,6 @@ from collectors.mcp import shape
 from pipelines.sources import ReadLimits, iter_lines, json_problem, read_bounded
 from schemas.records import RecordError, Trajectory, Turn, dumps
 
-_LIMITS = ReadLimits()
 _NOTES = 20  # entries kept per list of notes (orphan responses, duplicate ids, ...); the count is kept too
 _EVENTS = 100  # log lifecycle lines kept per session
 _STDERR_TAIL = 2000  # characters of server stderr kept per session
@@ -469,18 +468,17 @@ def _log_line(line: str) -> _LogLine | None:
     return None
 
 
-def _too_large(lineno: int, size: int) -> RecordError:
+def _too_large(lineno: int, size: int, limit: int) -> RecordError:
     loc = f"line:{lineno}"
-    return RecordError("record_too_large", f"{loc}: {size} bytes, above the {_LIMITS.max_record_bytes}-byte record "
-                       "limit", loc)
+    return RecordError("record_too_large", f"{loc}: {size} bytes, above the {limit}-byte record limit", loc)
 
 
-def _line_items(stream: IO[bytes]) -> Iterator[_Item]:
+def _line_items(stream: IO[bytes], limits: ReadLimits) -> Iterator[_Item]:
     """JSON lines: each line a message, a batch, or a wrapper of either."""
-    for lineno, line, size in iter_lines(stream, _LIMITS.max_record_bytes):
+    for lineno, line, size in iter_lines(stream, limits.max_record_bytes):
         loc = f"line:{lineno}"
         if line is None:
-            yield _too_large(lineno, size)
+            yield _too_large(lineno, size, limits.max_record_bytes)
             continue
         if lineno == 1:
             line = line.removeprefix(b"\xef\xbb\xbf")
@@ -494,9 +492,9 @@ def _line_items(stream: IO[bytes]) -> Iterator[_Item]:
         yield from _items(obj, loc)
 
 
-def _array_items(stream: IO[bytes], source: str) -> Iterator[_Item]:
+def _array_items(stream: IO[bytes], source: str, limits: ReadLimits) -> Iterator[_Item]:
     """One JSON array (the Inspector's history export): each element a message or a wrapper."""
-    data = read_bounded(stream, _LIMITS.max_record_bytes, source)
+    data = read_bounded(stream, limits.max_record_bytes, source)
     try:
         doc = orjson.loads(data)
     except orjson.JSONDecodeError as e:
@@ -526,16 +524,16 @@ class _OpenMessage:
         return _DECODER.raw_decode(self.text.lstrip())[0]
 
 
-def _log_items(stream: IO[bytes]) -> Iterator[_Item]:
+def _log_items(stream: IO[bytes], limits: ReadLimits) -> Iterator[_Item]:
     """A Claude Desktop or VS Code log: message lines, lifecycle lines, and unprefixed lines: what the
     server wrote to stderr (or the rest of a multi-line entry), kept with the connection of the line
     before."""
     conn = ""
     open_msg: _OpenMessage | None = None
-    for lineno, raw, size in iter_lines(stream, _LIMITS.max_record_bytes):
+    for lineno, raw, size in iter_lines(stream, limits.max_record_bytes):
         loc = f"line:{lineno}"
         if raw is None:
-            yield _too_large(lineno, size)
+            yield _too_large(lineno, size, limits.max_record_bytes)
             continue
         try:
             text, bad_utf8 = raw.decode("utf-8"), False
@@ -546,7 +544,7 @@ def _log_items(stream: IO[bytes]) -> Iterator[_Item]:
             continue
         line = _log_line(text)
         if open_msg is not None:
-            if line is None and len(open_msg.text) + len(text) <= _LIMITS.max_record_bytes:
+            if line is None and len(open_msg.text) + len(text) <= limits.max_record_bytes:
                 try:
                     obj = open_msg.extend(text)
                 except ValueError:
@@ -823,14 +821,15 @@ class McpTrafficImporter(Importer):
             return False
 
     def split(self, stream: IO[bytes], ctx: ImportContext) -> Iterator[tuple[str, Any]]:
-        head = stream.peek(_LIMITS.head_bytes)[: _LIMITS.head_bytes] if hasattr(stream, "peek") else b""
+        n = ctx.limits.head_bytes
+        head = stream.peek(n)[:n] if hasattr(stream, "peek") else b""
         container = _detect(head)
         if container == "array":
-            items = _array_items(stream, ctx.source)
+            items = _array_items(stream, ctx.source, ctx.limits)
         elif container == "log":
-            items = _log_items(stream)
+            items = _log_items(stream, ctx.limits)
         else:
-            items = _line_items(stream)
+            items = _line_items(stream, ctx.limits)
         sessions = _Sessions(container or "lines")
         for it in items:
             if isinstance(it, RecordError):

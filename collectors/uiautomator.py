@@ -35,7 +35,6 @@ from collectors.android_views import View, count_views, parse_bounds_str, render
 from collectors.base import ImportContext, Importer
 from schemas.records import RecordError, Trajectory, dumps
 
-_MAX_BYTES = 64 << 20
 # XML declaration, comments and a DOCTYPE may precede the root; the DOCTYPE is admitted here only
 # so that convert can refuse it by name instead of the file becoming an unknown format.
 _SNIFF = re.compile(
@@ -100,9 +99,10 @@ class UiAutomatorImporter(Importer):
         )
 
     def split(self, stream: IO[bytes], ctx: ImportContext):
-        data = stream.read(_MAX_BYTES + 1)
-        if len(data) > _MAX_BYTES:
-            raise RecordError("record_too_large", f"more than {_MAX_BYTES} bytes")
+        limit = ctx.limits.max_record_bytes
+        data = stream.read(limit + 1)
+        if len(data) > limit:
+            raise RecordError("record_too_large", f"more than {limit} bytes")
         if _UNSAFE.search(data):
             raise RecordError(
                 "unsafe_xml", "DOCTYPE or ENTITY declaration (refused: a uiautomator dump has none)"

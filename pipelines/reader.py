@@ -143,7 +143,7 @@ def read_unit(
     """All records of one input unit. Never raises for bad content: it quarantines it."""
     if domain_override is not None and domain_override not in DOMAINS:
         raise ValueError(f"--domain {domain_override!r} is not one of {list(DOMAINS)}")
-    ctx = ImportContext(unit.source, sha256, domain_override, unit.path)
+    ctx = ImportContext(unit.source, sha256, domain_override, unit.path, limits)
     if unit.is_dir:
         assert unit.importer is not None
         yield from _convert_all(unit.importer, unit.importer.split(unit.path, ctx), ctx, split_locator="$")

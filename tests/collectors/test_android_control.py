@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-import collectors.android_control as ac
 from collectors import protowire as pw
 from collectors.android_control import AndroidControlImporter
 from pipelines.reader import read_path
+from pipelines.sources import ReadLimits
 from schemas.records import QuarantineRecord, Trajectory
 from tests.collectors import android_control_support as S
 from tests.collectors.support import assert_schema_valid
@@ -31,8 +31,8 @@ SHARD = DATA / S.SHARD_NAME
 MIXED = DATA / S.MIXED_NAME
 
 
-def _read(path: Path) -> list[Trajectory | QuarantineRecord]:
-    return list(read_path(path))
+def _read(path: Path, limits: ReadLimits | None = None) -> list[Trajectory | QuarantineRecord]:
+    return list(read_path(path, limits=limits or ReadLimits()))
 
 
 def _summary(recs: list) -> list[tuple]:
@@ -239,12 +239,11 @@ def test_bad_length_crc_loses_the_rest_of_the_file(tmp_path: Path) -> None:
     assert "framing is lost and the rest of the input is not read" in recs[-1].detail
 
 
-def test_record_above_the_limit_is_skipped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_record_above_the_limit_is_skipped() -> None:
     lengths = [n for _, n in S.record_spans(MIXED.read_bytes())]
     limit = lengths[0] - 1
     assert max(lengths[1:]) <= limit  # only record 0 is above it
-    monkeypatch.setattr(ac, "_MAX_RECORD_BYTES", limit)
-    recs = _read(MIXED)
+    recs = _read(MIXED, ReadLimits(max_record_bytes=limit))  # the run's limit (`ingest --max-record-mb`)
     assert _summary(recs) == [("record:0", "record_too_large"), *MIXED_SUMMARY[1:]]
     assert f"{lengths[0]} bytes, above the {limit}-byte record limit (skipped)" in recs[0].detail
 

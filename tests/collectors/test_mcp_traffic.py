@@ -18,7 +18,6 @@ from pathlib import Path
 
 import pytest
 
-import collectors.mcp_traffic as mcp_traffic
 from collectors.mcp.shape import tool_schema_sha256
 from collectors.mcp_traffic import McpTrafficImporter
 from collectors.registry import IMPORTERS, importer_by_name
@@ -34,8 +33,8 @@ FIXTURES = sorted(p.name for p in DATA.iterdir())
 HEAD = ReadLimits().head_bytes
 
 
-def _read(name: str | Path) -> tuple[list[Trajectory], list[QuarantineRecord]]:
-    recs = list(read_path(DATA / name if isinstance(name, str) else name))
+def _read(name: str | Path, limits: ReadLimits | None = None) -> tuple[list[Trajectory], list[QuarantineRecord]]:
+    recs = list(read_path(DATA / name if isinstance(name, str) else name, limits=limits or ReadLimits()))
     trajs = [r for r in recs if isinstance(r, Trajectory)]
     return trajs, [r for r in recs if isinstance(r, QuarantineRecord)]
 
@@ -368,13 +367,12 @@ def test_bad_input_counts_reconcile_through_ingest(tmp_path: Path) -> None:
     assert s.reconciles
 
 
-def test_line_over_the_record_limit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(mcp_traffic, "_LIMITS", ReadLimits(max_record_bytes=400))
+def test_line_over_the_record_limit(tmp_path: Path) -> None:
     lines = (DATA / "bare.jsonl").read_text().splitlines()
     path = tmp_path / "cut.jsonl"
     path.write_text("\n".join(lines[:4] + ['{"jsonrpc":"2.0","method":"notifications/message","params":{"data":"'
                                            + "x" * 500 + '"}}'] + lines[5:9]) + "\n")
-    trajs, bad = _read(path)
+    trajs, bad = _read(path, ReadLimits(max_record_bytes=400))  # the run's limit (`ingest --max-record-mb`)
     assert [(q.locator, q.reason) for q in bad] == [("line:5", "record_too_large")]
     assert "400-byte record limit" in bad[0].detail
     (t,) = trajs
