@@ -815,10 +815,7 @@ class McpTrafficImporter(Importer):
     container = "text"
 
     def sniff(self, head: bytes) -> bool:
-        try:
-            return _detect(head) is not None
-        except Exception:  # noqa: BLE001 - the reader calls text sniffers unguarded: a sniffer must not end a run
-            return False
+        return _detect(head) is not None
 
     def split(self, stream: IO[bytes], ctx: ImportContext) -> Iterator[tuple[str, Any]]:
         n = ctx.limits.head_bytes

@@ -182,10 +182,10 @@ def _read_stream(stream: IO[bytes], ctx: ImportContext, limits: ReadLimits) -> I
     if is_tar(head):
         yield from _read_tar(stream, ctx, limits)
         return
-    for imp in _BY_CONTAINER.get("text", []):
-        if imp.sniff(head):
-            yield from _convert_all(imp, imp.split(stream, ctx), ctx, split_locator="$")
-            return
+    imp = _sniff(_BY_CONTAINER.get("text", []), head)  # guarded: a sniffer that raises declines
+    if imp is not None:
+        yield from _convert_all(imp, imp.split(stream, ctx), ctx, split_locator="$")
+        return
     first = head.lstrip()[:1]
     if first in (b"{", b"["):
         yield from _read_json(stream, ctx, limits)

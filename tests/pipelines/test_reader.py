@@ -49,3 +49,17 @@ def test_text_stream_importers_honour_the_runs_record_limit() -> None:
     assert at_limit[0] == ("Trajectory", None, "record:0")
     assert below[0] == ("QuarantineRecord", "record_too_large", "record:0")
     assert len(below) == len(at_limit)
+
+
+def test_a_text_sniffer_that_raises_declines(monkeypatch) -> None:
+    # every input's head goes past the raw-stream sniffers first; one that fails must not end the input
+    from collectors.asciicast import AsciicastImporter
+
+    def broken(self, head: bytes) -> bool:
+        raise ValueError("sniffer bug")
+
+    path = DATA / "chat" / "openai_tools.jsonl"
+    expected = _read(path, ReadLimits().max_record_bytes)
+    assert sum(kind == "Trajectory" for kind, _, _ in expected) == 3
+    monkeypatch.setattr(AsciicastImporter, "sniff", broken)
+    assert _read(path, ReadLimits().max_record_bytes) == expected
