@@ -653,6 +653,7 @@ def _hosted_item(b: _Builder, item: dict, kind: str, reasoning: str | None, loc:
 def _client_call(b: _Builder, item: dict, kind: str, reasoning: str | None, loc: str) -> None:
     """A built-in tool the client runs (computer, shell, apply_patch): answered by its `*_output` item."""
     meta: dict[str, Any] = {"type": kind}
+    action = object_at(item, "action")
     if kind == "computer_call":
         args = item.get("action") if item.get("action") is not None else item.get("actions")
         if item.get("pending_safety_checks"):
@@ -660,9 +661,8 @@ def _client_call(b: _Builder, item: dict, kind: str, reasoning: str | None, loc:
     elif kind == "apply_patch_call":
         args = item.get("operation")
     else:
-        args = object_at(item, "action")
+        args = action
     t = b.call(_CLIENT_CALLS[kind], args, item.get("call_id"), reasoning, loc, meta)
-    action = object_at(item, "action")
     if kind == "local_shell_call" and isinstance(action.get("command"), list):
         t.action = shlex.join(str(c) for c in action["command"])  # the argv, as a shell would read it
     elif kind == "shell_call" and isinstance(action.get("commands"), list):
@@ -676,8 +676,8 @@ def _client_output(b: _Builder, item: dict, kind: str, loc: str) -> None:
     output = item.get("output")
     if kind == "shell_call_output":
         chunks = [c for c in output if isinstance(c, dict)] if isinstance(output, list) else []
-        stdout = "".join(str(c.get("stdout") or "") for c in chunks)
-        stderr = "".join(str(c.get("stderr") or "") for c in chunks)
+        streams = [(str(c.get("stdout") or ""), str(c.get("stderr") or "")) for c in chunks]
+        stdout, stderr = "".join(o for o, _ in streams), "".join(e for _, e in streams)
         outcomes = [object_at(c, "outcome") for c in chunks]
         codes = [o["exit_code"] for o in outcomes if o.get("type") == "exit" and isinstance(o.get("exit_code"), int)]
         timeout = any(o.get("type") == "timeout" for o in outcomes)
@@ -686,8 +686,7 @@ def _client_output(b: _Builder, item: dict, kind: str, loc: str) -> None:
         meta: dict[str, Any] = {"exit_codes": codes} if len(codes) > 1 else {}  # one per command; the last is the turn's
         if timeout:
             meta["timeout"] = True
-        t = b.result("".join(str(c.get("stdout") or "") + str(c.get("stderr") or "") for c in chunks), call_id, None,
-                     loc, is_error, meta or None)
+        t = b.result("".join(o + e for o, e in streams), call_id, None, loc, is_error, meta or None)
         t.observation_kind, t.exit_code = "stdout", exit_code
         t.stdout, t.stderr = stdout or None, stderr or None
     elif kind == "local_shell_call_output":
