@@ -40,16 +40,13 @@ is `((crc >> 15) | (crc << 17)) + 0xa282ead8` (mod 2**32). CRC32C is the Castagn
 polynomial 0x82F63B78, initial value and final xor 0xFFFFFFFF).
 
 The length CRC is always verified: it is what tells a TFRecord apart from any other bytes, and a
-wrong one means the framing is lost (nothing after it can be trusted). The data CRC, measured on this
-machine (2 shared cores, CPython 3.11): the table-driven pure-Python CRC (`crc32c_py`) runs at 8-13
-MiB/s (slicing-by-8 in Python was no faster). On a 3.55 MiB synthetic episode (11 random 300 KB
-screenshots, 11 forests of 301 nodes) it took 420-460 ms, while the whole conversion (decoding the
-Example and the trees, rendering, building the turns) took 80-125 ms: pure-Python verification would
-make reading 4-5 times slower. Decision: verify it always, computed with numpy (already a core
-dependency) over 256-byte lanes in lockstep, the lane CRCs then chained with a precomputed "append
-256 zero bytes" operator: 19 ms on the same episode (about 200 MiB/s), the same value bit for bit
-(the tests compare both paths on random data and on the standard check value). Inputs under 4 KiB
-take the pure-Python path, where numpy's per-call cost would dominate.
+wrong one means the framing is lost (nothing after it can be trusted). The data CRC is verified too:
+the table-driven pure-Python CRC (`crc32c_py`) would cost several times the conversion of a large
+episode, so long records are computed with numpy (already a core dependency) over 256-byte lanes in
+lockstep, the lane CRCs then chained with a precomputed "append 256 zero bytes" operator, the same
+value bit for bit (the tests compare both paths on random data and on the standard check value); short
+ones take the pure loop. The figures are in docs/benchmarks.md ("Raw-stream formats",
+`bench/stream_formats.py`).
 """
 
 from __future__ import annotations
@@ -478,8 +475,9 @@ def decode_forest(data: Buffer) -> list[dict[str, Any]]:
 
 _POLY = 0x82F63B78  # Castagnoli, reflected
 _MASK_DELTA = 0xA282EAD8
-_LANE = 256  # bytes per numpy lane; 256-512 measured fastest for 64 KiB-4 MiB records
-_NUMPY_FROM = 4096  # below this the pure-Python loop is as fast
+_LANE = 256  # bytes per numpy lane: the fastest width on MiB-sized records (bench/stream_formats.py)
+_NUMPY_FROM = 12 << 10  # the lanes cost about one numpy step per lane byte whatever the size: below this
+# the pure-Python loop is faster (measured crossover 10-12 KiB, bench/stream_formats.py)
 
 
 def _table() -> list[int]:
@@ -531,10 +529,11 @@ def crc32c(data: Buffer) -> int:
     """CRC32C of `data`. Long inputs run as `_LANE`-byte lanes through numpy in lockstep (each lane's
     CRC from a zero register), then the lanes are chained: register(A+B) = zeros_op(register(A)) ^
     register_from_zero(B), because the CRC register is linear in its state and its input."""
-    n = len(data)
-    if n < _NUMPY_FROM:
-        return crc32c_py(data)
-    head = n % _LANE
+    return crc32c_py(data) if len(data) < _NUMPY_FROM else _crc32c_lanes(data)
+
+
+def _crc32c_lanes(data: Buffer) -> int:
+    head = len(data) % _LANE
     reg = _crc_register(memoryview(data)[:head], 0xFFFFFFFF)
     lanes = np.frombuffer(data, dtype=np.uint8, offset=head).reshape(-1, _LANE).T.copy()
     c = np.zeros(lanes.shape[1], dtype=np.uint32)

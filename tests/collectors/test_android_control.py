@@ -64,9 +64,11 @@ def test_crc32c_standard_check_value() -> None:
     assert pw.crc32c(b"") == 0 and pw.crc32c(bytes(32)) == 0x8A9136AA  # RFC 3720 B.4: 32 bytes of zeros
 
 
-@pytest.mark.parametrize("n", [1, 255, 4095, 4096, 4097, 4096 + 255, 70_001, (1 << 20) + 3])
+@pytest.mark.parametrize("n", [1, 255, 256, 4095, 4097, 4096 + 255, pw._NUMPY_FROM - 1, pw._NUMPY_FROM,
+                               pw._NUMPY_FROM + 1, 70_001, (1 << 20) + 3])
 def test_crc32c_numpy_lanes_equal_the_byte_loop(n: int) -> None:
     data = random.Random(n).randbytes(n)
+    assert pw._crc32c_lanes(data) == pw.crc32c_py(data)  # the lane path at every size, not only above the switch
     assert pw.crc32c(data) == pw.crc32c_py(data)
     if n <= 70_001:
         assert pw.masked_crc32c(data) == S.masked(data)
