@@ -244,3 +244,28 @@ def test_cli_collect_mcp(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     assert "2 sessions, 8 turns" in captured.out and "filesystem" in captured.out
     assert "[2/2] filesystem/explore#" in captured.err
     assert run_query(tmp_path / "c", "SELECT count(*), sum(num_turns), min(source_format) FROM trajectories")[1] == [(2, 8, "mcp-live")]
+
+
+def test_recorded_traffic_imports_as_the_same_turns(recorded, tmp_path: Path) -> None:
+    # what the importer of captured traffic promises (collectors/mcp/shape.py): the same session captured
+    # by another tool gives the recorder's turns. Each session's raw JSON-RPC (its own traffic and every
+    # turn's, in time order) is written as `{dir, t, raw}` lines and read back by `mcp-traffic`.
+    from pipelines.reader import read_path
+
+    out, _, s = recorded
+    fields = ("action", "tool_name", "tool_args", "observation", "observation_kind", "is_error")
+    for key, t in sorted(s.items()):
+        rows = read_raw(out, t["trajectory_id"], None)
+        for i in range(len(t["turns"])):
+            rows += read_raw(out, t["trajectory_id"], i)
+        log = tmp_path / f"{key.replace('/', '_')}.jsonl"
+        log.write_bytes(b"".join(orjson.dumps({"dir": m["dir"], "t": m["t"], "raw": m["raw"]}) + b"\n"
+                                 for m in sorted(rows, key=lambda m: m["t"])))
+        (imported,) = list(read_path(log))
+        assert imported.source_format == "mcp-traffic", key
+        assert [tuple(getattr(u, f) for f in fields) for u in imported.turns] == \
+            [tuple(u[f] for f in fields) for u in t["turns"]], key
+        fp = orjson.loads(imported.env_fingerprint)
+        assert {k: fp[k] for k in ("server_name", "server_version", "protocol_version", "tool_schema_sha256", "tools")} == \
+            {k: t["env_fingerprint"][k] for k in ("server_name", "server_version", "protocol_version", "tool_schema_sha256", "tools")}, key
+        assert orjson.loads(imported.action_space) == t["action_space"], key
