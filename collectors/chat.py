@@ -250,29 +250,51 @@ def _anthropic_calls(b: _Builder, blocks: list[dict], reasoning: str | None, loc
     return True
 
 
+class _InOrder:
+    """The text and reasoning of a message read part by part (one that holds calls and their results
+    between its texts): what came before a call is that call's thought; what is left at the end is a
+    message turn."""
+
+    def __init__(self, reasoning: str | None = None):
+        self.thinking: list[str | None] = [reasoning]
+        self.text: list[str] = []
+        self.loc: str | None = None
+
+    def think(self, text: str | None) -> None:
+        self.thinking.append(text)
+
+    def say(self, text: str, loc: str) -> None:
+        self.text.append(text)
+        self.loc = self.loc or loc
+
+    def take(self) -> str | None:
+        """The thought of the call that comes now; the next call starts from nothing."""
+        thought = _join(_join(*self.thinking), "".join(self.text))
+        self.thinking, self.text, self.loc = [], [], None
+        return thought
+
+    def finish(self, b: _Builder, loc: str) -> None:
+        b.message("".join(self.text) or None, _join(*self.thinking), self.loc or loc)
+
+
 def _anthropic_in_order(b: _Builder, blocks: list[dict], reasoning: str | None, loc: str) -> None:
     """A message with server tool results holds a whole exchange (text, call, result, text, ...), so it is
     read in order: the text and thinking before a call are its thought, a `*_tool_result` block the result
     of the call its `tool_use_id` names, the text after the last call a message."""
-    thinking: list[str | None] = [reasoning]
-    text: list[str] = []
-    text_loc: str | None = None
+    said = _InOrder(reasoning)
     for i, p in enumerate(blocks):
         block_loc = f"{loc}.content[{i}]"
         if p["type"] == "thinking":
-            thinking.append(p.get("thinking"))
+            said.think(p.get("thinking"))
         elif p["type"] == "text":
-            text.append(str(p.get("text") or ""))
-            text_loc = text_loc or block_loc
+            said.say(str(p.get("text") or ""), block_loc)
         elif p["type"] in _CALL_BLOCKS:
-            b.call(p.get("name"), p.get("input"), p.get("id"), _join(_join(*thinking), "".join(text)), block_loc,
-                   _call_meta(p))
-            thinking, text, text_loc = [], [], None
+            b.call(p.get("name"), p.get("input"), p.get("id"), said.take(), block_loc, _call_meta(p))
         elif _server_result(p):
             content = p.get("content")
             failed = isinstance(content, dict) and str(content.get("type", "")).endswith("_error")
             b.result(as_text(content), p.get("tool_use_id"), None, block_loc, True if failed else None)
-    b.message("".join(text) or None, _join(*thinking), text_loc or loc)
+    said.finish(b, loc)
 
 
 def _anthropic_results(b: _Builder, blocks: list[dict], loc: str) -> bool:
@@ -761,20 +783,16 @@ def _gemini(contents: list, b: _Builder) -> None:
 
 
 def _gemini_model(b: _Builder, parts: list[dict], loc: str) -> None:
-    thinking: list[str] = []
-    text: list[str] = []
-    text_loc: str | None = None
+    said = _InOrder()
     for k, p in enumerate(parts):
         part_loc = f"{loc}.parts[{k}]"
         call, code, ran = _part(p, "functionCall"), _part(p, "executableCode"), _part(p, "codeExecutionResult")
         if isinstance(call, dict):
-            b.call(call.get("name"), call.get("args"), call.get("id"), _join(_join(*thinking), "".join(text)), part_loc)
-            thinking, text, text_loc = [], [], None
+            b.call(call.get("name"), call.get("args"), call.get("id"), said.take(), part_loc)
         elif isinstance(code, dict):
-            t = b.call("code_execution", code, None, _join(_join(*thinking), "".join(text)), part_loc)
+            t = b.call("code_execution", code, None, said.take(), part_loc)
             if isinstance(code.get("code"), str):
                 t.action = code["code"]
-            thinking, text, text_loc = [], [], None
         elif isinstance(ran, dict):
             outcome = ran.get("outcome")
             failed = outcome is not None and outcome != "OUTCOME_OK"
@@ -783,11 +801,10 @@ def _gemini_model(b: _Builder, parts: list[dict], loc: str) -> None:
             t.observation_kind = "stdout"
         elif isinstance(p.get("text"), str):
             if p.get("thought") is True:
-                thinking.append(p["text"])
+                said.think(p["text"])
             else:
-                text.append(p["text"])
-                text_loc = text_loc or part_loc
-    b.message("".join(text) or None, _join(*thinking), text_loc or loc)
+                said.say(p["text"], part_loc)
+    said.finish(b, loc)
 
 
 def _form(field: str, msgs: list) -> str:
