@@ -15,8 +15,10 @@ from typing import Any
 
 from schemas.records import dumps
 
-# The requests that are turns: the agent acting on the server's world
-TURN_METHODS = ("tools/call", "resources/read", "prompts/get")
+# The requests that are turns: the agent acting on the server's world. Reading a resource or getting a
+# prompt is a turn whose tool name is its method.
+_METHOD_NAMED = ("resources/read", "prompts/get")
+TURN_METHODS = ("tools/call", *_METHOD_NAMED)
 
 
 @dataclass(frozen=True)
@@ -55,7 +57,7 @@ def error_observation(code: Any, message: Any, data: Any, origin: str) -> Observ
 
 def request_method(tool_name: str) -> str:
     """The JSON-RPC method of an action's tool name (resources and prompts use their method as name)."""
-    return tool_name if tool_name in ("resources/read", "prompts/get") else "tools/call"
+    return tool_name if tool_name in _METHOD_NAMED else "tools/call"
 
 
 def request_action(method: str, params: Any) -> tuple[str, Any]:
