@@ -9,9 +9,10 @@ that fails becomes a quarantine row; the rest of the file goes on.
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from itertools import islice
 from pathlib import Path
 from typing import IO, Any, ClassVar
 
@@ -73,6 +74,16 @@ class Importer:
     def consumes(self, directory: Path) -> list[Path]:
         """For "dir" importers: the files under `directory` that this importer reads."""
         return [p for p in directory.rglob("*") if p.is_file()]
+
+
+# How many of a file's records a whole-document sniffer looks at: one broken record must not make a
+# whole file unrecognised (`convert` quarantines it, naming it, and the others import)
+SNIFF_RECORDS = 8
+
+
+def any_record(records: Iterable[Any], test: Callable[[Any], bool]) -> bool:
+    """Whether one of the first `SNIFF_RECORDS` records passes `test` (a sniffer's per-record check)."""
+    return any(test(r) for r in islice(records, SNIFF_RECORDS))
 
 
 def load_json_file(path: Path, where: str, limit: int) -> Any:

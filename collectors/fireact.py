@@ -42,7 +42,7 @@ from typing import Any
 
 import orjson
 
-from collectors.base import ImportContext, Importer, as_text, expect_object, require
+from collectors.base import ImportContext, Importer, any_record, as_text, expect_object, require
 from schemas.records import RecordError, Trajectory, Turn, dumps
 
 _LABEL = r"(Thought|Action|Observation)(?:[ \t]*\d+)?[ \t]*:"
@@ -370,6 +370,15 @@ class FireActChatImporter(Importer):
         )
 
 
+def _is_scored_traj(v: Any) -> bool:
+    return isinstance(v, dict) and isinstance(v.get("traj"), list | str) and any(
+        k in v for k in ("reward", "em", "f1", "pred", "gt"))
+
+
+def _is_alpaca_react(v: Any) -> bool:
+    return isinstance(v, dict) and "instruction" in v and isinstance(v.get("output"), str) and has_react(v["output"])
+
+
 class FireActTrajsImporter(Importer):
     """FireAct eval dumps `{idx: {reward, em, f1, gt, pred, prompt, traj}}` and alpaca fine-tune lists."""
 
@@ -377,19 +386,12 @@ class FireActTrajsImporter(Importer):
     container = "json"
 
     def sniff(self, doc: Any) -> bool:
-        if isinstance(doc, dict) and doc:
-            # Every entry an object, at least one of the first few a scored `traj` (a broken entry is then
-            # quarantined by `convert`, naming its key, instead of the whole file going unrecognised).
-            values = list(doc.values())[:3]
-            return all(isinstance(v, dict) for v in values) and any(
-                isinstance(v.get("traj"), list | str) and any(k in v for k in ("reward", "em", "f1", "pred", "gt"))
-                for v in values
-            )
-        if isinstance(doc, list) and doc:
-            head = doc[:3]
-            return all(
-                isinstance(v, dict) and "instruction" in v and isinstance(v.get("output"), str) for v in head
-            ) and any(has_react(v["output"]) for v in head)
+        # one of the first few entries a scored `traj` (or an alpaca ReAct row): a broken entry is then
+        # quarantined by `convert`, naming its key, instead of the whole file going unrecognised
+        if isinstance(doc, dict):
+            return any_record(doc.values(), _is_scored_traj)
+        if isinstance(doc, list):
+            return any_record(doc, _is_alpaca_react)
         return False
 
     def split(self, doc: Any, ctx: ImportContext) -> Iterator[tuple[str, Any]]:

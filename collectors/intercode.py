@@ -38,7 +38,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from collectors.base import ImportContext, Importer, loose_json, outcome_of, require, to_float
+from collectors.base import ImportContext, Importer, any_record, loose_json, outcome_of, require, to_float
 from schemas.records import RecordError, Trajectory, Turn, dumps
 
 _LISTS = ("actions", "observations", "rewards", "valid_action", "thoughts")
@@ -73,6 +73,15 @@ def render_observation(value: Any) -> str | None:
     return repr(_tuplify(value))
 
 
+def _is_task_record(rec: Any) -> bool:
+    if not isinstance(rec, dict):
+        return False
+    th = rec.get("turn_history")
+    if isinstance(th, dict):
+        return isinstance(th.get("actions"), list) and "observations" in th
+    return _is_episode_log(rec)  # human play: such records under task indices
+
+
 class InterCodeImporter(Importer):
     name = "intercode"
     container = "json"
@@ -84,13 +93,7 @@ class InterCodeImporter(Importer):
             doc = doc["logs"]  # plan-solve-refine: {meta, logs: {task_index: record}}
         if not isinstance(doc, dict) or not doc:
             return False
-        first = next(iter(doc.values()))
-        if not isinstance(first, dict):
-            return False
-        th = first.get("turn_history")
-        if isinstance(th, dict):
-            return isinstance(th.get("actions"), list) and "observations" in th
-        return _is_episode_log(first)  # human play: such records under task indices
+        return any_record(doc.values(), _is_task_record)
 
     def split(self, doc: dict, ctx: ImportContext):
         if _is_episode_log(doc):

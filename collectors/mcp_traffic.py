@@ -385,8 +385,8 @@ def _bad_json(loc: str, data: bytes | str, err: ValueError) -> RecordError:
 def _detect(head: bytes) -> str | None:
     """Which container a stream is: `log` (Claude Desktop / VS Code text log), `lines` (JSON lines) or
     `array` (one JSON array); None when its head holds no MCP traffic. JSON lines are claimed when
-    the first line that parses holds a JSON-RPC message (lines before it that do not parse are bad
-    lines of the log, quarantined later) and some message in the head is one only MCP sends."""
+    one of the first lines that parse holds a JSON-RPC message (lines before it are bad lines of the
+    log, quarantined later) and some message in the head is one only MCP sends."""
     text = head.removeprefix(b"\xef\xbb\xbf")
     if b"jsonrpc" not in text:  # every shape read here holds a JSON-RPC message (escaped, if wrapped as text)
         return None  # in its head: one substring scan spares the other formats' inputs the line parsing below
@@ -400,7 +400,7 @@ def _detect(head: bytes) -> str | None:
     first = next((ln.strip() for ln in lines if ln.strip()), b"")
     if first[:1] == b"[" and not _parses(first):  # a pretty-printed array, or one line longer than the head
         return "array" if _mentions_mcp(text) else None
-    decided, unreadable = False, 0
+    decided, unreadable, foreign = False, 0, 0
     for ln in lines:
         if not ln.strip():
             continue
@@ -415,7 +415,10 @@ def _detect(head: bytes) -> str | None:
             continue
         wires = [w for w in _items(obj, "") if isinstance(w, _Wire)]
         if not decided and not wires:
-            return None  # the first readable line is no MCP message: another format's file
+            foreign += 1
+            if foreign > _SNIFF_BAD_LINES:
+                return None  # the first readable lines are no MCP messages: another format's file
+            continue  # a broken message (quarantined later), or a line before the traffic
         decided = True
         if any(_is_mcp(w.msg) for w in wires):
             return "lines"

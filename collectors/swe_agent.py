@@ -16,7 +16,16 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from collectors.base import ImportContext, Importer, as_text, expect_object, loose_json, require, to_float
+from collectors.base import (
+    ImportContext,
+    Importer,
+    any_record,
+    as_text,
+    expect_object,
+    loose_json,
+    require,
+    to_float,
+)
 from schemas.records import Trajectory, Turn, dumps
 
 _CTF = re.compile(r"\bCTF\b|capture the flag", re.I)
@@ -59,7 +68,7 @@ class SweAgentImporter(Importer):
         if not isinstance(doc, dict):
             return False
         attempts = doc.get("attempts")
-        if isinstance(attempts, list) and attempts and isinstance(attempts[0], dict) and self.sniff(attempts[0]):
+        if isinstance(attempts, list) and any_record(attempts, lambda a: isinstance(a, dict) and self.sniff(a)):
             return True  # RetryAgent: every attempt a trajectory of its own (mid-run saves hold only these)
         if isinstance(doc.get("trajectory"), list) and ("history" in doc or "info" in doc):
             steps = doc["trajectory"]

@@ -39,6 +39,7 @@ import orjson
 from collectors.base import (
     ImportContext,
     Importer,
+    any_record,
     as_text,
     expect_object,
     load_json_file,
@@ -62,7 +63,7 @@ class Tau2BenchImporter(Importer):
         if not isinstance(doc, dict) or not isinstance(doc.get("simulations"), list):
             return False
         sims = doc["simulations"]
-        return isinstance(doc.get("info"), dict) and (not sims or _is_simulation(sims[0]))
+        return isinstance(doc.get("info"), dict) and (not sims or any_record(sims, _is_simulation))
 
     def split(self, doc: dict, ctx: ImportContext):
         info = object_at(doc, "info")

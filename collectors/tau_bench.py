@@ -34,7 +34,7 @@ from typing import Any
 
 import orjson
 
-from collectors.base import ImportContext, Importer, as_text, object_at, outcome_of, require
+from collectors.base import ImportContext, Importer, any_record, as_text, object_at, outcome_of, require
 from schemas.records import RecordError, Trajectory, Turn, dumps
 
 RESPOND = "respond"  # tau_bench.types.RESPOND_ACTION_NAME
@@ -94,21 +94,25 @@ def _tools_from_prompt(system: str | None) -> Any:
     return tools if isinstance(tools, list) else None
 
 
+def _is_run(rec: Any) -> bool:
+    """One task run: `{task_id, reward, traj: [chat messages]}`."""
+    if not isinstance(rec, dict):
+        return False
+    traj = rec.get("traj")
+    return (
+        "task_id" in rec
+        and "reward" in rec
+        and isinstance(traj, list)
+        and (not traj or (isinstance(traj[0], dict) and "role" in traj[0]))
+    )
+
+
 class TauBenchImporter(Importer):
     name = "tau-bench"
     container = "json"
 
     def sniff(self, doc: Any) -> bool:
-        if not isinstance(doc, list) or not doc or not isinstance(doc[0], dict):
-            return False
-        head = doc[0]
-        traj = head.get("traj")
-        return (
-            "task_id" in head
-            and "reward" in head
-            and isinstance(traj, list)
-            and (not traj or (isinstance(traj[0], dict) and "role" in traj[0]))
-        )
+        return isinstance(doc, list) and any_record(doc, _is_run)
 
     def split(self, doc: list, ctx: ImportContext):
         for i, rec in enumerate(doc):

@@ -199,8 +199,7 @@ def _read_json(stream: IO[bytes], ctx: ImportContext, limits: ReadLimits) -> Ite
     first_no = 0
     for lineno, line, n in lines:
         if line is None:
-            yield _q(ctx, f"line:{lineno}", "record_too_large", f"{ctx.source} line {lineno}: {n} bytes, above the {limits.max_record_bytes}-byte record limit"), None
-            yield from _read_jsonl(lines, ctx, limits, None)
+            yield from _read_unsniffed(lines, ctx, limits, [_too_large(ctx, lineno, n, limits)])
             return
         if line.strip():
             first_line, first_no = line, lineno
@@ -210,20 +209,118 @@ def _read_json(stream: IO[bytes], ctx: ImportContext, limits: ReadLimits) -> Ite
         return
     try:
         first_obj: Any = orjson.loads(first_line)
-    except orjson.JSONDecodeError:
-        first_obj = _NOT_JSON
-    if first_obj is _NOT_JSON:
-        # a pretty-printed document: the first line alone is not JSON
-        rest = read_bounded(stream, limits.max_record_bytes - len(first_line), ctx.source)
-        yield from _read_doc(first_line + rest, ctx)
+    except orjson.JSONDecodeError as e:
+        # a pretty-printed document (the first line alone is not JSON), or JSON lines whose first line is broken
+        consumed, ahead = _peek_lines(lines, first_line, ctx, limits)
+        if ahead:
+            yield _bad_json(ctx, f"line:{first_no}", f"{ctx.source} line {first_no}", first_line, e), None
+            yield from _read_unsniffed(lines, ctx, limits, ahead)
+            return
+        rest = read_bounded(stream, limits.max_record_bytes - len(consumed), ctx.source)
+        yield from _read_doc(consumed + rest, ctx)
         return
     # The first line is complete JSON: JSON lines (one record, or one array of records, per line),
     # or a one-line document. Records of whole-document formats may also come one per line.
     fmt = _sniff_unit(first_obj)
     if fmt is None:
-        yield _q(ctx, f"line:{first_no}", "unknown_format", f"{ctx.source} line {first_no}: JSON matches no known trace format", first_line), None
+        yield from _read_unsniffed(lines, ctx, limits, [_Unsniffed(first_no, first_obj, len(first_line), first_line[:300])])
         return
     yield from _unit_records(fmt, first_obj, f"line:{first_no}", ctx)
+    yield from _read_jsonl(lines, ctx, limits, fmt)
+
+
+# How far the reader looks for the first record it recognises before calling an input unknown: a
+# broken first record must not take the good ones after it down (they are read in the format the
+# first recognised one names, and the broken one is quarantined by that format's `convert`)
+SNIFF_AHEAD = 64
+
+
+@dataclass
+class _Unsniffed:
+    """A parsed line read before the input's format is known."""
+
+    lineno: int
+    obj: Any
+    size: int
+    head: bytes  # for the excerpt, should the input turn out unknown
+
+
+def _peek_lines(lines: Iterator[tuple[int, bytes | None, int]], first: bytes, ctx: ImportContext,
+                limits: ReadLimits) -> tuple[bytes, list[_Unsniffed]]:
+    """After a first line that is not JSON: (the bytes read, the next two non-blank lines when
+    they are JSON objects, else []). Two object lines (or one and the end) cannot follow the first
+    line of a valid pretty-printed document: an object that ends its line without a comma is the
+    container's last element, so the next line closes the container."""
+    consumed = [first]
+    ahead: list[_Unsniffed] = []
+    for lineno, line, n in lines:
+        if line is None:
+            # as a document it is too large too (`read_bounded`'s verdict)
+            raise InputError("record_too_large", f"{ctx.source}: line {lineno} alone is {n} bytes, above the {limits.max_record_bytes}-byte record limit")
+        consumed.append(line)
+        if not line.strip():
+            continue
+        try:
+            obj = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            return b"".join(consumed), []
+        if not isinstance(obj, dict):
+            return b"".join(consumed), []
+        ahead.append(_Unsniffed(lineno, obj, len(line), line[:300]))
+        if len(ahead) == 2:
+            break
+    return b"".join(consumed), ahead
+
+
+def _too_large(ctx: ImportContext, lineno: int, n: int, limits: ReadLimits) -> QuarantineRecord:
+    return _q(ctx, f"line:{lineno}", "record_too_large",
+              f"{ctx.source} line {lineno}: {n} bytes, above the {limits.max_record_bytes}-byte record limit")
+
+
+def _read_unsniffed(lines: Iterator[tuple[int, bytes | None, int]], ctx: ImportContext, limits: ReadLimits,
+                    held: list[_Unsniffed | QuarantineRecord]) -> Iterator[Item]:
+    """JSON lines whose first records matched no format: the first of the next `SNIFF_AHEAD` lines that
+    does names the format of all, the held ones included. If none does, the lines that were not JSON
+    (or too large) are quarantined as such and the rest of the input is one `unknown_format` row.
+    Holds at most `SNIFF_AHEAD` lines and one record's worth of bytes."""
+    fmt = next((f for h in held if isinstance(h, _Unsniffed) and (f := _sniff_unit(h.obj)) is not None), None)
+    size = sum(h.size for h in held if isinstance(h, _Unsniffed))
+    for lineno, line, n in lines if fmt is None else ():
+        if line is None:
+            held.append(_too_large(ctx, lineno, n, limits))
+        elif not line.strip():
+            continue
+        else:
+            try:
+                obj = orjson.loads(line)
+            except orjson.JSONDecodeError as e:
+                held.append(_bad_json(ctx, f"line:{lineno}", f"{ctx.source} line {lineno}", line, e))
+            else:
+                if (fmt := _sniff_unit(obj)) is not None:
+                    held.append(_Unsniffed(lineno, obj, len(line), b""))
+                    break
+                held.append(_Unsniffed(lineno, obj, len(line), line[:300]))
+                size += len(line)
+        if len(held) >= SNIFF_AHEAD or size > limits.max_record_bytes:
+            break
+    if fmt is None:
+        unknown = [h for h in held if isinstance(h, _Unsniffed)]
+        for h in held:
+            if isinstance(h, QuarantineRecord):
+                yield h, None
+        if unknown:
+            first, more = unknown[0], len(unknown) - 1
+            rest = next(lines, None) is not None
+            tail = (f", nor do the next {more} JSON lines" if more else "") + (
+                "; the rest of the input is not read" if rest else "")
+            yield _q(ctx, f"line:{first.lineno}", "unknown_format",
+                     f"{ctx.source} line {first.lineno}: JSON matches no known trace format{tail}", first.head), None
+        return
+    for h in held:
+        if isinstance(h, QuarantineRecord):
+            yield h, None
+        else:
+            yield from _unit_records(fmt, h.obj, f"line:{h.lineno}", ctx)
     yield from _read_jsonl(lines, ctx, limits, fmt)
 
 
@@ -239,11 +336,13 @@ def _sniff_unit(obj: Any) -> _LineFormat | None:
     imp = _sniff_line(obj)
     if imp is not None:
         return _LineFormat(imp)
-    if isinstance(obj, list) and obj and (imp := _sniff_line(obj[0])) is not None:
+    if isinstance(obj, list):
         # an array of records that one per line would be JSON lines (LLaMA-Factory's chat data
         # files, a dump of AgentWorldBench rows): each element read as a line, locator `[i]`; as
-        # with JSON lines, the first element decides the format of all
-        return _LineFormat(imp, array=True)
+        # with JSON lines, the first element recognised decides the format of all
+        for el in obj[:SNIFF_AHEAD]:
+            if (imp := _sniff_line(el)) is not None:
+                return _LineFormat(imp, array=True)
     return None
 
 
@@ -274,11 +373,11 @@ _NOT_JSON = object()
 
 
 def _read_jsonl(lines: Iterator[tuple[int, bytes | None, int]], ctx: ImportContext, limits: ReadLimits,
-                fmt: _LineFormat | None) -> Iterator[Item]:
+                fmt: _LineFormat) -> Iterator[Item]:
     for lineno, line, n in lines:
         loc = f"line:{lineno}"
         if line is None:
-            yield _q(ctx, loc, "record_too_large", f"{ctx.source} line {lineno}: {n} bytes, above the {limits.max_record_bytes}-byte record limit"), None
+            yield _too_large(ctx, lineno, n, limits), None
             continue
         if not line.strip():
             continue
@@ -287,11 +386,6 @@ def _read_jsonl(lines: Iterator[tuple[int, bytes | None, int]], ctx: ImportConte
         except orjson.JSONDecodeError as e:
             yield _bad_json(ctx, loc, f"{ctx.source} line {lineno}", line, e), None
             continue
-        if fmt is None:
-            fmt = _sniff_unit(obj)
-            if fmt is None:
-                yield _q(ctx, loc, "unknown_format", f"{ctx.source} line {lineno}: JSON matches no known trace format", line), None
-                continue
         if fmt.array:
             yield from _unit_records(fmt, obj, loc, ctx)
         else:  # the common case, without a generator more per line

@@ -40,8 +40,10 @@ def digest(*parts: str | bytes) -> str:
 
 
 def trajectory_id(source_format: str, record_digest: str) -> str:
-    """Stable id from the format and the record's content: the same record always gets the same id,
-    wherever the file lies or whatever it is called."""
+    """Stable id from the format and the record's digest. An imported record's digest is its input's
+    sha256 and its locator (`ImportContext.record_digest`): the same input gives the same ids wherever
+    it lies or whatever it is called, and an edited input gives all its records new ids (the records
+    are not re-serialised to hash them one by one; dedup finds equal content across inputs)."""
     return digest(source_format, record_digest)[:32]
 
 

@@ -146,6 +146,20 @@ def test_invalid_utf8_in_a_document_and_in_one_line(inbox: Path, tmp_path: Path)
     assert _q(out, "SELECT count(*) FROM trajectories WHERE source LIKE '%chat.jsonl'")[0][0] == 2
 
 
+def test_a_broken_first_line_is_one_record_of_the_file(inbox: Path, tmp_path: Path) -> None:
+    # the first line once decided the format of the whole file: when no format took it, the lines
+    # after it were neither read nor counted
+    (inbox / "chat.jsonl").write_bytes(b'{"messages": "not a list"}\n' + _chat_line(2) + _chat_line(3))
+    (inbox / "cut.jsonl").write_bytes(_chat_line(1)[:40] + b"\n" + _chat_line(2) + _chat_line(3))
+    out = tmp_path / "c"
+    s = ingest([inbox], out, progress=False)
+    assert (s.records, s.trajectories, s.quarantined) == (8, 6, 2)
+    rows = _q(out, "SELECT source, locator, reason FROM quarantine ORDER BY source")
+    assert [(Path(r[0]).name, r[1], r[2]) for r in rows] == [
+        ("chat.jsonl", "line:1", "malformed_record"), ("cut.jsonl", "line:1", "truncated_json")]
+    assert _q(out, "SELECT count(*) FROM trajectories WHERE source_format = 'chat'")[0][0] == 4
+
+
 def test_unknown_format_and_empty_file(inbox: Path, tmp_path: Path) -> None:
     (inbox / "notes.txt").write_text("just some notes\nnothing to see\n")
     (inbox / "empty.jsonl").write_bytes(b"")

@@ -1,14 +1,22 @@
-"""The run's read limits reach the importers that read their own stream (`ImportContext.limits`).
+"""The reader: the run's read limits reach the importers that read their own stream
+(`ImportContext.limits`), and a broken first record takes no other record down.
 
-Expected values come from the files themselves (line lengths, file sizes, TFRecord length fields)."""
+Expected values come from the files themselves (line lengths, file sizes, TFRecord length fields,
+the records of the unbroken fixture)."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import shutil
 import struct
 from pathlib import Path
 
-from pipelines.reader import discover, read_unit
+import pytest
+
+from pipelines.reader import SNIFF_AHEAD, discover, read_unit
 from pipelines.sources import ReadLimits
+from schemas.records import QuarantineRecord
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 
@@ -63,3 +71,133 @@ def test_a_text_sniffer_that_raises_declines(monkeypatch) -> None:
     assert sum(kind == "Trajectory" for kind, _, _ in expected) == 3
     monkeypatch.setattr(AsciicastImporter, "sniff", broken)
     assert _read(path, ReadLimits().max_record_bytes) == expected
+
+
+# ---------------------------------------------------------------------------------------------
+# A broken first record takes no other record down. The reader (JSON lines, arrays of records) and
+# the whole-document sniffers of files with many records look past it; each case breaks the first
+# record of a real fixture and expects every other record exactly as it was, and one quarantine row
+# at the broken record's locator that names the file.
+
+SAMPLE = Path(__file__).resolve().parents[2] / "data" / "sample" / "corpus"
+
+
+def _records(path: Path) -> tuple[dict[str, tuple], list]:
+    """(trajectories by locator, without the per-input record digest; quarantine rows)."""
+    trajs: dict[str, tuple] = {}
+    quarantined = []
+    for unit in discover([path]):
+        for r, _ in read_unit(unit, unit.sha256()):
+            if isinstance(r, QuarantineRecord):
+                quarantined.append(r)
+            else:
+                trajs[r.locator] = (r.source_format, r.domain, r.task, tuple(dataclasses.astuple(t) for t in r.turns))
+    return trajs, quarantined
+
+
+def _lines(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _write_lines(path: Path, recs: list) -> None:
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+
+
+def _break_chat_line(src: Path, dst: Path) -> None:
+    recs = _lines(src)
+    recs[0]["messages"] = "not a list of messages"
+    _write_lines(dst, recs)
+
+
+def _cut_first_line(src: Path, dst: Path) -> None:
+    lines = src.read_bytes().splitlines(keepends=True)
+    dst.write_bytes(lines[0][: len(lines[0]) // 2] + b"\n" + b"".join(lines[1:]))
+
+
+def _break_array_element(src: Path, dst: Path) -> None:
+    doc = json.loads(src.read_text())
+    doc[0]["conversations"] = 7
+    dst.write_text(json.dumps(doc, indent=1))
+
+
+def _break_first_task(src: Path, dst: Path) -> None:
+    doc = json.loads(src.read_text())
+    del doc[next(iter(doc))]["turn_history"]
+    dst.write_text(json.dumps(doc, indent=1))
+
+
+def _break_first_run(src: Path, dst: Path) -> None:
+    doc = json.loads(src.read_text())
+    doc[0]["traj"] = "not a list of messages"
+    dst.write_text(json.dumps(doc, indent=1))
+
+
+def _break_first_entry(src: Path, dst: Path) -> None:
+    doc = json.loads(src.read_text())
+    doc[next(iter(doc))] = "not an entry"
+    dst.write_text(json.dumps(doc, indent=1))
+
+
+def _break_first_method(src: Path, dst: Path) -> None:
+    recs = _lines(src)
+    recs[0]["message"]["method"] = None
+    _write_lines(dst, recs)
+
+
+BROKEN_FIRST = {
+    # fixture: (how to break its first record, the first record's locator, the quarantine reason)
+    "chat/openai_tools.jsonl": (_break_chat_line, "line:1", "malformed_record"),
+    "chat-variants/tongyi_deepresearch_user_results.jsonl": (_cut_first_line, "line:1", "invalid_json"),
+    "chat-variants/llamafactory_glaive_toolcall_en_demo.subset.json": (_break_array_element, "[0]", "malformed_record"),
+    "sample:intercode/ic_ctf_gpt-4_25_turns.json": (_break_first_task, "key:0", "missing_field"),
+    "tau-bench/react_and_minimal.json": (_break_first_run, "[0]", "malformed_record"),
+    "fireact-variants/trajs_hotpotqa_dev_llama-2-13b.json": (_break_first_entry, None, "malformed_record"),
+    "mcp-traffic/proxy-envelope.jsonl": (_break_first_method, "line:1", "invalid_jsonrpc"),
+}
+
+
+@pytest.mark.parametrize("fixture", sorted(BROKEN_FIRST))
+def test_a_broken_first_record_takes_no_other_record_down(fixture: str, tmp_path: Path) -> None:
+    breaks, locator, reason = BROKEN_FIRST[fixture]
+    src = SAMPLE / fixture.removeprefix("sample:") if fixture.startswith("sample:") else DATA / fixture
+    dst = tmp_path / src.name
+    shutil.copy(src, dst)
+    before, q_before = _records(dst)
+    assert len(before) >= 2
+    breaks(src, dst)
+    after, q_after = _records(dst)
+    assert [(r.locator, r.reason) for r in q_after[1:]] == [(r.locator, r.reason) for r in q_before]
+    q = q_after[0]
+    first = locator or next(iter(before))
+    assert (q.locator, q.reason) == (first, reason)
+    assert str(dst) in q.detail
+    kept = {loc: rec for loc, rec in before.items() if loc != first}
+    if fixture.startswith("mcp-traffic"):
+        # the session that began with the broken request now begins at its response (line 2)
+        assert after.pop("line:2")[:3] == before["line:1"][:3]
+    assert after == kept
+
+
+def test_json_lines_of_no_known_format_are_one_quarantine_row(tmp_path: Path) -> None:
+    few, many = tmp_path / "few.jsonl", tmp_path / "many.jsonl"
+    _write_lines(few, [{"x": i} for i in range(3)])
+    _write_lines(many, [{"x": i} for i in range(SNIFF_AHEAD + 10)])
+    (_, [q]) = _records(few)
+    assert (q.locator, q.reason) == ("line:1", "unknown_format")
+    assert q.detail == f"{few} line 1: JSON matches no known trace format, nor do the next 2 JSON lines"
+    (_, [q]) = _records(many)
+    assert q.detail == (f"{many} line 1: JSON matches no known trace format, nor do the next {SNIFF_AHEAD - 1} "
+                        "JSON lines; the rest of the input is not read")
+    # lines that are not JSON are quarantined as such, the others as the input's one unknown_format row
+    few.write_bytes(b'{"x": 1}\n{"x": \n{"x": 3}\n')
+    assert [(q.locator, q.reason) for q in _records(few)[1]] == [("line:2", "truncated_json"), ("line:1", "unknown_format")]
+
+
+def test_a_document_written_one_record_per_line_is_still_a_document(tmp_path: Path) -> None:
+    # `[` on the first line, then records each ending with a comma: not JSON lines with a broken first line
+    src = DATA / "tau-bench" / "react_and_minimal.json"
+    doc = json.loads(src.read_text())
+    dst = tmp_path / src.name
+    dst.write_text("[\n" + ",\n".join(json.dumps(r) for r in doc) + "\n]\n")
+    after, quarantined = _records(dst)
+    assert not quarantined and after == _records(src)[0] and len(after) == len(doc)
