@@ -13,6 +13,7 @@ import io
 import lzma
 import os
 import tarfile
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -83,7 +84,12 @@ class _GuardedReader(io.RawIOBase):
         return True
 
     def readinto(self, b) -> int:  # type: ignore[override]
-        data = self.inner.read(len(b))
+        try:
+            data = self.inner.read(len(b))
+        except (zlib.error, zstandard.ZstdError, lzma.LZMAError, EOFError, OSError) as e:
+            # zlib's and zstd's errors are no OSError: uncaught, one corrupt file would end the run
+            raise InputError("corrupt_input", f"{self.source}: the compressed data is corrupt after "
+                                              f"{self.out} bytes out ({type(e).__name__}: {e})") from e
         n = len(data)
         b[:n] = data
         self.out += n

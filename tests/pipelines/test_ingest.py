@@ -219,6 +219,22 @@ def test_compression_bomb(inbox: Path, tmp_path: Path) -> None:
     assert "compression ratio above 1000" in detail
 
 
+def test_corrupt_compressed_data(inbox: Path, tmp_path: Path) -> None:
+    # zlib's and zstd's own errors are not OSError: they once escaped the reader and ended the run
+    lines = b"".join(_chat_line(i) for i in range(3))
+    gz, zst = gzip.compress(lines, mtime=0), zstandard.ZstdCompressor().compress(lines)
+    (inbox / "a.jsonl.gz").write_bytes(gz[:40] + b"\xff\xfe" + gz[40:])
+    (inbox / "b.jsonl.zst").write_bytes(zst[:20] + b"\xff" * 8 + zst[28:])
+    out = tmp_path / "c"
+    s = ingest([inbox], out, progress=False)
+    assert (s.records, s.trajectories, s.quarantined) == (4, 2, 2)
+    rows = _q(out, "SELECT source, locator, reason, detail FROM quarantine ORDER BY source")
+    assert [(Path(r[0]).name, r[1], r[2]) for r in rows] == [("a.jsonl.gz", "$", "corrupt_input"), ("b.jsonl.zst", "$", "corrupt_input")]
+    assert f"{inbox / 'a.jsonl.gz'}: the compressed data is corrupt after 0 bytes out (error: " in rows[0][3]
+    assert f"{inbox / 'b.jsonl.zst'}: the compressed data is corrupt after 0 bytes out (ZstdError: " in rows[1][3]
+    assert _good_counts(out) == (2, 12)
+
+
 def test_tar_member_escaping_the_archive(tmp_path: Path, sample: Path) -> None:
     tar_path = tmp_path / "traces.tar.gz"
     with tarfile.open(tar_path, "w:gz") as tar:
