@@ -209,28 +209,42 @@ class TarRejection:
 
 def extract_tar(stream: IO[bytes], dest: Path, limits: ReadLimits, source: str) -> list[TarRejection]:
     """Extract regular files of a tar stream under `dest`; refuse absolute paths, `..`, links and
-    devices (each becomes a rejection to quarantine) instead of trusting the archive."""
+    devices (each becomes a rejection to quarantine) instead of trusting the archive. An archive that
+    breaks off (truncated, corrupt, a bomb) keeps the members extracted before; the rest is one rejection."""
     rejected: list[TarRejection] = []
     dest = dest.resolve()
-    with tarfile.open(fileobj=stream, mode="r|*") as tar:
-        for m in tar:
-            name = m.name
-            if m.isdir():
-                continue
-            if not m.isfile():
-                rejected.append(TarRejection(name, "unsafe_archive_member", f"{source}!{name}: not a regular file (links and devices are not extracted)"))
-                continue
-            target = (dest / name).resolve()
-            if os.path.isabs(name) or ".." in Path(name).parts or not str(target).startswith(str(dest) + os.sep):
-                rejected.append(TarRejection(name, "unsafe_archive_member", f"{source}!{name}: path escapes the archive"))
-                continue
-            if m.size > limits.max_decompressed_bytes:
-                rejected.append(TarRejection(name, "decompression_limit", f"{source}!{name}: member larger than {limits.max_decompressed_bytes} bytes"))
-                continue
-            target.parent.mkdir(parents=True, exist_ok=True)
-            f = tar.extractfile(m)
-            assert f is not None
-            with open(target, "wb") as out:
-                while chunk := f.read(4 * MiB):
-                    out.write(chunk)
+    done, reading, partial = 0, "", None
+    try:
+        with tarfile.open(fileobj=stream, mode="r|*") as tar:
+            for m in tar:
+                name = m.name
+                if m.isdir():
+                    continue
+                if not m.isfile():
+                    rejected.append(TarRejection(name, "unsafe_archive_member", f"{source}!{name}: not a regular file (links and devices are not extracted)"))
+                    continue
+                target = (dest / name).resolve()
+                if os.path.isabs(name) or ".." in Path(name).parts or not str(target).startswith(str(dest) + os.sep):
+                    rejected.append(TarRejection(name, "unsafe_archive_member", f"{source}!{name}: path escapes the archive"))
+                    continue
+                if m.size > limits.max_decompressed_bytes:
+                    rejected.append(TarRejection(name, "decompression_limit", f"{source}!{name}: member larger than {limits.max_decompressed_bytes} bytes"))
+                    continue
+                target.parent.mkdir(parents=True, exist_ok=True)
+                f = tar.extractfile(m)
+                assert f is not None
+                reading, partial = name, target
+                with open(target, "wb") as out:
+                    while chunk := f.read(4 * MiB):
+                        out.write(chunk)
+                reading, partial = "", None
+                done += 1
+    except (tarfile.TarError, EOFError, InputError, zlib.error, zstandard.ZstdError, lzma.LZMAError) as e:
+        # tarfile's own errors are no OSError either: uncaught, a truncated tar would end the run
+        if partial is not None:
+            partial.unlink(missing_ok=True)  # a member cut short is not read as if it were whole
+        reason = e.reason if isinstance(e, InputError) else "corrupt_input"
+        where = f", in {reading}" if reading else ""
+        rejected.append(TarRejection(reading or "*", reason, f"{source}: the archive breaks off after {done} "
+                                     f"members{where} ({type(e).__name__}: {e}); the rest is not read"))
     return rejected

@@ -249,6 +249,25 @@ def test_tar_member_escaping_the_archive(tmp_path: Path, sample: Path) -> None:
     assert _q(out, "SELECT source FROM trajectories")[0][0] == f"{tar_path}!ok/a.traj"
 
 
+def test_a_tar_that_breaks_off_keeps_the_members_before(inbox: Path, tmp_path: Path, sample: Path) -> None:
+    # tarfile's errors are no OSError: a truncated archive once ended the run
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        tar.add(sample / SWE, arcname="ok/a.traj")
+        tar.add(sample / SWE2, arcname="ok/b.traj")
+    data = buf.getvalue()
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        second = tar.getmembers()[1]
+    (inbox / "cut.tar").write_bytes(data[: second.offset_data + 1000])  # b.traj's header, then 1000 of its bytes
+    out = tmp_path / "c"
+    s = ingest([inbox], out, progress=False)
+    assert (s.records, s.trajectories, s.quarantined) == (4, 3, 1)
+    detail = _assert_quarantined(out, "corrupt_input", "cut.tar", "member:ok/b.traj")
+    assert detail.endswith("the archive breaks off after 1 members, in ok/b.traj (ReadError: unexpected end of data); "
+                           "the rest is not read")
+    assert sorted(Path(r[0]).name for r in _q(out, "SELECT source FROM trajectories")) == ["a.traj", "a.traj", "b.traj"]
+
+
 def test_compressed_inputs_are_detected_by_content(tmp_path: Path, sample: Path) -> None:
     d = tmp_path / "in"
     d.mkdir()
