@@ -72,12 +72,17 @@ def is_tar(head: bytes) -> bool:
     return len(head) >= 262 and head[257:262] == b"ustar"
 
 
+class CorruptStream(OSError):
+    """Compressed data that does not decompress: an OSError, as gzip's and bz2's own errors are, so
+    that whoever handles a failing stream (the reader, the TFRecord framing) handles this one too."""
+
+
 class _GuardedReader(io.RawIOBase):
     """Decompressed stream that stops a compression bomb: caps total output and the ratio of
     output to compressed input consumed so far."""
 
-    def __init__(self, inner: IO[bytes], raw: IO[bytes], limits: ReadLimits, source: str):
-        self.inner, self.raw, self.limits, self.source = inner, raw, limits, source
+    def __init__(self, inner: IO[bytes], raw: IO[bytes], limits: ReadLimits, source: str, kind: str):
+        self.inner, self.raw, self.limits, self.source, self.kind = inner, raw, limits, source, kind
         self.out = 0
 
     def readable(self) -> bool:
@@ -86,10 +91,10 @@ class _GuardedReader(io.RawIOBase):
     def readinto(self, b) -> int:  # type: ignore[override]
         try:
             data = self.inner.read(len(b))
-        except (zlib.error, zstandard.ZstdError, lzma.LZMAError, EOFError, OSError) as e:
-            # zlib's and zstd's errors are no OSError: uncaught, one corrupt file would end the run
-            raise InputError("corrupt_input", f"{self.source}: the compressed data is corrupt after "
-                                              f"{self.out} bytes out ({type(e).__name__}: {e})") from e
+        except (zlib.error, zstandard.ZstdError, lzma.LZMAError) as e:
+            # no OSError, unlike gzip's and bz2's own: uncaught, one corrupt file would end the run
+            raise CorruptStream(f"the {self.kind} data is corrupt after {self.out} bytes out "
+                                f"({type(e).__name__}: {e})") from e
         n = len(data)
         b[:n] = data
         self.out += n
@@ -126,7 +131,7 @@ def open_input(path: Path, limits: ReadLimits, source: str) -> tuple[IO[bytes], 
         inner = bz2.BZ2File(raw, "rb")
     else:
         inner = lzma.LZMAFile(raw, "rb")
-    guarded = _GuardedReader(inner, raw, limits, source)
+    guarded = _GuardedReader(inner, raw, limits, source, kind)
     stream = io.BufferedReader(guarded, buffer_size=MiB)
     stream._worldline_raw = raw  # type: ignore[attr-defined]  # closed with the stream
     return stream, kind
@@ -239,8 +244,8 @@ def extract_tar(stream: IO[bytes], dest: Path, limits: ReadLimits, source: str) 
                         out.write(chunk)
                 reading, partial = "", None
                 done += 1
-    except (tarfile.TarError, EOFError, InputError, zlib.error, zstandard.ZstdError, lzma.LZMAError) as e:
-        # tarfile's own errors are no OSError either: uncaught, a truncated tar would end the run
+    except (tarfile.TarError, EOFError, OSError, InputError) as e:  # OSError: CorruptStream, gzip and bz2 errors
+        # tarfile's own errors are no OSError: uncaught, a truncated tar would end the run
         if partial is not None:
             partial.unlink(missing_ok=True)  # a member cut short is not read as if it were whole
         reason = e.reason if isinstance(e, InputError) else "corrupt_input"

@@ -230,8 +230,8 @@ def test_corrupt_compressed_data(inbox: Path, tmp_path: Path) -> None:
     assert (s.records, s.trajectories, s.quarantined) == (4, 2, 2)
     rows = _q(out, "SELECT source, locator, reason, detail FROM quarantine ORDER BY source")
     assert [(Path(r[0]).name, r[1], r[2]) for r in rows] == [("a.jsonl.gz", "$", "corrupt_input"), ("b.jsonl.zst", "$", "corrupt_input")]
-    assert f"{inbox / 'a.jsonl.gz'}: the compressed data is corrupt after 0 bytes out (error: " in rows[0][3]
-    assert f"{inbox / 'b.jsonl.zst'}: the compressed data is corrupt after 0 bytes out (ZstdError: " in rows[1][3]
+    assert f"{inbox / 'a.jsonl.gz'}: CorruptStream: the gzip data is corrupt after 0 bytes out (error: " in rows[0][3]
+    assert f"{inbox / 'b.jsonl.zst'}: CorruptStream: the zstd data is corrupt after 0 bytes out (ZstdError: " in rows[1][3]
     assert _good_counts(out) == (2, 12)
 
 
