@@ -488,8 +488,8 @@ def _q(ctx: ImportContext, locator: str, reason: str, detail: str, excerpt: Any 
 
 
 def _excerpt(value: Any, n: int = 300) -> str | None:
-    if value is None or hasattr(value, "read"):  # a text format's record is its stream: read on, not showable
-        return None
+    if value is None or hasattr(value, "read") or isinstance(value, Path):
+        return None  # a text format's record is its stream, a directory format's its folder: nothing to show
     if isinstance(value, bytes | bytearray):
         return bytes(value[:n]).decode("utf-8", "replace")
     if isinstance(value, str):

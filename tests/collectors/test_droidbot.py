@@ -124,6 +124,7 @@ def test_broken_event_file_is_quarantined_by_name() -> None:
     assert len(recs) == 1 and isinstance(recs[0], QuarantineRecord)
     assert recs[0].reason == "invalid_json" and recs[0].importer == "droidbot"
     assert "events/event_2024-03-01_101503.json" in recs[0].detail
+    assert recs[0].excerpt is None  # the record is the folder: its path is the source already
 
 
 def test_sniff_checks_event_content(sample: Path) -> None:
