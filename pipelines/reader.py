@@ -32,6 +32,7 @@ from pipelines.sources import (
     open_input,
     read_bounded,
     sha256_file,
+    stream_problem,
 )
 from schemas.records import QuarantineRecord, RecordError, Trajectory
 from schemas.tables import DOMAINS
@@ -155,6 +156,8 @@ def read_unit(
         return
     try:
         yield from _read_stream(stream, ctx, limits)
+        if (problem := stream_problem(stream)) is not None:
+            yield _q(ctx, "$", "corrupt_input", problem), None
     except InputError as e:
         yield _q(ctx, e.locator, e.reason, e.detail), None
     except (EOFError, OSError, ValueError) as e:  # corrupt compressed data and the like
@@ -170,15 +173,22 @@ def read_path(path: Path, domain_override: str | None = None, limits: ReadLimits
             yield rec
 
 
+_BOM = b"\xef\xbb\xbf"
+
+
 def _read_stream(stream: IO[bytes], ctx: ImportContext, limits: ReadLimits) -> Iterator[Item]:
     head = stream.peek(limits.head_bytes)[: limits.head_bytes] if hasattr(stream, "peek") else b""
     if not head.strip():
         rest = read_bounded(stream, limits.head_bytes, ctx.source)
         if not rest.strip():
-            yield _q(ctx, "$", "empty_input", f"{ctx.source}: the input is empty"), None
+            if stream_problem(stream) is None:  # else not empty: broken from the start (read_unit says so)
+                yield _q(ctx, "$", "empty_input", f"{ctx.source}: the input is empty"), None
             return
         head = rest
         stream = io.BufferedReader(io.BytesIO(rest))  # type: ignore[arg-type]
+    if head.startswith(_BOM):  # a UTF-8 byte order mark (Windows editors write one): not content
+        stream.read(len(_BOM))
+        head = head[len(_BOM):]
     if is_tar(head):
         yield from _read_tar(stream, ctx, limits)
         return
@@ -193,13 +203,15 @@ def _read_stream(stream: IO[bytes], ctx: ImportContext, limits: ReadLimits) -> I
     yield _q(ctx, "$", "unknown_format", f"{ctx.source}: content matches no known trace format", head), None
 
 
-def _read_json(stream: IO[bytes], ctx: ImportContext, limits: ReadLimits) -> Iterator[Item]:
+def _read_json(stream: IO[bytes], ctx: ImportContext, limits: ReadLimits, lines_only: bool = False) -> Iterator[Item]:
+    """JSON lines, or one JSON document (`lines_only`: JSON lines for certain)."""
     lines = iter_lines(stream, limits.max_record_bytes)
     first_line: bytes | None = None
     first_no = 0
     for lineno, line, n in lines:
         if line is None:
-            yield from _read_unsniffed(lines, ctx, limits, [_too_large(ctx, lineno, n, limits)])
+            yield _too_large(ctx, lineno, n, limits), None
+            yield from _read_unsniffed(lines, ctx, limits, [])
             return
         if line.strip():
             first_line, first_no = line, lineno
@@ -210,14 +222,17 @@ def _read_json(stream: IO[bytes], ctx: ImportContext, limits: ReadLimits) -> Ite
     try:
         first_obj: Any = orjson.loads(first_line)
     except orjson.JSONDecodeError as e:
-        # a pretty-printed document (the first line alone is not JSON), or JSON lines whose first line is broken
-        consumed, ahead = _peek_lines(lines, first_line, ctx, limits)
-        if ahead:
-            yield _bad_json(ctx, f"line:{first_no}", f"{ctx.source} line {first_no}", first_line, e), None
-            yield from _read_unsniffed(lines, ctx, limits, ahead)
-            return
-        rest = read_bounded(stream, limits.max_record_bytes - len(consumed), ctx.source)
-        yield from _read_doc(consumed + rest, ctx)
+        # a pretty-printed document (its first line alone is not JSON), or JSON lines whose first line is broken
+        ahead: list[_Unsniffed] = []
+        if not lines_only:
+            consumed, ahead = _peek_lines(lines, first_line, ctx, limits)
+            if not ahead:
+                data = consumed + read_bounded(stream, limits.max_record_bytes - len(consumed), ctx.source)
+                # the blank lines before it back in: positions in errors and line numbers count from the file's start
+                yield from _read_doc(b"\n" * (first_no - 1) + data, ctx, limits)
+                return
+        yield _bad_json(ctx, f"line:{first_no}", f"{ctx.source} line {first_no}", first_line, e), None
+        yield from _read_unsniffed(lines, ctx, limits, ahead)
         return
     # The first line is complete JSON: JSON lines (one record, or one array of records, per line),
     # or a one-line document. Records of whole-document formats may also come one per line.
@@ -247,29 +262,34 @@ class _Unsniffed:
 
 def _peek_lines(lines: Iterator[tuple[int, bytes | None, int]], first: bytes, ctx: ImportContext,
                 limits: ReadLimits) -> tuple[bytes, list[_Unsniffed]]:
-    """After a first line that is not JSON: (the bytes read, the next two non-blank lines when
-    they are JSON objects, else []). Two object lines (or one and the end) cannot follow the first
-    line of a valid pretty-printed document: an object that ends its line without a comma is the
-    container's last element, so the next line closes the container."""
+    """After a first line that is not JSON: (the bytes read, the next two non-blank lines when both are
+    JSON objects or arrays, else []). Two such lines (or one and the end) cannot follow the first line
+    of a valid pretty-printed document: a value that ends its line without a comma is its container's
+    last element, so the next line closes the container. Reads at most `SNIFF_AHEAD` lines."""
     consumed = [first]
+    size = len(first)
     ahead: list[_Unsniffed] = []
-    for lineno, line, n in lines:
-        if line is None:
+    for lineno, line, _ in lines:
+        if line is None or size + len(line) > limits.max_record_bytes:
             # as a document it is too large too (`read_bounded`'s verdict)
-            raise InputError("record_too_large", f"{ctx.source}: line {lineno} alone is {n} bytes, above the {limits.max_record_bytes}-byte record limit")
+            raise InputError("record_too_large", f"{ctx.source}: larger than the {limits.max_record_bytes}-byte record limit")
         consumed.append(line)
-        if not line.strip():
-            continue
-        try:
-            obj = orjson.loads(line)
-        except orjson.JSONDecodeError:
-            return b"".join(consumed), []
-        if not isinstance(obj, dict):
-            return b"".join(consumed), []
-        ahead.append(_Unsniffed(lineno, obj, len(line), line[:300]))
-        if len(ahead) == 2:
+        size += len(line)
+        if line.strip():
+            try:
+                obj = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                break
+            if not isinstance(obj, dict | list):
+                break
+            ahead.append(_Unsniffed(lineno, obj, len(line), line[:300]))
+            if len(ahead) == 2:
+                return b"".join(consumed), ahead
+        if len(consumed) > SNIFF_AHEAD:
             break
-    return b"".join(consumed), ahead
+    else:
+        return b"".join(consumed), ahead  # the end: one container line after the first is JSON lines too
+    return b"".join(consumed), []
 
 
 def _too_large(ctx: ImportContext, lineno: int, n: int, limits: ReadLimits) -> QuarantineRecord:
@@ -278,50 +298,59 @@ def _too_large(ctx: ImportContext, lineno: int, n: int, limits: ReadLimits) -> Q
 
 
 def _read_unsniffed(lines: Iterator[tuple[int, bytes | None, int]], ctx: ImportContext, limits: ReadLimits,
-                    held: list[_Unsniffed | QuarantineRecord]) -> Iterator[Item]:
-    """JSON lines whose first records matched no format: the first of the next `SNIFF_AHEAD` lines that
-    does names the format of all, the held ones included. If none does, the lines that were not JSON
-    (or too large) are quarantined as such and the rest of the input is one `unknown_format` row.
-    Holds at most `SNIFF_AHEAD` lines and one record's worth of bytes."""
-    fmt = next((f for h in held if isinstance(h, _Unsniffed) and (f := _sniff_unit(h.obj)) is not None), None)
-    size = sum(h.size for h in held if isinstance(h, _Unsniffed))
+                    held: list[_Unsniffed]) -> Iterator[Item]:
+    """JSON lines whose first records matched no format: the first recognised record of the first
+    `SNIFF_AHEAD` names the format of all, the held ones included. Lines that are not JSON (or too
+    large) are quarantined as such on the way. If no record is recognised, the unrecognised ones and
+    whatever follows them are one `unknown_format` row. Holds at most `SNIFF_AHEAD` records and one
+    record's worth of bytes."""
+    fmt = next((f for h in held if (f := _sniff_unit(h.obj)) is not None), None)
+    size = sum(h.size for h in held)
+    gave_up = False
     for lineno, line, n in lines if fmt is None else ():
         if line is None:
-            held.append(_too_large(ctx, lineno, n, limits))
-        elif not line.strip():
+            yield _too_large(ctx, lineno, n, limits), None
             continue
-        else:
-            try:
-                obj = orjson.loads(line)
-            except orjson.JSONDecodeError as e:
-                held.append(_bad_json(ctx, f"line:{lineno}", f"{ctx.source} line {lineno}", line, e))
-            else:
-                if (fmt := _sniff_unit(obj)) is not None:
-                    held.append(_Unsniffed(lineno, obj, len(line), b""))
-                    break
-                held.append(_Unsniffed(lineno, obj, len(line), line[:300]))
-                size += len(line)
-        if len(held) >= SNIFF_AHEAD or size > limits.max_record_bytes:
+        if not line.strip():
+            continue
+        try:
+            obj = orjson.loads(line)
+        except orjson.JSONDecodeError as e:
+            yield _bad_json(ctx, f"line:{lineno}", f"{ctx.source} line {lineno}", line, e), None
+            continue
+        if (fmt := _sniff_unit(obj)) is not None:
+            held.append(_Unsniffed(lineno, obj, len(line), b""))
             break
+        if len(held) >= SNIFF_AHEAD or size + len(line) > limits.max_record_bytes:
+            gave_up = True  # this line goes with the rest, unread
+            break
+        held.append(_Unsniffed(lineno, obj, len(line), line[:300]))
+        size += len(line)
     if fmt is None:
-        unknown = [h for h in held if isinstance(h, _Unsniffed)]
-        for h in held:
-            if isinstance(h, QuarantineRecord):
-                yield h, None
-        if unknown:
-            first, more = unknown[0], len(unknown) - 1
-            rest = next(lines, None) is not None
+        if held:
+            first, more = held[0], len(held) - 1
             tail = (f", nor do the next {more} JSON lines" if more else "") + (
-                "; the rest of the input is not read" if rest else "")
+                "; the rest of the input is not read" if gave_up else "")
             yield _q(ctx, f"line:{first.lineno}", "unknown_format",
                      f"{ctx.source} line {first.lineno}: JSON matches no known trace format{tail}", first.head), None
         return
     for h in held:
-        if isinstance(h, QuarantineRecord):
-            yield h, None
-        else:
-            yield from _unit_records(fmt, h.obj, f"line:{h.lineno}", ctx)
+        yield from _unit_records(fmt, h.obj, f"line:{h.lineno}", ctx)
     yield from _read_jsonl(lines, ctx, limits, fmt)
+
+
+def _looks_like_lines(data: bytes) -> bool:
+    """Whether a text that is not one JSON document is JSON lines with broken lines: most of its
+    (first 1,000) non-blank lines are JSON objects or arrays on their own, at least two of them.
+    A pretty-printed document, even a broken one, has hardly any such line."""
+    lines = [ln for ln in data.split(b"\n", 1000)[:1000] if ln.strip()]
+    containers = 0
+    for ln in lines:
+        try:
+            containers += isinstance(orjson.loads(ln), dict | list)
+        except orjson.JSONDecodeError:
+            pass
+    return containers >= 2 and 2 * containers >= len(lines)
 
 
 @dataclass(frozen=True)
@@ -392,10 +421,13 @@ def _read_jsonl(lines: Iterator[tuple[int, bytes | None, int]], ctx: ImportConte
             yield from _line_records(fmt.imp, obj, loc, ctx)
 
 
-def _read_doc(data: bytes, ctx: ImportContext) -> Iterator[Item]:
+def _read_doc(data: bytes, ctx: ImportContext, limits: ReadLimits) -> Iterator[Item]:
     try:
         doc = orjson.loads(data)
     except orjson.JSONDecodeError as e:
+        if _looks_like_lines(data):  # JSON lines with more broken lines than the first
+            yield from _read_json(io.BufferedReader(io.BytesIO(data)), ctx, limits, lines_only=True)  # type: ignore[arg-type]
+            return
         yield _bad_json(ctx, "$", ctx.source, data, e), None
         return
     imp = _sniff(_BY_CONTAINER.get("json", []), doc)

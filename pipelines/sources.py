@@ -7,6 +7,7 @@ Everything here streams; nothing holds more than one record (bounded by `max_rec
 from __future__ import annotations
 
 import bz2
+import contextlib
 import gzip
 import hashlib
 import io
@@ -72,29 +73,31 @@ def is_tar(head: bytes) -> bool:
     return len(head) >= 262 and head[257:262] == b"ustar"
 
 
-class CorruptStream(OSError):
-    """Compressed data that does not decompress: an OSError, as gzip's and bz2's own errors are, so
-    that whoever handles a failing stream (the reader, the TFRecord framing) handles this one too."""
-
-
 class _GuardedReader(io.RawIOBase):
     """Decompressed stream that stops a compression bomb: caps total output and the ratio of
-    output to compressed input consumed so far."""
+    output to compressed input consumed so far. Compressed data that breaks off (truncated,
+    corrupt) ends the stream there, as if the file ended, and `stream_problem` says where and why:
+    whoever reads it keeps everything before the break, and the reader adds one row for it."""
 
     def __init__(self, inner: IO[bytes], raw: IO[bytes], limits: ReadLimits, source: str, kind: str):
         self.inner, self.raw, self.limits, self.source, self.kind = inner, raw, limits, source, kind
         self.out = 0
+        self.problem: str | None = None
 
     def readable(self) -> bool:
         return True
 
     def readinto(self, b) -> int:  # type: ignore[override]
+        if self.problem is not None:
+            return 0
         try:
-            data = self.inner.read(len(b))
-        except (zlib.error, zstandard.ZstdError, lzma.LZMAError) as e:
-            # no OSError, unlike gzip's and bz2's own: uncaught, one corrupt file would end the run
-            raise CorruptStream(f"the {self.kind} data is corrupt after {self.out} bytes out "
-                                f"({type(e).__name__}: {e})") from e
+            # read1: what one step decompressed (read(n) throws away the part of n it had when an error came)
+            data = self.inner.read1(len(b))
+        except (EOFError, OSError, zlib.error, zstandard.ZstdError, lzma.LZMAError) as e:
+            # zlib's, zstd's and lzma's errors are no OSError: uncaught, one corrupt file would end the run
+            self.problem = (f"{self.source}: the {self.kind} data breaks off after {self.out} bytes out "
+                            f"({type(e).__name__}: {e}); what came before it is read")
+            return 0
         n = len(data)
         b[:n] = data
         self.out += n
@@ -135,6 +138,11 @@ def open_input(path: Path, limits: ReadLimits, source: str) -> tuple[IO[bytes], 
     stream = io.BufferedReader(guarded, buffer_size=MiB)
     stream._worldline_raw = raw  # type: ignore[attr-defined]  # closed with the stream
     return stream, kind
+
+
+def stream_problem(stream: IO[bytes]) -> str | None:
+    """Where and why a compressed input broke off (`_GuardedReader`), or None."""
+    return getattr(getattr(stream, "raw", None), "problem", None)
 
 
 def close_input(stream: IO[bytes]) -> None:
@@ -235,19 +243,25 @@ def extract_tar(stream: IO[bytes], dest: Path, limits: ReadLimits, source: str) 
                 if m.size > limits.max_decompressed_bytes:
                     rejected.append(TarRejection(name, "decompression_limit", f"{source}!{name}: member larger than {limits.max_decompressed_bytes} bytes"))
                     continue
-                target.parent.mkdir(parents=True, exist_ok=True)
                 f = tar.extractfile(m)
                 assert f is not None
+                try:  # a name the file system refuses (too long; a file where a folder is, or the reverse)
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    out = open(target, "wb")  # noqa: SIM115 - closed below, or unlinked on a break
+                except OSError as e:
+                    rejected.append(TarRejection(name, "unextractable_member", f"{source}!{name}: cannot be extracted here ({type(e).__name__}: {e})"))
+                    continue
                 reading, partial = name, target
-                with open(target, "wb") as out:
+                with out:
                     while chunk := f.read(4 * MiB):
                         out.write(chunk)
                 reading, partial = "", None
                 done += 1
-    except (tarfile.TarError, EOFError, OSError, InputError) as e:  # OSError: CorruptStream, gzip and bz2 errors
+    except (tarfile.TarError, EOFError, OSError, InputError) as e:
         # tarfile's own errors are no OSError: uncaught, a truncated tar would end the run
         if partial is not None:
-            partial.unlink(missing_ok=True)  # a member cut short is not read as if it were whole
+            with contextlib.suppress(OSError):
+                partial.unlink()  # a member cut short is not read as if it were whole
         reason = e.reason if isinstance(e, InputError) else "corrupt_input"
         where = f", in {reading}" if reading else ""
         rejected.append(TarRejection(reading or "*", reason, f"{source}: the archive breaks off after {done} "

@@ -284,9 +284,11 @@ def test_truncated_gzip_stream(tmp_path: Path) -> None:
     assert _summary(recs) == [
         ("7021", "record:0", 3),
         ("13452", "record:1", 1),
-        ("record:2", "truncated_record"),
+        ("record:2", "truncated_record"),  # the framing: the record is cut short
+        ("$", "corrupt_input"),  # the reader: why (the gzip stream breaks off)
     ]
-    assert "the input stream failed: EOFError" in recs[-1].detail
+    assert "the input ends inside the record" in recs[-2].detail
+    assert "the gzip data breaks off after" in recs[-1].detail and "(EOFError: " in recs[-1].detail
 
 
 def _one_episode_file(tmp_path: Path, **overrides: tuple[str, list]) -> Path:

@@ -6,6 +6,7 @@ import gzip
 import io
 import json
 import os
+import random
 import shutil
 import tarfile
 from pathlib import Path
@@ -230,9 +231,34 @@ def test_corrupt_compressed_data(inbox: Path, tmp_path: Path) -> None:
     assert (s.records, s.trajectories, s.quarantined) == (4, 2, 2)
     rows = _q(out, "SELECT source, locator, reason, detail FROM quarantine ORDER BY source")
     assert [(Path(r[0]).name, r[1], r[2]) for r in rows] == [("a.jsonl.gz", "$", "corrupt_input"), ("b.jsonl.zst", "$", "corrupt_input")]
-    assert f"{inbox / 'a.jsonl.gz'}: CorruptStream: the gzip data is corrupt after 0 bytes out (error: " in rows[0][3]
-    assert f"{inbox / 'b.jsonl.zst'}: CorruptStream: the zstd data is corrupt after 0 bytes out (ZstdError: " in rows[1][3]
+    assert rows[0][3].startswith(f"{inbox / 'a.jsonl.gz'}: the gzip data breaks off after 0 bytes out (error: ")
+    assert rows[1][3].startswith(f"{inbox / 'b.jsonl.zst'}: the zstd data breaks off after 0 bytes out (ZstdError: ")
     assert _good_counts(out) == (2, 12)
+
+
+def test_a_truncated_tar_gz_keeps_the_members_before_the_cut(tmp_path: Path) -> None:
+    # the download of a .tar.gz stopped inside its last member: the members before it are whole
+    rng = random.Random(0)
+    members = {"a.jsonl": _chat_line(1) + _chat_line(2), "b.jsonl": _chat_line(3),
+               "c.jsonl": b"".join(_chat_line(rng.getrandbits(512)) for _ in range(400))}  # hardly compressible
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    data = buf.getvalue()
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "cut.tar.gz").write_bytes(data[: len(data) // 2])  # c.jsonl is most of the bytes
+    out = tmp_path / "c"
+    s = ingest([tmp_path / "in"], out, progress=False)
+    assert (s.records, s.trajectories, s.quarantined) == (5, 3, 2)
+    rows = _q(out, "SELECT locator, reason, detail FROM quarantine ORDER BY locator")
+    assert [r[:2] for r in rows] == [("$", "corrupt_input"), ("member:c.jsonl", "corrupt_input")]
+    assert "the gzip data breaks off after" in rows[0][2] and "(EOFError: " in rows[0][2]
+    assert "the archive breaks off after 2 members, in c.jsonl (ReadError: unexpected end of data)" in rows[1][2]
+    assert sorted(r[0].rsplit("!", 1)[1] for r in _q(out, "SELECT source FROM trajectories")) == [
+        "a.jsonl", "a.jsonl", "b.jsonl"]
 
 
 def test_tar_member_escaping_the_archive(tmp_path: Path, sample: Path) -> None:
