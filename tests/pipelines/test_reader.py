@@ -201,3 +201,71 @@ def test_a_document_written_one_record_per_line_is_still_a_document(tmp_path: Pa
     dst.write_text("[\n" + ",\n".join(json.dumps(r) for r in doc) + "\n]\n")
     after, quarantined = _records(dst)
     assert not quarantined and after == _records(src)[0] and len(after) == len(doc)
+
+
+def _chat(i: int) -> bytes:
+    return json.dumps({"messages": [{"role": "user", "content": f"hi {i}"},
+                                    {"role": "assistant", "content": f"hello {i}"}]}).encode() + b"\n"
+
+
+def _rows(path: Path, max_record_bytes: int | None = None) -> list[tuple[str, str | None, str]]:
+    return _read(path, max_record_bytes or ReadLimits().max_record_bytes)
+
+
+def test_lines_after_many_bad_lines_are_read(tmp_path: Path) -> None:
+    # more too-large lines than the look-ahead holds, then good ones: every line has its row
+    f = tmp_path / "big.jsonl"
+    big = [json.dumps({"messages": [{"role": "user", "content": "x" * 2000}]}).encode() + b"\n" for _ in range(70)]
+    f.write_bytes(b"".join(big) + b"".join(_chat(i) for i in range(30)))
+    got = _rows(f, 1000)
+    assert [r for r in got if r[0] == "QuarantineRecord"] == [
+        ("QuarantineRecord", "record_too_large", f"line:{i}") for i in range(1, 71)]
+    assert [r[2] for r in got if r[0] == "Trajectory"] == [f"line:{i}" for i in range(71, 101)]
+
+
+def test_json_lines_with_several_broken_lines_and_of_arrays(tmp_path: Path) -> None:
+    # broken, good, broken, then 47 good: not a document, though its second line alone is not enough to tell
+    f = tmp_path / "f.jsonl"
+    f.write_bytes(_chat(0)[:30] + b"\n" + _chat(1) + _chat(2)[:30] + b"\n" + b"".join(_chat(i) for i in range(3, 50)))
+    got = _rows(f)
+    assert got[:3] == [("QuarantineRecord", "truncated_json", "line:1"), ("Trajectory", None, "line:2"),
+                       ("QuarantineRecord", "truncated_json", "line:3")]
+    assert [r[2] for r in got[3:]] == [f"line:{i}" for i in range(4, 51)]
+    # JSON lines each holding an array of records, the first line cut
+    g = tmp_path / "g.jsonl"
+    arrays = [b"[" + _chat(2 * i).strip() + b", " + _chat(2 * i + 1).strip() + b"]\n" for i in range(20)]
+    g.write_bytes(arrays[0][:30] + b"\n" + b"".join(arrays[1:]))
+    got = _rows(g)
+    assert got[0] == ("QuarantineRecord", "truncated_json", "line:1")
+    assert [r[2] for r in got[1:]] == [f"line:{i}/[{j}]" for i in range(2, 21) for j in (0, 1)]
+
+
+def test_a_document_larger_than_the_limit_is_one_row_whatever_its_lines(tmp_path: Path) -> None:
+    # neither of the first two lines is JSON: a document, and too large a one (the look-ahead once
+    # passed a negative limit on and read the whole rest of the file)
+    f = tmp_path / "b.json"
+    f.write_bytes(b'{"a": ' + b"1" * 494 + b"\n" + b"x" * 500 + b"\n" + b"".join(_chat(i) for i in range(2000)))
+    assert _rows(f, 1000) == [("QuarantineRecord", "record_too_large", "$")]
+
+
+def test_a_byte_order_mark_before_json_lines(tmp_path: Path) -> None:
+    f = tmp_path / "bom.jsonl"
+    f.write_bytes(b"\xef\xbb\xbf" + _chat(0) + _chat(1))
+    assert _rows(f) == [("Trajectory", None, "line:1"), ("Trajectory", None, "line:2")]
+
+
+def test_a_tar_member_the_file_system_refuses_is_one_row(tmp_path: Path) -> None:
+    import io
+    import tarfile
+
+    tar_path = tmp_path / "t.tar"
+    with tarfile.open(tar_path, "w") as tar:
+        for name, data in [("a.jsonl", _chat(0)), ("x/y.jsonl", _chat(1)), ("x", _chat(2)),
+                           ("n" * 300 + ".jsonl", _chat(3)), ("z.jsonl", _chat(4))]:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    got = _rows(tar_path)
+    assert [r[:2] for r in got if r[0] == "QuarantineRecord"] == [("QuarantineRecord", "unextractable_member")] * 2
+    assert [r[2] for r in got if r[0] == "QuarantineRecord"] == ["member:x", "member:" + "n" * 300 + ".jsonl"]
+    assert sum(r[0] == "Trajectory" for r in got) == 3  # a.jsonl, x/y.jsonl, z.jsonl
