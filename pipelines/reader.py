@@ -85,7 +85,7 @@ def discover(paths: Iterable[Path], source_prefix: str | None = None, root: Path
     for path in paths:
         path = Path(path)
         if path.is_dir():
-            yield from _walk(path, source_prefix, root if root is not None else path.parent)
+            yield from _walk(path, source_prefix, root if root is not None else path.parent, set())
         elif path.exists():
             yield InputUnit(path, _display(path, source_prefix, root))
         else:
@@ -99,7 +99,16 @@ def _display(path: Path, prefix: str | None, root: Path | None) -> str:
     return f"{prefix}!{rel}"
 
 
-def _walk(directory: Path, prefix: str | None, root: Path) -> Iterator[InputUnit]:
+def _walk(directory: Path, prefix: str | None, root: Path, seen: set[tuple[int, int]]) -> Iterator[InputUnit]:
+    try:
+        st = directory.stat()
+    except OSError as e:
+        if e.errno in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP):
+            return  # gone meanwhile, as `_is` treats entries
+        raise
+    if (st.st_dev, st.st_ino) in seen:  # a symlink back up the tree: walked already (two such links would
+        return  # make the walk exponential)
+    seen.add((st.st_dev, st.st_ino))
     for imp in _BY_CONTAINER.get("dir", []):
         try:
             claimed = imp.sniff(directory)
@@ -119,7 +128,7 @@ def _walk(directory: Path, prefix: str | None, root: Path) -> Iterator[InputUnit
     for e in entries:
         p = directory / e.name
         if _is(e.is_dir):
-            yield from _walk(p, prefix, root)
+            yield from _walk(p, prefix, root, seen)
         elif _is(e.is_file):
             yield InputUnit(p, _display(p, prefix, root))
 

@@ -345,6 +345,20 @@ def test_discover_skips_vanished_entries_but_raises_on_unreadable_ones() -> None
         _is(failing(errno.EACCES))
 
 
+def test_a_symlink_back_up_the_tree_is_walked_once(tmp_path: Path) -> None:
+    # each directory once, however many links lead back to it: the walk used to follow `up` until the
+    # kernel's 40-link limit (41 copies of every input), and with two such links it doubled per level
+    from pipelines.reader import discover
+
+    d = tmp_path / "in" / "d"
+    d.mkdir(parents=True)
+    (d / "a.jsonl").write_bytes(_chat_line(1))
+    (tmp_path / "in" / "b.jsonl").write_bytes(_chat_line(2))
+    (d / "up").symlink_to("..")
+    units = [u.path.relative_to(tmp_path) for u in discover([d])]
+    assert units == [Path("in/d/a.jsonl"), Path("in/d/up/b.jsonl")]  # links to data elsewhere are followed
+
+
 def test_a_record_arrow_cannot_hold_is_quarantined_and_the_rest_kept(tmp_path: Path) -> None:
     # an integer tool-call id (valid JSON, not text): the batch Arrow refuses is read again with every
     # record checked; that record goes to quarantine naming its turn, the group's other records stay
