@@ -25,6 +25,7 @@ from pipelines.sources import (
     InputError,
     ReadLimits,
     close_input,
+    display_name,
     extract_tar,
     is_tar,
     iter_lines,
@@ -94,9 +95,10 @@ def discover(paths: Iterable[Path], source_prefix: str | None = None, root: Path
 
 def _display(path: Path, prefix: str | None, root: Path | None) -> str:
     if prefix is None:
-        return str(path)
+        return display_name(str(path))
     rel = path.relative_to(root) if root is not None else path
-    return f"{prefix}!{rel}"
+    return f"{prefix}!{display_name(str(rel))}"
+
 
 
 def _walk(directory: Path, prefix: str | None, root: Path, seen: set[tuple[int, int]]) -> Iterator[InputUnit]:

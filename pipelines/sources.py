@@ -69,6 +69,16 @@ def compression_of(head: bytes) -> str | None:
     return None
 
 
+def display_name(name: str) -> str:
+    """A file name as text: bytes that are not UTF-8 (a Latin-1 name, an old tar member), which Python
+    keeps as lone surrogates that neither Arrow nor JSON can hold, shown as `\\xe9` escapes."""
+    try:
+        name.encode("utf-8")
+        return name
+    except UnicodeEncodeError:
+        return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
 def is_tar(head: bytes) -> bool:
     return len(head) >= 262 and head[257:262] == b"ustar"
 
@@ -230,14 +240,14 @@ def extract_tar(stream: IO[bytes], dest: Path, limits: ReadLimits, source: str) 
     try:
         with tarfile.open(fileobj=stream, mode="r|*") as tar:
             for m in tar:
-                name = m.name
+                name = display_name(m.name)  # for the rows; `m.name` is what lands on disk
                 if m.isdir():
                     continue
                 if not m.isfile():
                     rejected.append(TarRejection(name, "unsafe_archive_member", f"{source}!{name}: not a regular file (links and devices are not extracted)"))
                     continue
-                target = (dest / name).resolve()
-                if os.path.isabs(name) or ".." in Path(name).parts or not str(target).startswith(str(dest) + os.sep):
+                target = (dest / m.name).resolve()
+                if os.path.isabs(m.name) or ".." in Path(m.name).parts or not str(target).startswith(str(dest) + os.sep):
                     rejected.append(TarRejection(name, "unsafe_archive_member", f"{source}!{name}: path escapes the archive"))
                     continue
                 if m.size > limits.max_decompressed_bytes:

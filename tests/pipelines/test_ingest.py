@@ -359,6 +359,25 @@ def test_a_symlink_back_up_the_tree_is_walked_once(tmp_path: Path) -> None:
     assert units == [Path("in/d/a.jsonl"), Path("in/d/up/b.jsonl")]  # links to data elsewhere are followed
 
 
+def test_file_names_that_are_not_utf8(tmp_path: Path) -> None:
+    # a Latin-1 name (an old system, an old tar) once ended the run: Python keeps its byte as a lone
+    # surrogate, which neither Arrow nor the JSON manifest can hold
+    d = tmp_path / "in"
+    d.mkdir()
+    (d / os.fsdecode(b"caf\xe9.jsonl")).write_bytes(_chat_line(1))
+    with tarfile.open(d / "old.tar", "w", format=tarfile.GNU_FORMAT, encoding="latin-1") as tar:
+        for name in ("na\xefve.jsonl", "../\xe9vil.jsonl"):
+            info = tarfile.TarInfo(name)
+            info.size = len(_chat_line(2))
+            tar.addfile(info, io.BytesIO(_chat_line(2)))
+    out = tmp_path / "c"
+    s = ingest([d], out, progress=False)
+    assert (s.records, s.trajectories, s.quarantined) == (3, 2, 1)
+    assert sorted(r[0] for r in _q(out, "SELECT source FROM trajectories")) == [
+        f"{d}/caf\\xe9.jsonl", f"{d}/old.tar!na\\xefve.jsonl"]
+    assert _q(out, "SELECT locator, reason FROM quarantine") == [("member:../\\xe9vil.jsonl", "unsafe_archive_member")]
+
+
 def test_a_record_arrow_cannot_hold_is_quarantined_and_the_rest_kept(tmp_path: Path) -> None:
     # an integer tool-call id (valid JSON, not text): the batch Arrow refuses is read again with every
     # record checked; that record goes to quarantine naming its turn, the group's other records stay
