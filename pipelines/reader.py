@@ -222,7 +222,7 @@ def _read_json(stream: IO[bytes], ctx: ImportContext, limits: ReadLimits, lines_
     for lineno, line, n in lines:
         if line is None:
             yield _too_large(ctx, lineno, n, limits), None
-            yield from _read_unsniffed(lines, ctx, limits, [])
+            yield from _read_unsniffed(_json_lines(lines, ctx, limits), ctx, limits, [])
             return
         if line.strip():
             first_line, first_no = line, lineno
@@ -243,16 +243,17 @@ def _read_json(stream: IO[bytes], ctx: ImportContext, limits: ReadLimits, lines_
                 yield from _read_doc(b"\n" * (first_no - 1) + data, ctx, limits)
                 return
         yield _bad_json(ctx, f"line:{first_no}", f"{ctx.source} line {first_no}", first_line, e), None
-        yield from _read_unsniffed(lines, ctx, limits, ahead)
+        yield from _read_unsniffed(_json_lines(lines, ctx, limits), ctx, limits, ahead)
         return
     # The first line is complete JSON: JSON lines (one record, or one array of records, per line),
     # or a one-line document. Records of whole-document formats may also come one per line.
     fmt = _sniff_unit(first_obj)
+    parsed = _json_lines(lines, ctx, limits)
     if fmt is None:
-        yield from _read_unsniffed(lines, ctx, limits, [_Unsniffed(first_no, first_obj, len(first_line), first_line[:300])])
+        yield from _read_unsniffed(parsed, ctx, limits, [_Unsniffed(first_no, first_obj, len(first_line), first_line[:300])])
         return
     yield from _unit_records(fmt, first_obj, f"line:{first_no}", ctx)
-    yield from _read_jsonl(lines, ctx, limits, fmt)
+    yield from _read_jsonl(parsed, ctx, fmt)
 
 
 # How far the reader looks for the first record it recognises before calling an input unknown: a
@@ -308,7 +309,7 @@ def _too_large(ctx: ImportContext, lineno: int, n: int, limits: ReadLimits) -> Q
               f"{ctx.source} line {lineno}: {n} bytes, above the {limits.max_record_bytes}-byte record limit")
 
 
-def _read_unsniffed(lines: Iterator[tuple[int, bytes | None, int]], ctx: ImportContext, limits: ReadLimits,
+def _read_unsniffed(parsed: Iterator[_Line | QuarantineRecord], ctx: ImportContext, limits: ReadLimits,
                     held: list[_Unsniffed]) -> Iterator[Item]:
     """JSON lines whose first records matched no format: the first recognised record of the first
     `SNIFF_AHEAD` names the format of all, the held ones included. Lines that are not JSON (or too
@@ -318,17 +319,11 @@ def _read_unsniffed(lines: Iterator[tuple[int, bytes | None, int]], ctx: ImportC
     fmt = next((f for h in held if (f := _sniff_unit(h.obj)) is not None), None)
     size = sum(h.size for h in held)
     gave_up = False
-    for lineno, line, n in lines if fmt is None else ():
-        if line is None:
-            yield _too_large(ctx, lineno, n, limits), None
+    for item in parsed if fmt is None else ():
+        if type(item) is QuarantineRecord:
+            yield item, None
             continue
-        if not line.strip():
-            continue
-        try:
-            obj = orjson.loads(line)
-        except orjson.JSONDecodeError as e:
-            yield _bad_json(ctx, f"line:{lineno}", f"{ctx.source} line {lineno}", line, e), None
-            continue
+        lineno, obj, line = item
         if (fmt := _sniff_unit(obj)) is not None:
             held.append(_Unsniffed(lineno, obj, len(line), b""))
             break
@@ -347,7 +342,7 @@ def _read_unsniffed(lines: Iterator[tuple[int, bytes | None, int]], ctx: ImportC
         return
     for h in held:
         yield from _unit_records(fmt, h.obj, f"line:{h.lineno}", ctx)
-    yield from _read_jsonl(lines, ctx, limits, fmt)
+    yield from _read_jsonl(parsed, ctx, fmt)
 
 
 def _looks_like_lines(data: bytes) -> bool:
@@ -412,20 +407,31 @@ def _line_records(imp: Importer, obj: Any, loc: str, ctx: ImportContext) -> Iter
 _NOT_JSON = object()
 
 
-def _read_jsonl(lines: Iterator[tuple[int, bytes | None, int]], ctx: ImportContext, limits: ReadLimits,
-                fmt: _LineFormat) -> Iterator[Item]:
+_Line = tuple[int, Any, bytes]  # (line number, the parsed line, its bytes)
+
+
+def _json_lines(lines: Iterator[tuple[int, bytes | None, int]], ctx: ImportContext,
+                limits: ReadLimits) -> Iterator[_Line | QuarantineRecord]:
+    """Each non-blank line parsed, or the quarantine row of a line that is too large or not JSON."""
     for lineno, line, n in lines:
-        loc = f"line:{lineno}"
         if line is None:
-            yield _too_large(ctx, lineno, n, limits), None
+            yield _too_large(ctx, lineno, n, limits)
+        elif line.strip():
+            try:
+                obj = orjson.loads(line)
+            except orjson.JSONDecodeError as e:
+                yield _bad_json(ctx, f"line:{lineno}", f"{ctx.source} line {lineno}", line, e)
+            else:
+                yield lineno, obj, line
+
+
+def _read_jsonl(parsed: Iterator[_Line | QuarantineRecord], ctx: ImportContext, fmt: _LineFormat) -> Iterator[Item]:
+    for item in parsed:
+        if type(item) is QuarantineRecord:
+            yield item, None
             continue
-        if not line.strip():
-            continue
-        try:
-            obj = orjson.loads(line)
-        except orjson.JSONDecodeError as e:
-            yield _bad_json(ctx, loc, f"{ctx.source} line {lineno}", line, e), None
-            continue
+        lineno, obj, _ = item
+        loc = f"line:{lineno}"
         if fmt.array:
             yield from _unit_records(fmt, obj, loc, ctx)
         else:  # the common case, without a generator more per line
