@@ -159,3 +159,33 @@ def test_byte_damage_is_quarantined_not_raised(unit, tmp_path: Path) -> None:
         target.write_bytes(_byte_damage(src.read_bytes(), rng))
         _, quarantined = _read(dst)  # must not raise
         assert not _named(quarantined, dst), src
+
+
+def test_counts_reconcile_over_damaged_inputs(tmp_path: Path) -> None:
+    """Through the whole ingest stage (two workers, so the process pool and its counting too): a mix
+    of damaged copies of the fixtures, each input's records in = accepted + quarantined, the tables
+    hold exactly the counted rows, and a second ingest of the same inputs adds nothing."""
+    from pipelines.ingest import IngestConfig, ingest
+    from pipelines.query import run_query
+
+    rng = random.Random(7)
+    src = tmp_path / "in"
+    src.mkdir()
+    for i, f in enumerate(rng.sample(FILES, 60)):
+        lines, doc = _load(f)
+        for j in range(2):
+            path = rng.choice(list(_paths(doc))[1:])
+            _dump(lines, _damaged(doc, path, rng.choice([*VALUES, DELETE])), src / f"{i:02d}-{j}-{f.name}")
+        (src / f"{i:02d}-b-{f.name}").write_bytes(_byte_damage(f.read_bytes(), rng))
+    out = tmp_path / "corpus"
+    s = ingest([src], out, IngestConfig(workers=2), progress=False)
+    assert s.reconciles and s.quarantined > 0 and s.trajectories > 0
+    count = lambda sql: run_query(out, sql)[1][0][0]  # noqa: E731
+    assert count("SELECT count(*) FROM trajectories") == s.trajectories
+    assert count("SELECT count(*) FROM quarantine") == s.quarantined
+    assert count("SELECT coalesce(sum(num_turns), 0) FROM trajectories") == count("SELECT count(*) FROM turns") == s.turns
+    inputs = json.loads((out / "manifest.json").read_text())["inputs"].values()
+    assert all(e["records"] == e["trajectories"] + e["quarantined"] for e in inputs)
+    assert sum(e["records"] for e in inputs) == s.records
+    again = ingest([src], out, IngestConfig(workers=2), progress=False)
+    assert (again.records, count("SELECT count(*) FROM trajectories")) == (0, s.trajectories)
