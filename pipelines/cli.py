@@ -35,9 +35,15 @@ def _cmd_ingest(a: argparse.Namespace) -> int:
 
 
 def _cmd_query(a: argparse.Namespace) -> int:
+    import duckdb
+
     from pipelines.query import render, run_query
 
-    cols, rows = run_query(a.corpus, a.sql)
+    try:
+        cols, rows = run_query(a.corpus, a.sql)
+    except duckdb.Error as e:  # the user's SQL: its message, not a traceback
+        print(f"worldline query: error: {e}", file=sys.stderr)
+        return 1
     print(render(cols, rows, a.format))
     return 0
 

@@ -324,6 +324,10 @@ def test_cli_exit_codes_and_json_query(inbox: Path, tmp_path: Path, capsys) -> N
     assert json.loads(capsys.readouterr().out) == [{"domain": "swe", "n": 1}, {"domain": "terminal", "n": 1}]
     assert main(["ingest", str(tmp_path / "nope"), "--out", str(out)]) == 1
     assert "does not exist" in capsys.readouterr().err
+    assert main(["query", str(out), "SELEC 1"]) == 1  # the SQL's error, not a traceback
+    assert capsys.readouterr().err.startswith('worldline query: error: Parser Error: syntax error at or near "SELEC"')
+    assert main(["query", str(out), "SELECT nope FROM trajectories"]) == 1
+    assert 'Referenced column "nope" not found' in capsys.readouterr().err
     assert main(["stats", str(out)]) == 0
     assert "unknown_format" in capsys.readouterr().out
 
