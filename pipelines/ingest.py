@@ -23,7 +23,7 @@ from pipelines.gcpause import fewer_gc_passes
 from pipelines.progress import StatusLine
 from pipelines.reader import InputUnit, discover, read_unit
 from pipelines.sources import ReadLimits
-from pipelines.store import Corpus, DomainBuffers, PartWriter
+from pipelines.store import Corpus, CorpusError, DomainBuffers, PartWriter
 from schemas.records import QuarantineRecord, Trajectory, record_problem
 from schemas.tables import DOMAINS, SCHEMA_VERSION
 
@@ -228,8 +228,10 @@ def ingest(
         raise ValueError(f"--domain {config.domain_override!r} is not one of {list(DOMAINS)}")
     t0 = time.monotonic()
     corpus = Corpus(corpus_dir)
+    if corpus.root.exists() and not corpus.root.is_dir():
+        raise CorpusError(f"{corpus.root} is a file, not a corpus directory")
     summary = IngestSummary(corpus=str(corpus.root))
-    units = list(discover([Path(p) for p in paths]))
+    units = list(discover([Path(p) for p in paths], skip=[corpus.root]))  # not its own output, if among the inputs
     sizes = [u.size() for u in units]
     total_in = sum(sizes)
     workers = config.workers or (

@@ -80,13 +80,16 @@ class InputUnit:
         return digest(*parts)
 
 
-def discover(paths: Iterable[Path], source_prefix: str | None = None, root: Path | None = None) -> Iterator[InputUnit]:
+def discover(paths: Iterable[Path], source_prefix: str | None = None, root: Path | None = None,
+             skip: Iterable[Path] = ()) -> Iterator[InputUnit]:
     """Expand paths into input units, in a deterministic order. Directories claimed by a
-    directory-format importer become one unit; their consumed files are not offered again."""
+    directory-format importer become one unit; their consumed files are not offered again.
+    Directories in `skip` (the corpus being written, when it lies among the inputs) are not walked."""
+    skipped = {(st.st_dev, st.st_ino) for d in skip if (st := _stat_dir(Path(d))) is not None}
     for path in paths:
         path = Path(path)
         if path.is_dir():
-            yield from _walk(path, source_prefix, root if root is not None else path.parent, set())
+            yield from _walk(path, source_prefix, root if root is not None else path.parent, set(skipped))
         elif path.exists():
             yield InputUnit(path, _display(path, source_prefix, root))
         else:
@@ -102,13 +105,8 @@ def _display(path: Path, prefix: str | None, root: Path | None) -> str:
 
 
 def _walk(directory: Path, prefix: str | None, root: Path, seen: set[tuple[int, int]]) -> Iterator[InputUnit]:
-    try:
-        st = directory.stat()
-    except OSError as e:
-        if e.errno in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP):
-            return  # gone meanwhile, as `_is` treats entries
-        raise
-    if (st.st_dev, st.st_ino) in seen:  # a symlink back up the tree: walked already (two such links would
+    st = _stat_dir(directory)
+    if st is None or (st.st_dev, st.st_ino) in seen:  # a symlink back up the tree: walked already (two such links would
         return  # make the walk exponential)
     seen.add((st.st_dev, st.st_ino))
     for imp in _BY_CONTAINER.get("dir", []):
@@ -133,6 +131,15 @@ def _walk(directory: Path, prefix: str | None, root: Path, seen: set[tuple[int, 
             yield from _walk(p, prefix, root, seen)
         elif _is(e.is_file):
             yield InputUnit(p, _display(p, prefix, root))
+
+
+def _stat_dir(directory: Path) -> os.stat_result | None:
+    try:
+        return directory.stat()
+    except OSError as e:
+        if e.errno in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP):
+            return None  # gone (or not there yet), as `_is` treats entries
+        raise
 
 
 def _is(test: Callable[[], bool]) -> bool:

@@ -363,6 +363,19 @@ def test_a_symlink_back_up_the_tree_is_walked_once(tmp_path: Path) -> None:
     assert units == [Path("in/d/a.jsonl"), Path("in/d/up/b.jsonl")]  # links to data elsewhere are followed
 
 
+def test_a_corpus_inside_its_inputs_is_not_read_as_input(inbox: Path, tmp_path: Path, capsys) -> None:
+    # `ingest data --out data/corpus`, twice: the corpus's own Parquet files and manifest were read
+    # as inputs of unknown format the second time
+    out = inbox / "corpus"
+    first = ingest([inbox], out, progress=False)
+    again = ingest([inbox], out, progress=False)
+    assert (first.records, first.quarantined) == (2, 0)
+    assert (again.inputs, again.skipped_inputs, again.records) == (2, 2, 0)
+    (tmp_path / "a-file").write_text("")
+    assert main(["ingest", str(inbox), "--out", str(tmp_path / "a-file")]) == 1
+    assert capsys.readouterr().err == f"worldline ingest: error: {tmp_path / 'a-file'} is a file, not a corpus directory\n"
+
+
 def test_file_names_that_are_not_utf8(tmp_path: Path) -> None:
     # a Latin-1 name (an old system, an old tar) once ended the run: Python keeps its byte as a lone
     # surrogate, which neither Arrow nor the JSON manifest can hold
