@@ -310,6 +310,7 @@ def _ingest(
             todo.append((unit, sha, size))
         summary.new_inputs = len(todo)
         if not todo:
+            w.ensure_manifest()
             summary.seconds = time.monotonic() - t0
             return summary
         batch_id = w.new_batch_id()

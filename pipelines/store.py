@@ -250,6 +250,12 @@ class CorpusWriter:
         p.mkdir(parents=True, exist_ok=True)
         return p
 
+    def ensure_manifest(self) -> None:
+        """An empty corpus for a run that added nothing (no inputs, or none new): the later stages
+        then read an empty corpus instead of saying that there is none."""
+        if not self.corpus.exists():
+            write_json_atomic(self.corpus.manifest_path, self.corpus.manifest())
+
     def commit(self, batch_id: str, files: list[dict], inputs: dict[str, dict], info: dict) -> dict:
         """Record the batch as committing, move its staged files (`PartWriter.close()`'s entries,
         checksummed by the writer) into place, mark it committed. Returns the batch entry."""

@@ -376,6 +376,17 @@ def test_a_corpus_inside_its_inputs_is_not_read_as_input(inbox: Path, tmp_path: 
     assert capsys.readouterr().err == f"worldline ingest: error: {tmp_path / 'a-file'} is a file, not a corpus directory\n"
 
 
+def test_an_ingest_that_adds_nothing_still_leaves_a_corpus(tmp_path: Path, capsys) -> None:
+    # an empty input directory: the next stages once said "not a corpus; create one with worldline ingest"
+    (tmp_path / "empty").mkdir()
+    out = tmp_path / "c"
+    s = ingest([tmp_path / "empty"], out, progress=False)
+    assert (s.inputs, s.records) == (0, 0)
+    assert main(["query", str(out), "SELECT count(*) AS n FROM trajectories", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out) == [{"n": 0}]
+    assert main(["stats", str(out)]) == 0
+
+
 def test_file_names_that_are_not_utf8(tmp_path: Path) -> None:
     # a Latin-1 name (an old system, an old tar) once ended the run: Python keeps its byte as a lone
     # surrogate, which neither Arrow nor the JSON manifest can hold
