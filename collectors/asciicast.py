@@ -372,16 +372,15 @@ class AsciicastImporter(Importer):
     container = "text"
 
     def sniff(self, head: bytes) -> bool:
-        text = head.lstrip(b"\xef\xbb\xbf")
-        nl = text.find(b"\n")
-        first = text if nl < 0 else text[:nl]
+        nl = head.find(b"\n")
+        first = head if nl < 0 else head[:nl]
         try:
             obj = orjson.loads(first)
         except orjson.JSONDecodeError:
             return False
         if not _is_header(obj):
             return False
-        rest = text[nl + 1 :].lstrip() if nl >= 0 else b""
+        rest = head[nl + 1 :].lstrip() if nl >= 0 else b""
         return not rest or rest[:1] in (b"[", b"#")
 
     def split(self, stream: IO[bytes], ctx: ImportContext):
@@ -394,7 +393,7 @@ class AsciicastImporter(Importer):
         except StopIteration:
             raise RecordError("empty_input", "line:1: no asciicast header") from None
         try:
-            header = orjson.loads(raw.removeprefix(b"\xef\xbb\xbf"))  # a BOM, as `sniff` allows (Windows editors write one)
+            header = orjson.loads(raw)
         except orjson.JSONDecodeError as e:
             raise RecordError("invalid_json", f"line:{lineno}: header: {e}") from None
         if not _is_header(header):

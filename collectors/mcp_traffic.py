@@ -387,19 +387,18 @@ def _detect(head: bytes) -> str | None:
     `array` (one JSON array); None when its head holds no MCP traffic. JSON lines are claimed when
     one of the first lines that parse holds a JSON-RPC message (lines before it are bad lines of the
     log, quarantined later) and some message in the head is one only MCP sends."""
-    text = head.removeprefix(b"\xef\xbb\xbf")
-    if b"jsonrpc" not in text:  # every shape read here holds a JSON-RPC message (escaped, if wrapped as text)
+    if b"jsonrpc" not in head:  # every shape read here holds a JSON-RPC message (escaped, if wrapped as text)
         return None  # in its head: one substring scan spares the other formats' inputs the line parsing below
-    if b'"jsonrpc"' in text and (b"] Message from " in text or b" -> " in text):  # spares the scan for all else
-        for text_line in text.decode("utf-8", "replace").splitlines():
+    if b'"jsonrpc"' in head and (b"] Message from " in head or b" -> " in head):  # spares the scan for all else
+        for text_line in head.decode("utf-8", "replace").splitlines():
             line = _log_line(text_line)
             message = line.message() if line is not None else None
             if message is not None and '"jsonrpc"' in message[1]:
                 return "log"
-    lines = text.split(b"\n")
+    lines = head.split(b"\n")
     first = next((ln.strip() for ln in lines if ln.strip()), b"")
     if first[:1] == b"[" and not _parses(first):  # a pretty-printed array, or one line longer than the head
-        return "array" if _mentions_mcp(text) else None
+        return "array" if _mentions_mcp(head) else None
     decided, unreadable, foreign = False, 0, 0
     for ln in lines:
         if not ln.strip():
@@ -422,7 +421,7 @@ def _detect(head: bytes) -> str | None:
         decided = True
         if any(_is_mcp(w.msg) for w in wires):
             return "lines"
-    if not decided and first[:1] == b"{" and len(lines) == 1 and _mentions_mcp(text):
+    if not decided and first[:1] == b"{" and len(lines) == 1 and _mentions_mcp(head):
         return "lines"  # one message longer than the head
     return None
 
@@ -483,8 +482,6 @@ def _line_items(stream: IO[bytes], limits: ReadLimits) -> Iterator[_Item]:
         if line is None:
             yield _too_large(lineno, size, limits.max_record_bytes)
             continue
-        if lineno == 1:
-            line = line.removeprefix(b"\xef\xbb\xbf")
         if not line.strip():
             continue
         try:

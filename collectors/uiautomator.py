@@ -87,11 +87,10 @@ class UiAutomatorImporter(Importer):
     container = "text"
 
     def sniff(self, head: bytes) -> bool:
-        text = head.lstrip(b"\xef\xbb\xbf")
-        m = _SNIFF.match(text)
+        m = _SNIFF.match(head)
         if not m:
             return False
-        rest = text[m.end() : m.end() + 4096]
+        rest = head[m.end() : m.end() + 4096]
         return (
             m.group(0).endswith(b"/>")
             or rest.lstrip().startswith((b"<node", b"</hierarchy", b"<display"))
