@@ -52,9 +52,7 @@ ones take the pure loop. The figures are in docs/benchmarks.md ("Raw-stream form
 from __future__ import annotations
 
 import functools
-import lzma
 import struct
-import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any
@@ -670,11 +668,9 @@ def read_tfrecords(
         offset += HEADER_BYTES + length + FOOTER_BYTES
 
 
-_STREAM_ERRORS = (EOFError, OSError, zlib.error, lzma.LZMAError)
-
-
 def _read(stream: IO[bytes], n: int, index: int, offset: int) -> bytes:
-    """Up to `n` bytes (fewer only at the end of the input); a failing compressed stream is a FramingError."""
+    """Up to `n` bytes (fewer only at the end of the input); a failing read is a FramingError. (Compressed data
+    that breaks off ends the stream there instead: `pipelines.sources.stream_problem` reports it.)"""
     try:
         data = stream.read(n)
         while len(data) < n:
@@ -682,10 +678,9 @@ def _read(stream: IO[bytes], n: int, index: int, offset: int) -> bytes:
             if not more:
                 break
             data += more
-    except _STREAM_ERRORS as e:
-        reason = "truncated_record" if isinstance(e, EOFError) else "corrupt_input"
+    except OSError as e:
         raise FramingError(
-            reason,
+            "corrupt_input",
             f"record {index} at byte {offset}: the input stream failed: {type(e).__name__}: {e}",
             index,
             offset,

@@ -178,7 +178,7 @@ def read_unit(
             yield _q(ctx, "$", "corrupt_input", problem), None
     except InputError as e:
         yield _q(ctx, e.locator, e.reason, e.detail), None
-    except (EOFError, OSError, ValueError) as e:  # corrupt compressed data and the like
+    except (EOFError, OSError, ValueError) as e:  # a failing read, an archive tarfile cannot open, and the like
         yield _q(ctx, "$", "corrupt_input", f"{unit.source}: {type(e).__name__}: {e}"), None
     finally:
         close_input(stream)
