@@ -8,7 +8,7 @@ import dagster as dg
 
 from dagster_project.partitions import SOURCE_DAY
 from dagster_project.resources import CorpusResource
-from pipelines.inbox import files_for
+from pipelines.inbox import inputs_for
 from pipelines.report import write_report
 from pipelines.stats import ingest_overview
 
@@ -26,18 +26,34 @@ def _md_table(columns: list[str], rows: list[tuple]) -> dg.MetadataValue:
     return dg.MetadataValue.md("\n".join(lines))
 
 
+class IngestRunConfig(dg.Config):
+    """`inputs`: the `path|signature` keys (`pipelines.inbox.InboxInput.key`) a sensor's run is for;
+    empty (a manual run, a backfill, the schedule): every settled input of the partition."""
+
+    inputs: list[str] = []
+
+
 @dg.asset(
     partitions_def=SOURCE_DAY,
     retry_policy=COLLECTION_RETRY,
     group_name="ingestion",
     kinds={"python", "parquet"},
-    description="Trace files from `INBOX/{source}/` modified on `{day}` (UTC), imported into the corpus.",
+    description="Trace files and directories from `INBOX/{source}/` last modified on `{day}` (UTC), imported into the corpus.",
 )
-def ingested_traces(context: dg.AssetExecutionContext, corpus: CorpusResource) -> dg.MaterializeResult:
+def ingested_traces(context: dg.AssetExecutionContext, corpus: CorpusResource,
+                    config: IngestRunConfig) -> dg.MaterializeResult:
     keys = context.partition_key.keys_by_dimension
     source, day = keys["source"], keys["day"]
-    files = files_for(corpus.inbox_path, source, day, corpus.settle_seconds)
-    context.log.info(f"{len(files)} settled files in {corpus.inbox_path / source} for {day}")
+    offered = inputs_for(corpus.inbox_path, source, day, corpus.settle_seconds)
+    if config.inputs:  # a sensor's run: exactly the inputs it saw settle, unchanged since
+        by_key = {i.key: i for i in offered}
+        changed = [k for k in config.inputs if k not in by_key]
+        if changed:
+            context.log.warning(f"{len(changed)} requested inputs changed or left since the sensor saw them; "
+                                f"a later run takes them (first: {changed[0].rsplit('|', 1)[0]})")
+        offered = [by_key[k] for k in config.inputs if k in by_key]
+    files = [i.path for i in offered]
+    context.log.info(f"{len(files)} settled inputs in {corpus.inbox_path / source} for {day}")
     t0 = time.monotonic()
     summary = corpus.ingest(files)
     context.log.info(summary.render())
@@ -45,7 +61,7 @@ def ingested_traces(context: dg.AssetExecutionContext, corpus: CorpusResource) -
     query = f'worldline query {corpus.root} "SELECT * FROM trajectories WHERE source LIKE \'%/{source}/%\' LIMIT 20"'
     return dg.MaterializeResult(
         metadata={
-            "files": len(files),
+            "inputs": len(files),
             "new_inputs": summary.new_inputs,
             "already_ingested": summary.skipped_inputs,
             "records_in": summary.records,
@@ -56,6 +72,7 @@ def ingested_traces(context: dg.AssetExecutionContext, corpus: CorpusResource) -
             "seconds": round(time.monotonic() - t0, 3),
             "MB": round(summary.bytes / 1e6, 3),
             "batch": summary.batch_id or "none (nothing new)",
+            "config_fingerprint": summary.config_fingerprint,
             "by_domain_and_source": _md_table(*overview["by_domain_source"]),
             "quarantine_reasons": _md_table(*overview["quarantine_reasons"]),
             "example_turns": _md_table(*overview["example_turns"]),

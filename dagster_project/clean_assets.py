@@ -20,7 +20,10 @@ from pipelines.redact import RedactConfig
 
 
 class CleanRunConfig(dg.Config):
+    """`worldline clean`'s options (`retry_identical: false` is `--no-retry-identical`)."""
+
     min_turns: int = 2
+    retry_identical: bool = True
     eval_set: str | None = None  # JSON / JSON-lines evaluation set to decontaminate against
     ngram: int = 8
     min_overlap: float = 0.5
@@ -28,14 +31,22 @@ class CleanRunConfig(dg.Config):
 
 
 class DedupRunConfig(dg.Config):
+    """`worldline dedup`'s options (`use_cleaning: false` is `--ignore-cleaning`, `reuse_signatures:
+    false` is `--recompute`)."""
+
     threshold: float = 0.7
     num_perm: int = 128
     shingle: int = 5
+    bands: int | None = None
+    rows: int | None = None
     min_prefix_share: int = 2
+    use_cleaning: bool = True
+    reuse_signatures: bool = True
+    memory_limit: str = "256MB"
 
 
 @dg.asset(
-    deps=[ingested_traces],
+    deps=[ingested_traces, "mcp_trajectories", "sandbox_trajectories"],  # every writer of the corpus
     group_name="cleaning",
     kinds={"python", "duckdb", "parquet"},
     description="Cleaning verdicts (side table `cleaning`), secrets/PII to redact on export (`redactions`) and, "
@@ -43,7 +54,8 @@ class DedupRunConfig(dg.Config):
 )
 def cleaning_verdicts(context: dg.AssetExecutionContext, corpus: CorpusResource, config: CleanRunConfig) -> dg.MaterializeResult:
     cfg = CleanConfig(
-        min_turns=config.min_turns, redact=RedactConfig(ip_addresses=config.ip_addresses),
+        min_turns=config.min_turns, retry_identical=config.retry_identical,
+        redact=RedactConfig(ip_addresses=config.ip_addresses),
         decontam=DecontamConfig(eval_set=config.eval_set, n=config.ngram, min_overlap=config.min_overlap),
         lock_wait_s=corpus.lock_wait_seconds,
     )
@@ -68,8 +80,10 @@ def cleaning_verdicts(context: dg.AssetExecutionContext, corpus: CorpusResource,
                 "(`shared_prefixes`), MinHash signatures (`dedup_signatures`); view `kept_turns`.",
 )
 def dedup_clusters(context: dg.AssetExecutionContext, corpus: CorpusResource, config: DedupRunConfig) -> dg.MaterializeResult:
-    cfg = DedupConfig(threshold=config.threshold, num_perm=config.num_perm, shingle=config.shingle,
-                      min_prefix_share=config.min_prefix_share, lock_wait_s=corpus.lock_wait_seconds)
+    cfg = DedupConfig(threshold=config.threshold, num_perm=config.num_perm, shingle=config.shingle, bands=config.bands,
+                      rows=config.rows, min_prefix_share=config.min_prefix_share, use_cleaning=config.use_cleaning,
+                      reuse_signatures=config.reuse_signatures, memory_limit=config.memory_limit,
+                      lock_wait_s=corpus.lock_wait_seconds)
     s = dedup(corpus.root, cfg, progress=True, echo=context.log.info)
     context.log.info(s.render())
     return dg.MaterializeResult(metadata={
@@ -78,7 +92,7 @@ def dedup_clusters(context: dg.AssetExecutionContext, corpus: CorpusResource, co
         "shared_prefix_turns": s.shared_prefix_turns, "signatures_reused": s.signatures_reused,
         "lsh": f"{s.bands} bands x {s.rows} rows at threshold {s.threshold}",
         "largest_clusters": _md_table(["cluster_id", "size", "kind"], s.largest),
-        "seconds": round(s.seconds_signatures + s.seconds_verdicts, 3),
+        "seconds": round(s.seconds_signatures + s.seconds_verdicts, 3), "fingerprint": s.fingerprint,
         "see_more": dg.MetadataValue.text(f'worldline query {corpus.root} "SELECT * FROM duplicates ORDER BY cluster_size DESC LIMIT 20"'),
     })
 

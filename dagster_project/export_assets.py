@@ -20,9 +20,12 @@ from pipelines.export_contracts import EXPORT_CONTRACTS, run_export_contracts
 
 
 class ExportRunConfig(dg.Config):
+    """`worldline export`'s options (`use_redaction_scan: false` is `--redact-every-text`)."""
+
     out: str = ""  # default: `export/` beside the corpus
     seq_len: int = 2048
     tokenizer: str = "smollm2"
+    chat_template: str = ""  # a Jinja chat template file instead of the tokenizer's
     formats: list[str] = ["parquet", "chat", "megatron"]
     validation: float = 0.05
     test: float = 0.05
@@ -30,6 +33,9 @@ class ExportRunConfig(dg.Config):
     source_weights: list[str] = []
     seed: int = 0
     shard_tokens: int = 1 << 24
+    eval_middle_turns: int = 2
+    use_redaction_scan: bool = True
+    force: bool = False  # rebuild even when the export is up to date
 
 
 def export_out(corpus: CorpusResource, out: str = "") -> Path:
@@ -46,12 +52,14 @@ def export_out(corpus: CorpusResource, out: str = "") -> Path:
 )
 def training_export(context: dg.AssetExecutionContext, corpus: CorpusResource, config: ExportRunConfig) -> dg.MaterializeResult:
     cfg = ExportConfig(seq_len=config.seq_len, tokenizer=config.tokenizer, formats=tuple(config.formats),
+                       chat_template=Path(config.chat_template).read_text() if config.chat_template else None,
                        split=SplitConfig(validation=config.validation, test=config.test),
                        domain_weights=parse_weights(config.domain_weights), source_weights=parse_weights(config.source_weights),
-                       seed=config.seed, shard_tokens=config.shard_tokens)
+                       seed=config.seed, shard_tokens=config.shard_tokens, eval_middle_turns=config.eval_middle_turns,
+                       use_redaction_scan=config.use_redaction_scan)
     out = export_out(corpus, config.out)
     t0 = time.monotonic()
-    s = export(corpus.root, out, cfg, progress=True, echo=context.log.info)
+    s = export(corpus.root, out, cfg, progress=True, echo=context.log.info, force=config.force)
     context.log.info(s.render())
     m = read_manifest(out) or {}
     splits = [(n, v["trajectories"], v["documents"], v["samples"], v["tokens"], v["loss_tokens"], f"{100 * v['masked_fraction']:.1f} %")

@@ -65,23 +65,21 @@ class CorpusResource(dg.ConfigurableResource):
 
 
 class DuckDBResource(dg.ConfigurableResource):
-    """DuckDB with the corpus views. `motherduck_token` (an EnvVar) lets the same queries run
-    against a hosted database; locally it stays unset."""
+    """An in-memory DuckDB connection with the corpus views (`worldline query`'s), for assets and
+    checks of your own; `threads` caps DuckDB's threads (0: its default, one per core)."""
 
-    motherduck_token: str | None = None
+    threads: int = 0
 
     def connect(self, corpus_root: str | Path) -> duckdb.DuckDBPyConnection:
-        con = duckdb.connect(config={"motherduck_token": self.motherduck_token} if self.motherduck_token else {})
-        return connect(corpus_root, con)
+        return connect(corpus_root, duckdb.connect(config={"threads": self.threads} if self.threads else {}))
 
 
 def build_resources() -> dict[str, dg.ConfigurableResource]:
     s = settings()
-    token = dg.EnvVar("WORLDLINE_MOTHERDUCK_TOKEN") if os.environ.get("WORLDLINE_MOTHERDUCK_TOKEN") else None
     return {
         "corpus": CorpusResource(
             root=s["corpus"], inbox=s["inbox"], settle_seconds=s["settle_seconds"],
             max_quarantine_rate=s["max_quarantine_rate"], beam_runner=s["beam_runner"], beam_options=s["beam_options"],
         ),
-        "duckdb": DuckDBResource(motherduck_token=token),
+        "duckdb": DuckDBResource(),
     }

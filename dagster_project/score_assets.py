@@ -5,7 +5,8 @@ resource that owns the scoring model (loaded once per run, on the run's GPU when
 import dagster as dg
 from pydantic import PrivateAttr
 
-from dagster_project.assets import _md_table, ingested_traces
+from dagster_project.assets import _md_table
+from dagster_project.clean_assets import dedup_clusters
 from dagster_project.contract_checks import check_result
 from dagster_project.resources import CorpusResource
 from pipelines.score import TABLE, ScoreConfig, score, score_contracts
@@ -55,7 +56,7 @@ class ScoringModelResource(dg.ConfigurableResource):
 
 
 @dg.asset(
-    deps=[ingested_traces],
+    deps=[dedup_clusters],  # the model tier skips what cleaning and dedup drop (`kept_trajectories`)
     group_name="scoring",
     kinds={"python", "pytorch", "parquet"},
     description="Per-turn information scores and loss masks (`worldline score`): side table turn_scores.",
@@ -74,6 +75,7 @@ def turn_scores(context: dg.AssetExecutionContext, corpus: CorpusResource,
         "categories": _md_table(["category", "turns", "keep", "loss on"], cats),
         "loss_by_domain": _md_table(["domain", "turns", "loss on", "share"], doms),
         "seconds": round(summary.seconds, 2),
+        "fingerprint": summary.fingerprint,
         "see_more": dg.MetadataValue.text(
             f'worldline query {corpus.root} "SELECT category, count(*), avg(cond_nll), avg(info_gain) FROM {TABLE} GROUP BY 1"'),
     }

@@ -23,7 +23,7 @@ def main() -> None:
     if a.sample and not (inbox / "sample").exists():
         shutil.copytree(REPO / "data" / "sample" / "corpus", inbox / "sample")
     inbox.mkdir(parents=True, exist_ok=True)
-    home = Path(os.environ.get("DAGSTER_HOME", REPO / ".dagster_home"))
+    home = Path(os.environ.setdefault("DAGSTER_HOME", str(REPO / ".dagster_home")))  # `make ui`'s default
     home.mkdir(parents=True, exist_ok=True)
     if not (home / "dagster.yaml").exists():  # no telemetry: this network is closed
         (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")

@@ -1,9 +1,10 @@
-"""Automation: a sensor that turns settled inbox files into partition runs, and a daily schedule.
+"""Automation: a sensor that turns settled inbox inputs into partition runs, and a daily schedule.
 
-The sensor only requests files it has seen unchanged (same size and mtime) on two consecutive
-ticks *and* that are older than the settle time, so a file still being written is never
-ingested. The run key is derived from the exact set of files, so a partition is re-run when new
-files arrive in it, and never twice for the same files.
+The sensor only requests inputs (files, and directories a directory format claims) it has seen
+unchanged (every file's size and mtime) on two consecutive ticks *and* that are older than the
+settle time, so a file still being written is never ingested. The run is given exactly those
+inputs (run config), and its key is derived from them, so a partition is re-run when new inputs
+arrive in it, and never twice for the same ones.
 """
 
 
@@ -11,6 +12,7 @@ import datetime as dt
 import hashlib
 import json
 from collections import defaultdict
+from collections.abc import Callable
 
 import dagster as dg
 
@@ -26,27 +28,32 @@ ingest_job = dg.define_asset_job(
 )
 
 
-def inbox_requests(corpus: CorpusResource, cursor: str | None, known_sources: list[str]) -> dg.SensorResult:
+def inbox_requests(corpus: CorpusResource, cursor: str | None, known_sources: list[str],
+                   log: Callable[[str], None] | None = None) -> dg.SensorResult:
     """Core of the sensor, separated so tests can drive it tick by tick."""
     state = json.loads(cursor) if cursor else {"seen": {}, "requested": []}
     seen_before: dict[str, str] = state["seen"]
     requested = set(state["requested"])
     now_seen: dict[str, str] = {}
     groups: dict[tuple[str, str], list[str]] = defaultdict(list)
-    for f in scan(corpus.inbox_path, corpus.settle_seconds):
-        sig = f"{f.size}|{f.mtime_ns}"
-        now_seen[str(f.path)] = sig
-        if seen_before.get(str(f.path)) == sig:  # unchanged since the previous tick
-            groups[(f.source, f.day)].append(f"{f.path}|{sig}")
+    future: list[str] = []
+    for i in scan(corpus.inbox_path, corpus.settle_seconds, on_future=lambda p: future.append(str(p))):
+        now_seen[str(i.path)] = i.signature
+        if seen_before.get(str(i.path)) == i.signature:  # unchanged since the previous tick
+            groups[(i.source, i.day)].append(i.key)
+    if future and log is not None:
+        log(f"{len(future)} inbox inputs are modified in the future (a clock off?) and wait until then: {future[0]}")
     run_requests = []
-    for (source, day), sigs in sorted(groups.items()):
-        digest = hashlib.sha256("\n".join(sorted(sigs)).encode()).hexdigest()[:16]
+    for (source, day), keys in sorted(groups.items()):
+        keys.sort()
+        digest = hashlib.sha256("\n".join(keys).encode("utf-8", "surrogateescape")).hexdigest()[:16]
         run_key = f"{source}|{day}|{digest}"
         if run_key in requested:
             continue
         requested.add(run_key)
-        run_requests.append(dg.RunRequest(run_key=run_key, partition_key=key(source, day),
-                                          tags={"worldline/files": str(len(sigs))}))
+        run_requests.append(dg.RunRequest(
+            run_key=run_key, partition_key=key(source, day), tags={"worldline/inputs": str(len(keys))},
+            run_config={"ops": {"ingested_traces": {"config": {"inputs": keys}}}}))
     new_sources = [s for s in sources(corpus.inbox_path) if s not in known_sources]
     dyn = [SOURCES.build_add_request(new_sources)] if new_sources else []
     cursor_out = json.dumps({"seen": now_seen, "requested": sorted(requested)[-5000:]})
@@ -57,7 +64,7 @@ def inbox_requests(corpus: CorpusResource, cursor: str | None, known_sources: li
            description="New settled files in `INBOX/{source}/` → ingestion runs for their (source, day).")
 def inbox_sensor(context: dg.SensorEvaluationContext, corpus: CorpusResource) -> dg.SensorResult:
     known = list(context.instance.get_dynamic_partitions(SOURCES.name))
-    return inbox_requests(corpus, context.cursor, known)
+    return inbox_requests(corpus, context.cursor, known, log=context.log.warning)
 
 
 @dg.schedule(job=ingest_job, cron_schedule="30 0 * * *", execution_timezone="UTC",

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from dagster_project.assets import _md_table, ingested_traces
+from dagster_project.assets import _md_table
 from dagster_project.contract_checks import check_result, check_specs
 from dagster_project.resources import CorpusResource
 from pipelines.traces.checks import TRACE_CHECKS, check_traces
@@ -73,7 +73,7 @@ def traces_out(corpus: CorpusResource, config: TracesRunConfig) -> Path:
 
 
 @dg.asset(
-    deps=[ingested_traces],
+    deps=["turn_scores"],  # queries come from `kept_turns`, weighed by the loss mask when scored
     group_name="traces",
     kinds={"python", "parquet"},
     description="Rejection-sampled thinking traces: K reasoned predictions per (history, action) from the endpoint, "

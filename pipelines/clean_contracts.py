@@ -19,8 +19,9 @@ def _missing(name: str, table: str, stage: str) -> ContractResult:
 
 
 def cleaning_every_trajectory_judged(corpus: Corpus) -> ContractResult:
-    """Every trajectory has a verdict: the verdicts are for the current corpus, and kept plus
-    dropped (each with a known reason) equals the trajectories in it."""
+    """Every trajectory has a verdict: the verdicts are for the current corpus, kept plus dropped
+    (each with a known reason) equals the trajectories in it, and the table holds the verdicts that
+    `worldline clean` counted when it wrote them (rows lost or added since show as a difference)."""
     info = side_info(corpus, "cleaning")
     if info is None:
         return _missing("cleaning_every_trajectory_judged", "cleaning", "clean")
@@ -34,12 +35,22 @@ def cleaning_every_trajectory_judged(corpus: Corpus) -> ContractResult:
     orphans = con.sql("""SELECT count(*) FROM cleaning c WHERE NOT EXISTS (SELECT 1 FROM turns u WHERE u.trajectory_id = c.trajectory_id
                          AND (c.turn_index IS NULL OR u.turn_index = c.turn_index))""").fetchall()[0][0]
     current = info.get("corpus_state") == corpus_state(corpus)
-    judged = info.get("summary", {}).get("trajectories")
-    ok = current and judged == total and kept + dropped == total and not unknown and not misplaced and not orphans
+    recorded = info.get("summary", {})
+    judged = recorded.get("trajectories")
+    counted = {
+        "kept_trajectories": kept,
+        "dropped_trajectories": dict(con.sql("""SELECT reason, count(DISTINCT trajectory_id) FROM cleaning
+                                                WHERE turn_index IS NULL GROUP BY 1""").fetchall()),
+        "dropped_turns": dict(con.sql("SELECT reason, count(*) FROM cleaning WHERE turn_index IS NOT NULL GROUP BY 1").fetchall()),
+    }
+    differ = {k: {"recorded": recorded.get(k), "in_table": v} for k, v in counted.items() if recorded.get(k) != v}
+    ok = (current and judged == total and kept + dropped == total and not differ and not unknown and not misplaced
+          and not orphans)
     return ContractResult(
         "cleaning_every_trajectory_judged", ok,
-        "verdicts are current; kept + dropped = trajectories; known reasons; rows point at existing turns",
+        "verdicts are current; kept + dropped = trajectories = the verdicts recorded; known reasons; rows point at existing turns",
         {"trajectories": total, "judged": judged, "kept": kept, "dropped": dropped, "current": current,
+         "differs_from_recorded": differ,
          "unknown_reasons": unknown, "misplaced_rows": misplaced, "orphan_rows": orphans,
          "inspect": f'worldline query {corpus.root} "SELECT reason, count(*) FROM cleaning GROUP BY 1"'},
     )

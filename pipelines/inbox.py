@@ -2,35 +2,55 @@
 
     INBOX/<source>/**/<files>
 
-A file belongs to the partition (source, day) of its modification day (UTC). Only *settled*
-files are offered: not hidden, not named like a partial download, and unmodified for
-`settle_s` seconds, so a half-written file is never ingested.
+The inbox offers *inputs* as `worldline ingest INBOX/<source>` would see them (`reader.discover`):
+a file, or a directory that a directory format claims (a BrowserGym experiment, a DroidBot output,
+a Harbor trial) together with every file under it. An input belongs to the partition
+(source, day) of the UTC day its newest file was last modified; days before `FIRST_DAY` (files
+unpacked with their old times kept) belong to `FIRST_DAY`. Only *settled* inputs are offered: not
+hidden, no file named like a partial download, and nothing modified for `settle_s` seconds, so a
+half-written file is never ingested. An input modified in the future (a clock off) waits until then.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from pipelines.reader import discover
+
 PARTIAL_SUFFIXES = (".part", ".partial", ".tmp", ".crdownload", ".download", "~")
 SOURCE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+FIRST_DAY = "2024-01-01"  # the first day partition (dagster_project.partitions)
 
 
 @dataclass(frozen=True)
-class InboxFile:
-    path: Path
+class InboxInput:
+    path: Path  # what `ingest` is given: a file, or a claimed directory
     source: str
-    day: str  # YYYY-MM-DD (UTC) of the last modification
-    size: int
-    mtime_ns: int
+    day: str  # YYYY-MM-DD (UTC) of the newest modification, not before FIRST_DAY
+    files: tuple[tuple[str, int, int], ...]  # (path, size, mtime_ns) of every file it holds
+
+    @property
+    def size(self) -> int:
+        return sum(f[1] for f in self.files)
 
     @property
     def signature(self) -> str:
-        return f"{self.path}|{self.size}|{self.mtime_ns}"
+        """Changes when any of its files is added, removed, resized or touched."""
+        h = hashlib.sha256()
+        for p, size, mtime_ns in self.files:
+            h.update(f"{p}\0{size}\0{mtime_ns}\n".encode("utf-8", "surrogateescape"))
+        return h.hexdigest()[:16]
+
+    @property
+    def key(self) -> str:
+        """`path|signature`: what a sensor's run asks for (`ingested_traces`' `inputs`)."""
+        return f"{self.path}|{self.signature}"
 
 
 def sources(inbox: Path) -> list[str]:
@@ -39,28 +59,49 @@ def sources(inbox: Path) -> list[str]:
     return sorted(p.name for p in inbox.iterdir() if p.is_dir() and SOURCE_NAME.match(p.name))
 
 
-def _partial(p: Path, source_dir: Path) -> bool:
-    rel = p.relative_to(source_dir)
-    return any(part.startswith(".") for part in rel.parts) or p.name.endswith(PARTIAL_SUFFIXES)
+def day_of(mtime_ns: int) -> str:
+    day = dt.datetime.fromtimestamp(mtime_ns / 1e9, dt.UTC).strftime("%Y-%m-%d")
+    return max(day, FIRST_DAY)
 
 
-def scan(inbox: Path, settle_s: float = 5.0, now: float | None = None, only: str | None = None) -> Iterator[InboxFile]:
-    """Settled files in the inbox (of one source with `only`), in a deterministic order."""
+def _hidden(p: Path, source_dir: Path) -> bool:
+    return any(part.startswith(".") for part in p.relative_to(source_dir).parts)
+
+
+def scan(inbox: Path, settle_s: float = 5.0, now: float | None = None, only: str | None = None,
+         on_future: Callable[[Path], None] | None = None) -> Iterator[InboxInput]:
+    """Settled inputs in the inbox (of one source with `only`), in a deterministic order.
+    `on_future` hears of each input held back because a file's modification time is in the future."""
     now = time.time() if now is None else now
     for source in sources(inbox):
         if only is not None and source != only:
             continue
         sdir = inbox / source
-        for p in sorted(sdir.rglob("*")):
-            if not p.is_file() or _partial(p, sdir):
+        claimed: Path | None = None
+        for unit in discover([sdir]):
+            if claimed is not None and unit.path.is_relative_to(claimed):
+                continue  # a file of the claimed directory that its format does not read: part of it
+            if _hidden(unit.path, sdir):
                 continue
-            st = p.stat()
-            if now - st.st_mtime < settle_s:
+            if unit.is_dir:
+                claimed = unit.path
+                paths = sorted(p for p in unit.path.rglob("*") if p.is_file())
+            else:
+                paths = [unit.path]
+            if any(p.name.endswith(PARTIAL_SUFFIXES) for p in paths):
                 continue
-            day = dt.datetime.fromtimestamp(st.st_mtime, dt.UTC).strftime("%Y-%m-%d")
-            yield InboxFile(p, source, day, st.st_size, st.st_mtime_ns)
+            try:
+                stats = [(str(p), st.st_size, st.st_mtime_ns) for p in paths if (st := p.stat())]
+            except FileNotFoundError:
+                continue  # gone while we looked: not settled
+            newest = max((s[2] for s in stats), default=0)
+            if newest / 1e9 > now + settle_s and on_future is not None:
+                on_future(unit.path)
+            if now - newest / 1e9 < settle_s:
+                continue
+            yield InboxInput(unit.path, source, day_of(newest), tuple(stats))
 
 
-def files_for(inbox: Path, source: str, day: str, settle_s: float = 5.0) -> list[Path]:
-    """The settled files of one partition."""
-    return [f.path for f in scan(inbox, settle_s, only=source) if f.day == day]
+def inputs_for(inbox: Path, source: str, day: str, settle_s: float = 5.0) -> list[InboxInput]:
+    """The settled inputs of one partition."""
+    return [i for i in scan(inbox, settle_s, only=source) if i.day == day]

@@ -76,6 +76,7 @@ class IngestSummary:
     quarantined: int = 0
     seconds: float = 0.0
     batch_id: str | None = None
+    config_fingerprint: str = ""
     by_domain: dict[str, list[int]] = field(default_factory=dict)  # domain -> [trajectories, turns]
     reasons: dict[str, int] = field(default_factory=dict)
     skipped: list[str] = field(default_factory=list)
@@ -230,7 +231,7 @@ def ingest(
     corpus = Corpus(corpus_dir)
     if corpus.root.exists() and not corpus.root.is_dir():
         raise CorpusError(f"{corpus.root} is a file, not a corpus directory")
-    summary = IngestSummary(corpus=str(corpus.root))
+    summary = IngestSummary(corpus=str(corpus.root), config_fingerprint=config.fingerprint())
     units = list(discover([Path(p) for p in paths], skip=[corpus.root]))  # not its own output, if among the inputs
     sizes = [u.size() for u in units]
     total_in = sum(sizes)

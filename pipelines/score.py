@@ -158,6 +158,7 @@ class ScoreSummary:
     truncated_turns: int = 0
     skipped_dropped: int = 0
     max_tokens: int | None = None
+    fingerprint: str = ""  # the settings' (`ScoreConfig.fingerprint`), as recorded with the side table
     histograms: dict[str, list[tuple[str, int]]] = field(default_factory=dict)
     carried: list[str] = field(default_factory=list)
     seconds: float = 0.0
@@ -350,7 +351,8 @@ def score(
                "policy": orjson.loads(orjson.dumps(asdict(config.policy), default=str)),
                "surface_fingerprint": config.surface.fingerprint(), "policy_fingerprint": config.policy.fingerprint()}
     summary.seconds = time.monotonic() - t0
-    with SideTableWriter(corpus, TABLE, schema, "score", config.fingerprint(), cfg_doc, state) as w:
+    summary.fingerprint = config.fingerprint()
+    with SideTableWriter(corpus, TABLE, schema, "score", summary.fingerprint, cfg_doc, state) as w:
         w.write(t)
         w.commit(_manifest_summary(summary), lock_wait_s=config.lock_wait_s)
     summary.seconds = time.monotonic() - t0

@@ -9,6 +9,8 @@ import dagster as dg
 
 from dagster_project.clean_assets import cleaning_checks, cleaning_verdicts, dedup_checks, dedup_clusters
 from dagster_project.resources import CorpusResource
+from pipelines.side import side_info
+from pipelines.store import Corpus
 from tests.pipelines.clean_support import ingest_sample
 
 
@@ -22,6 +24,7 @@ def test_assets_and_checks(tmp_path: Path) -> None:
     assert "| too_few_turns | 169 | trajectories |" in md["dropped_by_reason"]
     md = {k: v.value for k, v in res.asset_materializations_for_node("dedup_clusters")[0].metadata.items()}
     assert (md["considered"], md["kept"], md["clusters"], md["signatures_reused"]) == (944, 939, 4, False)
+    assert md["fingerprint"] == side_info(Corpus(root), "duplicates")["fingerprint"]
     assert {e.check_name: e.passed for e in res.get_asset_check_evaluations()} == {
         "cleaning_every_trajectory_judged": True, "duplicates_one_representative": True, "dedup_current": True,
         "shared_prefixes_counted_once": True}
@@ -30,3 +33,8 @@ def test_assets_and_checks(tmp_path: Path) -> None:
     md = {k: v.value for k, v in res.asset_materializations_for_node("dedup_clusters")[0].metadata.items()}
     assert md["signatures_reused"] is True and md["lsh"] == "25 bands x 5 rows at threshold 0.5"
     assert all(e.passed for e in res.get_asset_check_evaluations())
+    # the CLI's --bands/--rows and --recompute, as run config
+    res = dg.materialize([dedup_clusters], resources={"corpus": corpus}, run_config={
+        "ops": {"dedup_clusters": {"config": {"bands": 10, "rows": 5, "reuse_signatures": False}}}})
+    md = {k: v.value for k, v in res.asset_materializations_for_node("dedup_clusters")[0].metadata.items()}
+    assert md["lsh"] == "10 bands x 5 rows at threshold 0.7" and md["signatures_reused"] is False

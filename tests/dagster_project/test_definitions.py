@@ -19,8 +19,12 @@ from dagster_project.partitions import SOURCES, key
 from dagster_project.resources import CorpusResource, DuckDBResource
 from dagster_project.sensors import inbox_requests
 from pipelines.contracts import run_contracts
+from pipelines.inbox import FIRST_DAY, scan
+from pipelines.ingest import ingest
+from pipelines.query import connect
 
 DAY = "2026-11-01"
+TESTS = Path(__file__).resolve().parent.parent
 EPOCH = dt.datetime(2026, 11, 1, 12, tzinfo=dt.UTC).timestamp()
 
 
@@ -54,6 +58,14 @@ def test_definitions_load() -> None:
         "ingested_traces", "corpus_report", "mcp_trajectories", "sandbox_trajectories",
         "cleaning_verdicts", "dedup_clusters", "turn_scores", "training_export", "thinking_traces"}
     assert defs.resolve_job_def("ingest_job") is not None
+    parents = {k.to_user_string(): {p.to_user_string() for p in graph.get(k).parent_keys} for k in graph.get_all_asset_keys()}
+    # the order the CLI stages have in `make demo`: what cleaning and dedup drop is not model-scored,
+    # export and traces read the kept turns and the loss masks
+    assert parents["cleaning_verdicts"] == {"ingested_traces", "mcp_trajectories", "sandbox_trajectories"}
+    assert parents["dedup_clusters"] == {"cleaning_verdicts"}
+    assert parents["turn_scores"] == {"dedup_clusters"}
+    assert parents["training_export"] == {"dedup_clusters", "turn_scores"}
+    assert parents["thinking_traces"] == {"turn_scores"}
     assert {c.name for c in corpus_contracts.check_specs} == {
         "schema_valid", "counts_reconcile", "quarantine_rate", "unique_trajectory_id", "manifest_checksums"}
     assert ingested_traces.op.retry_policy is not None and corpus_report.op.retry_policy is None
@@ -67,7 +79,7 @@ def test_partition_materializes_with_checks_and_metadata(setup) -> None:
     [mat] = res.asset_materializations_for_node("ingested_traces")
     md = {k: v.value for k, v in mat.metadata.items()}
     # 5 .traj files of DAY (5+11+11+7+21 turns; pydicom moved to the next day) + claude.txt
-    assert (md["files"], md["records_in"], md["accepted"], md["quarantined"], md["turns"]) == (6, 6, 5, 1, 55)
+    assert (md["inputs"], md["records_in"], md["accepted"], md["quarantined"], md["turns"]) == (6, 6, 5, 1, 55)
     assert md["reconciles"] is True
     assert "| swe | swe-agent | 3 | 27 |" in md["by_domain_and_source"]
     assert "unknown_format" in md["quarantine_reasons"]
@@ -79,7 +91,7 @@ def test_partition_materializes_with_checks_and_metadata(setup) -> None:
     res2 = dg.materialize([ingested_traces], partition_key=key("swe", "2026-11-02"),
                           resources={"corpus": corpus}, instance=instance)
     md2 = {k: v.value for k, v in res2.asset_materializations_for_node("ingested_traces")[0].metadata.items()}
-    assert (md2["files"], md2["accepted"], md2["turns"]) == (1, 1, 12)
+    assert (md2["inputs"], md2["accepted"], md2["turns"]) == (1, 1, 12)
     rep = dg.materialize([corpus_report], resources={"corpus": corpus}, instance=instance)
     path = Path(rep.asset_materializations_for_node("corpus_report")[0].metadata["path"].value)
     html = path.read_text()
@@ -89,8 +101,9 @@ def test_partition_materializes_with_checks_and_metadata(setup) -> None:
 def test_duckdb_resource_sees_views(setup) -> None:
     corpus, instance = setup
     dg.materialize([ingested_traces], partition_key=key("swe", DAY), resources={"corpus": corpus}, instance=instance)
-    con = DuckDBResource().connect(corpus.root)
+    con = DuckDBResource(threads=1).connect(corpus.root)
     assert con.sql("SELECT count(*) FROM trajectories").fetchall() == [(5,)]
+    assert con.sql("SELECT current_setting('threads')").fetchall() == [(1,)]
 
 
 def test_corrupted_corpus_fails_the_right_checks(setup) -> None:
@@ -138,14 +151,14 @@ def test_sensor_waits_for_settled_files_and_adds_sources(setup, tmp_path: Path, 
     assert [(rq.partition_key.keys_by_dimension["source"], rq.partition_key.keys_by_dimension["day"]) for rq in r2.run_requests] == [
         ("swe", DAY), ("swe", "2026-11-02")]
     # the intercode file was new in tick 2: it is not in the requested set yet
-    assert json.loads(r2.run_requests[0].tags["worldline/files"]) == 6
+    assert json.loads(r2.run_requests[0].tags["worldline/inputs"]) == 6
     with open(growing, "ab") as f:  # still being written
         f.write(b" ")
     os.utime(growing, (EPOCH, EPOCH))
     r3 = inbox_requests(corpus, r2.cursor, known_sources=["swe", "newsrc"])
     assert r3.run_requests == []  # changed since the last tick
     r4 = inbox_requests(corpus, r3.cursor, known_sources=["swe", "newsrc"])
-    assert [json.loads(rq.tags["worldline/files"]) for rq in r4.run_requests] == [7]
+    assert [json.loads(rq.tags["worldline/inputs"]) for rq in r4.run_requests] == [7]
     r5 = inbox_requests(corpus, r4.cursor, known_sources=["swe", "newsrc"])
     assert r5.run_requests == []  # same files: same run key, never requested twice
 
@@ -156,7 +169,126 @@ def test_a_partition_converts_with_beam_when_configured(setup) -> None:
     res = dg.materialize([ingested_traces], partition_key=key("swe", DAY), resources={"corpus": beam}, instance=instance)
     assert res.success
     md = {k: v.value for k, v in res.asset_materializations_for_node("ingested_traces")[0].metadata.items()}
-    assert (md["files"], md["records_in"], md["accepted"], md["quarantined"], md["turns"]) == (6, 6, 5, 1, 55)
+    assert (md["inputs"], md["records_in"], md["accepted"], md["quarantined"], md["turns"]) == (6, 6, 5, 1, 55)
     # Beam attempts name their parts with an attempt suffix; a local ingest does not
     assert [p.name for p in Path(corpus.root).glob("turns/**/*.parquet")]
     assert all(re.search(r"-\d{5}-[0-9a-f]{8}-\d{4}\.parquet$", p.name) for p in Path(corpus.root).glob("turns/**/*.parquet"))
+
+
+def _touch_tree(root: Path, mtime: float) -> None:
+    for p in [root, *root.rglob("*")]:
+        os.utime(p, (mtime, mtime))
+
+
+def _ids(root: Path | str) -> tuple[set, list]:
+    con = connect(root)
+    return ({r[0] for r in con.sql("SELECT trajectory_id FROM trajectories").fetchall()},
+            con.sql("SELECT reason, count(*) FROM quarantine GROUP BY 1 ORDER BY 1").fetchall())
+
+
+def test_directory_formats_are_one_input_as_in_the_cli(tmp_path: Path, sample: Path) -> None:
+    """A BrowserGym experiment, a DroidBot output and a Harbor trial are directories: the inbox offers
+    each as one input, as `worldline ingest` walks them, not as files that no format knows alone."""
+    inbox = tmp_path / "inbox"
+    src = inbox / "gui"
+    shutil.copytree(sample / "browsergym-workarena", src / "bg")
+    shutil.copytree(sample / "droidbot", src / "droid")
+    shutil.copytree(TESTS / "data" / "harbor" / "fix-git__Lh7Qa2", src / "trial")
+    shutil.copy(sample / "swe-agent" / "ctf_pwn_warmup.traj", src / "one.traj")
+    _touch_tree(src, EPOCH)
+    offered = list(scan(inbox, settle_s=0))
+    assert {(i.path.relative_to(src).as_posix(), i.day) for i in offered if i.path.is_dir()} == {
+        ("bg/" + d.name, DAY) for d in (sample / "browsergym-workarena").iterdir() if d.is_dir()} | {
+        ("droid", DAY), ("trial", DAY)}
+    corpus = CorpusResource(root=str(tmp_path / "corpus"), inbox=str(inbox), settle_seconds=0)
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions(SOURCES.name, ["gui"])
+    res = dg.materialize([ingested_traces], partition_key=key("gui", DAY), resources={"corpus": corpus}, instance=instance)
+    assert res.success
+    ingest([src], tmp_path / "cli", progress=False)
+    assert _ids(corpus.root) == _ids(tmp_path / "cli")
+    domains = connect(corpus.root).sql(
+        "SELECT domain, source_format, count(*), sum(num_turns)::INT FROM trajectories GROUP BY ALL ORDER BY ALL")
+    # the counts each format's own tests establish: the DroidBot run (41 events), three BrowserGym
+    # experiments (12 steps), the Harbor trial's ATIF trajectory and its three sub-agents (15 steps)
+    assert domains.fetchall() == [("android", "droidbot", 1, 41), ("terminal", "atif", 4, 15),
+                                  ("terminal", "swe-agent", 1, 7), ("web", "browsergym", 3, 12)]
+    # the CLI after Dagster (or the other way round) adds nothing
+    again = ingest([src], corpus.root, progress=False)
+    assert (again.new_inputs, again.records) == (0, 0)
+
+
+def test_old_files_belong_to_the_first_day_and_future_ones_wait(setup, tmp_path: Path, sample: Path) -> None:
+    corpus, instance = setup
+    inbox = Path(corpus.inbox)
+    old = _drop(inbox, "arch", [sample / "swe-agent" / "ctf_pwn_warmup.traj"],
+                mtime=dt.datetime(2019, 6, 1, tzinfo=dt.UTC).timestamp())[0]
+    ahead = _drop(inbox, "arch", [sample / "swe-agent" / "function_calling_simple.traj"],
+                  mtime=dt.datetime.now(dt.UTC).timestamp() + 3600)[0]
+    future: list[Path] = []
+    assert [(i.path, i.day) for i in scan(inbox, 0, only="arch", on_future=future.append)] == [(old, FIRST_DAY)]
+    assert future == [ahead]
+    logged: list[str] = []
+    r1 = inbox_requests(corpus, None, ["swe", "arch"], log=logged.append)
+    r2 = inbox_requests(corpus, r1.cursor, ["swe", "arch"], log=logged.append)
+    assert "1 inbox inputs are modified in the future" in logged[0]
+    [req] = [rq for rq in r2.run_requests if rq.partition_key.keys_by_dimension["source"] == "arch"]
+    assert req.partition_key.keys_by_dimension["day"] == FIRST_DAY
+    instance.add_dynamic_partitions(SOURCES.name, ["arch"])
+    res = dg.materialize([ingested_traces], partition_key=req.partition_key, resources={"corpus": corpus},
+                         instance=instance, run_config=req.run_config)
+    md = {k: v.value for k, v in res.asset_materializations_for_node("ingested_traces")[0].metadata.items()}
+    assert (md["inputs"], md["accepted"]) == (1, 1)
+
+
+def test_a_sensor_run_ingests_what_the_sensor_saw_settle(setup, tmp_path: Path, sample: Path) -> None:
+    corpus, instance = setup
+    inbox = Path(corpus.inbox)
+    r1 = inbox_requests(corpus, None, ["swe"])
+    late = _drop(inbox, "swe", [sample / "intercode" / "ic_ctf_gpt-4_25_turns.json"])[0]  # arrives after tick 1
+    r2 = inbox_requests(corpus, r1.cursor, ["swe"])
+    req = next(rq for rq in r2.run_requests if rq.partition_key.keys_by_dimension["day"] == DAY)
+    keys = req.run_config["ops"]["ingested_traces"]["config"]["inputs"]
+    assert len(keys) == 6 and not any(k.startswith(f"{late}|") for k in keys)
+    with open(inbox / "swe" / "ctf_pwn_warmup.traj", "ab") as f:  # one of them changes before the run starts
+        f.write(b"\n")
+    os.utime(inbox / "swe" / "ctf_pwn_warmup.traj", (EPOCH, EPOCH))
+    res = dg.materialize([ingested_traces], partition_key=req.partition_key, resources={"corpus": corpus},
+                         instance=instance, run_config=req.run_config)
+    md = {k: v.value for k, v in res.asset_materializations_for_node("ingested_traces")[0].metadata.items()}
+    # neither the late file nor the changed one: the day's 55 turns less ctf_pwn_warmup's 7, and claude.txt
+    assert (md["inputs"], md["accepted"], md["quarantined"], md["turns"]) == (5, 4, 1, 48)
+    assert len(md["config_fingerprint"]) == 16
+
+
+def test_seed_without_dagster_home_uses_the_default_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    from dagster_project import seed
+
+    monkeypatch.setattr(seed, "REPO", tmp_path)  # where `make ui` keeps .dagster_home
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    monkeypatch.delenv("WORLDLINE_CONFIG", raising=False)
+    monkeypatch.setenv("WORLDLINE_INBOX", str(tmp_path / "inbox"))
+    (tmp_path / "inbox" / "lab").mkdir(parents=True)
+    monkeypatch.setattr("sys.argv", ["seed"])
+    seed.main()
+    assert os.environ["DAGSTER_HOME"] == str(tmp_path / ".dagster_home")
+    assert (tmp_path / ".dagster_home" / "dagster.yaml").read_text() == "telemetry:\n  enabled: false\n"
+    assert "added ['lab']" in capsys.readouterr().out
+
+
+def test_every_stage_option_of_the_cli_is_dagster_config() -> None:
+    """A thin shell each: what `worldline clean|dedup|export|score` can set, a Dagster run can too."""
+    from dagster_project.clean_assets import CleanRunConfig, DedupRunConfig
+    from dagster_project.export_assets import ExportRunConfig
+    from dagster_project.score_assets import ScoringModelResource
+    from pipelines.cli import build_parser
+
+    renamed = {"no_retry_identical": "retry_identical", "ignore_cleaning": "use_cleaning", "recompute": "reuse_signatures",
+               "redact_every_text": "use_redaction_scan", "domain_weight": "domain_weights",
+               "source_weight": "source_weights", "batch_tokens": "max_batch_tokens"}
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    for stage, cfg in [("clean", CleanRunConfig), ("dedup", DedupRunConfig), ("export", ExportRunConfig),
+                       ("score", ScoringModelResource)]:
+        options = {a.dest for a in sub.choices[stage]._actions} - {"help", "corpus", "quiet"}
+        assert {renamed.get(o, o) for o in options} <= set(cfg.model_fields), stage

@@ -11,6 +11,8 @@ import pytest
 from dagster_project.resources import CorpusResource
 from dagster_project.score_assets import ScoringModelResource, turn_scores, turn_scores_checks
 from pipelines.ingest import ingest
+from pipelines.side import side_info
+from pipelines.store import Corpus
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 ROOT = Path(__file__).resolve().parents[2]
@@ -30,6 +32,7 @@ def test_surface_tier_materializes_with_checks(corpus: CorpusResource) -> None:
     [mat] = res.asset_materializations_for_node("turn_scores")
     md = {k: v.value for k, v in mat.metadata.items()}
     assert md["tier"] == "surface" and md["turns"] > 0
+    assert md["fingerprint"] == side_info(Corpus(corpus.root), "turn_scores")["fingerprint"]
     assert "| retrieval |" in md["categories"] and "| terminal |" in md["loss_by_domain"]
     assert {e.check_name: e.passed for e in res.get_asset_check_evaluations()} == {
         "turn_scores_cover_turns": True, "turn_scores_valid": True, "turn_scores_current": True}

@@ -183,3 +183,29 @@ def test_decontamination(sample_corpus: Path, tmp_path: Path) -> None:  # noqa: 
     assert got == [("bash-1", 15, 15, 1.0), ("hq-1", 14, 14, 1.0), ("hq-1-edited", 11, 14, 0.785714), ("hq-2", 8, 8, 1.0)]
     # one cleaning verdict per trajectory, naming the best-matching item
     assert rows(corpus, "SELECT count(*), count(*) FILTER (WHERE detail LIKE '%''hq-1''%') FROM cleaning WHERE reason = 'eval_contamination'") == [(3, 1)]
+
+
+def test_lost_verdicts_fail_the_contract(sample_corpus: Path, tmp_path: Path) -> None:  # noqa: F811 - fixture
+    """Rows deleted from the cleaning table by hand leave kept + dropped = trajectories true (a
+    trajectory without a drop row counts as kept); the counts recorded at writing catch it."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from pipelines.clean_contracts import cleaning_every_trajectory_judged
+
+    corpus = copy_corpus(sample_corpus, tmp_path / "corpus")
+    clean(corpus, progress=False)
+    assert cleaning_every_trajectory_judged(Corpus(corpus)).passed
+    [f] = (corpus / "side" / "cleaning").glob("*.parquet")
+    t = pq.read_table(f)
+    drops = pc.is_null(t["turn_index"]).to_pylist()
+    lose = {i for i, d in enumerate(drops) if d}
+    lose = set(sorted(lose)[:50])
+    pq.write_table(t.take(pa.array([i for i in range(t.num_rows) if i not in lose])), f)
+    r = cleaning_every_trajectory_judged(Corpus(corpus))
+    assert not r.passed
+    assert (r.metadata["kept"], r.metadata["dropped"]) == (944 + 50, 169 - 50)
+    assert r.metadata["differs_from_recorded"] == {
+        "kept_trajectories": {"recorded": 944, "in_table": 994},
+        "dropped_trajectories": {"recorded": {"too_few_turns": 169}, "in_table": {"too_few_turns": 119}}}
