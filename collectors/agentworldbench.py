@@ -185,7 +185,7 @@ class AgentWorldBenchImporter(Importer):
                 "unknown_domain",
                 f"{locator}: task {task_name!r} names no known domain; pass --domain to import it",
             )
-        domain = ctx.domain(known or "mcp")  # with no known task, the override is set
+        domain = known or ctx.domain("mcp")  # a task that names its domain keeps it; else the override is set
         current = as_text(record.get("current_prompt"))
         pairs = self._pairs(prompts, responses, current, locator)
         turn_idx = record.get("turn_idx")

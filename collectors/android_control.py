@@ -132,7 +132,7 @@ class AndroidControlImporter(Importer):
             or None,
         }
         return Trajectory(
-            domain=ctx.domain("android"),
+            domain="android",  # the environment the format records: `--domain` does not change it
             source_format=self.name,
             native_id=None if ep.episode_id is None else str(ep.episode_id),
             record_digest=ctx.record_digest(locator),

@@ -457,7 +457,7 @@ class AsciicastImporter(Importer):
             **extra,
         }
         return Trajectory(
-            domain=ctx.domain("terminal"),
+            domain="terminal",  # the environment the format records: `--domain` does not change it
             source_format=self.name,
             native_id=None,
             record_digest=ctx.record_digest(locator),

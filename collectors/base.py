@@ -38,7 +38,9 @@ class ImportContext:
         return digest(self.input_sha256, locator)
 
     def domain(self, default: str) -> str:
-        """The domain for formats that do not state one themselves (`ingest --domain` wins)."""
+        """The domain of a record whose format does not state one: `ingest --domain` when given, else the
+        importer's best guess (`default`). Formats that record one environment (DroidBot, BrowserGym,
+        asciicast, MCP traffic, ...) or name the domain (AgentWorldBench tasks) set it themselves."""
         return self.domain_override or default
 
 

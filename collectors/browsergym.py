@@ -588,7 +588,7 @@ class BrowserGymImporter(Importer):
             "unread_files": sorted(p.name for p in self.consumes(directory) if p.name not in _READ) or None,
         }
         return Trajectory(
-            domain=ctx.domain("web"),
+            domain="web",  # the environment the format records: `--domain` does not change it
             source_format=self.name,
             native_id=exp_name or directory.name,
             record_digest=ctx.record_digest(locator),

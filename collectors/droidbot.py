@@ -226,7 +226,7 @@ class DroidBotImporter(Importer):
             "initial_state_str": first_start,
         }
         return Trajectory(
-            domain=ctx.domain("android"),
+            domain="android",  # the environment the format records: `--domain` does not change it
             source_format=self.name,
             native_id=directory.name,
             record_digest=ctx.record_digest(locator),

@@ -845,7 +845,7 @@ class McpTrafficImporter(Importer):
         initial = shape.initial_state(init, session.resources, session.prompts) if init else None
         client = session.client_info or {}
         return Trajectory(
-            domain=ctx.domain("mcp"),
+            domain="mcp",  # the environment the format records: `--domain` does not change it
             source_format=self.name,
             native_id=None,
             record_digest=ctx.record_digest(locator),

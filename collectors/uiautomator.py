@@ -174,7 +174,7 @@ class UiAutomatorImporter(Importer):
         else:
             state = render_tree(roots)
         return Trajectory(
-            domain=ctx.domain("android"),
+            domain="android",  # the environment the format records: `--domain` does not change it
             source_format=self.name,
             native_id=None,
             record_digest=ctx.record_digest(locator),

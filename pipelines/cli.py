@@ -1,7 +1,9 @@
 """`worldline`: the command line. Thin: every subcommand calls a core function.
 
-Exit codes: 0 success; 1 failure (e.g. the corpus is locked, a path is missing);
-2 usage error; 3 `ingest` finished but quarantined some input (the summary says what).
+Exit codes: 0 success; 1 failure (e.g. the corpus is locked, a path is missing or unwritable, an
+option value is out of range); 2 usage error; 3 `ingest` or `collect` finished but quarantined
+some input or recorded failed trajectories (the summary says what); 4 `collect sandbox|replay` or
+`sandbox` found no Docker engine answering.
 """
 
 from __future__ import annotations
@@ -71,7 +73,7 @@ def _cmd_check(a: argparse.Namespace) -> int:
 def _cmd_report(a: argparse.Namespace) -> int:
     from pipelines.report import write_report
 
-    out = write_report(a.corpus, a.out or Path(a.corpus).parent / "report.html")
+    out = write_report(a.corpus, a.out)
     print(f"report: {out}")
     return 0
 
@@ -266,8 +268,20 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (CorpusLocked, CorpusError, FileNotFoundError, ValueError) as e:
+    except (CorpusLocked, CorpusError, ValueError) as e:
         print(f"worldline {args.command}: error: {e}", file=sys.stderr)
+        return 1
+    except OSError as e:  # a path that is missing, unreadable, read-only, a directory where a file goes
+        where = f": {e.filename}" if e.filename is not None else ""
+        print(f"worldline {args.command}: error: {e.strerror or e}{where}", file=sys.stderr)
+        return 1
+    except Exception as e:
+        if type(e).__module__.split(".")[0] not in ("duckdb", "_duckdb"):
+            raise
+        # DuckDB refusing a corpus file (a damaged Parquet part) or a setting: its first line names it
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        hint = f" (`worldline check {args.corpus}` tests every file)" if getattr(args, "corpus", None) else ""
+        print(f"worldline {args.command}: error: DuckDB: {first}{hint}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print(f"worldline {args.command}: interrupted", file=sys.stderr)

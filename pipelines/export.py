@@ -96,7 +96,15 @@ from pipelines.render import (
     template_pieces,
 )
 from pipelines.sources import sha256_file
-from pipelines.store import Corpus, CorpusLocked, publish_dir, write_json_atomic
+from pipelines.store import (
+    Corpus,
+    CorpusError,
+    CorpusLocked,
+    publish_dir,
+    refuse_output_in_corpus,
+    write_json_atomic,
+)
+from schemas.tables import DOMAINS
 
 EXPORT_FORMAT = "worldline-export/1"
 EXPORT_CODE_VERSION = "1"  # bump when a change to this module changes what is written
@@ -159,6 +167,13 @@ class ExportConfig:
         for name, w in self.domain_weights + self.source_weights:
             if not (w >= 0 and math.isfinite(w)):
                 raise ValueError(f"weight of {name!r} is {w}: must be finite and ≥ 0")
+        unknown = sorted({name for name, _ in self.domain_weights} - set(DOMAINS))
+        if unknown:
+            raise ValueError(f"--domain-weight {', '.join(unknown)}: not a domain; the domains are {', '.join(DOMAINS)}")
+        if self.shard_tokens < 1:
+            raise ValueError(f"--shard-tokens {self.shard_tokens}: must be positive")
+        if self.eval_middle_turns < 0:
+            raise ValueError(f"--eval-middle-turns {self.eval_middle_turns}: must be ≥ 0")
 
     def settings(self) -> dict[str, Any]:
         """Everything that shapes the output (what the fingerprint covers)."""
@@ -297,6 +312,12 @@ class ExportTokenizer:
 
     def __init__(self, hf: Any, spec: str = "", chat_template: str | None = None):
         if chat_template is not None:
+            import jinja2
+
+            try:  # a broken template fails here, with its line, not in the middle of the export
+                jinja2.Environment().parse(chat_template)
+            except jinja2.TemplateSyntaxError as e:
+                raise ValueError(f"--chat-template: line {e.lineno}: {e.message}") from None
             hf = copy.copy(hf)  # the caller's tokenizer keeps its own template
             hf.chat_template = chat_template
         if not getattr(hf, "chat_template", None):
@@ -1143,6 +1164,7 @@ class _Opened:
     counts: dict[str, int]
     scanned: bool  # the reader carries `flagged` (see `scan_usable`)
     reader: Any
+    present: dict[str, set[str]]  # the domains and source formats of what is exported
 
 
 def _open(root: Path, cfg: ExportConfig, scanned: bool, con: Any = None) -> _Opened:
@@ -1160,8 +1182,10 @@ def _open(root: Path, cfg: ExportConfig, scanned: bool, con: Any = None) -> _Ope
         "total": f"SELECT count(*) FROM {traj_view}",
     }
     row = con.sql("SELECT " + ", ".join(f"({q}) AS {k}" for k, q in counts.items())).fetchall()[0]
+    present = {col: {r[0] for r in con.sql(f"SELECT DISTINCT {col} FROM {traj_view}").fetchall()}
+               for col in ("domain", "source_format")}
     reader = _trajectory_reader(con, have, cfg.batch_trajectories, scanned)
-    return _Opened(con, have, {k: int(v) for k, v in zip(counts, row, strict=True)}, scanned, reader)
+    return _Opened(con, have, {k: int(v) for k, v in zip(counts, row, strict=True)}, scanned, reader, present)
 
 
 _WORKER: dict[str, Any] = {}
@@ -1303,6 +1327,29 @@ def _lock(out: Path) -> int:
     return fd
 
 
+OWNED = ".worldline-export"  # marks a directory as an export's: it may replace DATA_DIRS there
+
+
+def _claim(out: Path) -> None:
+    """Refuse a directory holding what no export wrote: replacing the export's directories (and its
+    manifest.json) there would delete it. An export's own directory is marked on first use."""
+    if not out.exists() or (out / OWNED).exists():
+        return
+    m = out / "manifest.json"
+    if m.exists():
+        try:
+            ours = orjson.loads(m.read_bytes()).get("format") == EXPORT_FORMAT  # an export from before the mark
+        except (orjson.JSONDecodeError, AttributeError):
+            ours = False
+        if not ours:
+            raise CorpusError(f"export --out {out}: its manifest.json is not an export's; choose a new or empty directory")
+        return
+    taken = [d for d in DATA_DIRS if (out / d).exists()]
+    if taken:
+        raise CorpusError(f"export --out {out} already holds {', '.join(d + '/' for d in taken)} that no export wrote "
+                          "(an export replaces them); choose a new or empty directory")
+
+
 def read_manifest(out: Path | str) -> dict[str, Any] | None:
     p = Path(out) / "manifest.json"
     return orjson.loads(p.read_bytes()) if p.exists() else None
@@ -1338,6 +1385,8 @@ def export(
     echo = echo or (lambda m: print(m, file=sys.stderr))
     corpus = Corpus(corpus_dir).require()
     out = Path(out_dir)
+    refuse_output_in_corpus(out, corpus.root, "export --out")
+    _claim(out)
     state = corpus_state(corpus)
     scanned = config.use_redaction_scan and scan_usable(corpus, config.redact, state)
     # DuckDB opens the corpus and runs the trajectory query in a thread (it releases the GIL for most
@@ -1351,6 +1400,12 @@ def export(
             {"format": EXPORT_FORMAT, "code": EXPORT_CODE_VERSION, "redaction_rules": rules_digest(), "settings": config.settings(),
              "tokenizer": tok.prepare(), "corpus": state, "side": sides}, option=orjson.OPT_SORT_KEYS)).hexdigest()[:16]
         opened = opening.result()
+    for option, col, weights in (("--domain-weight", "domain", config.domain_weights),
+                                 ("--source-weight", "source_format", config.source_weights)):
+        absent = [name for name, _ in weights if name not in opened.present[col]]
+        if absent:
+            echo(f"export: {option} {', '.join(absent)}: no such {col} among the exported trajectories; "
+                 f"the weight does nothing (present: {', '.join(sorted(opened.present[col])) or 'none'})")
 
     def new_summary() -> ExportSummary:
         return ExportSummary(corpus=str(corpus.root), out=str(out), fingerprint=fingerprint, seq_len=config.seq_len,
@@ -1358,14 +1413,18 @@ def export(
 
     summary = new_summary()
     fd = _lock(out)
+    staging = out / f".staging-{os.getpid()}"
     try:
-        old = read_manifest(out)
+        (out / OWNED).touch()
+        try:
+            old = read_manifest(out)
+        except orjson.JSONDecodeError:
+            old = None  # a damaged manifest: export again
         if old is not None and old.get("fingerprint") == fingerprint and not force and _complete(out, old):
             summary.up_to_date = True
             return summary
         for stale in out.glob(".staging-*"):
             shutil.rmtree(stale, ignore_errors=True)
-        staging = out / f".staging-{os.getpid()}"
         staging.mkdir()
         manifest, assignments = _run(opened, config, tok, staging, summary, progress, echo)
         if opened.scanned and not scan_usable(corpus, config.redact):  # the state now: still the scanned one?
@@ -1389,6 +1448,7 @@ def export(
         summary.files, summary.bytes = len(files), sum(f["bytes"] for f in files)
         summary.layout = dict(Counter(f["path"].split("/")[0] for f in files))
     finally:
+        shutil.rmtree(staging, ignore_errors=True)  # what a failed run left half-written
         os.close(fd)
     if config.record_in_corpus:
         _record(corpus, assignments, fingerprint, config, summary, echo)

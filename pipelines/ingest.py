@@ -41,6 +41,8 @@ class IngestConfig:
     def __post_init__(self) -> None:
         if self.task_bytes <= 0:
             raise ValueError(f"--task-mb must be positive (task_bytes={self.task_bytes})")
+        if self.workers < 0:
+            raise ValueError(f"--workers must be 0 (automatic) or more (got {self.workers})")
 
     def fingerprint(self) -> str:
         d = asdict(self)
@@ -232,7 +234,12 @@ def ingest(
     if corpus.root.exists() and not corpus.root.is_dir():
         raise CorpusError(f"{corpus.root} is a file, not a corpus directory")
     summary = IngestSummary(corpus=str(corpus.root), config_fingerprint=config.fingerprint())
-    units = list(discover([Path(p) for p in paths], skip=[corpus.root]))  # not its own output, if among the inputs
+    paths = [Path(p) for p in paths]
+    inside = [p for p in paths if p.resolve().is_relative_to(corpus.root.resolve())]
+    if inside:  # the corpus's own files are not inputs (an input folder may hold the corpus, though)
+        raise CorpusError(f"input {inside[0]} is the corpus --out {corpus.root} or inside it; "
+                          "write the corpus elsewhere (inside the input folder is fine)")
+    units = list(discover(paths, skip=[corpus.root]))  # not its own output, if among the inputs
     sizes = [u.size() for u in units]
     total_in = sum(sizes)
     workers = config.workers or (

@@ -70,14 +70,23 @@ class InputUnit:
         return self.path.stat().st_size
 
     def sha256(self) -> str:
-        if not self.is_dir:
-            return sha256_file(self.path)
+        """The content address; for an input that cannot be read, one of its path, size and mtime, so
+        that it is quarantined (`read_unit` says why) and tried again once it changes."""
         from schemas.records import digest
 
-        parts = []
-        for p in sorted(self.files):
-            parts += [str(p.relative_to(self.path)), sha256_file(p)]
-        return digest(*parts)
+        try:
+            if not self.is_dir:
+                return sha256_file(self.path)
+            parts = []
+            for p in sorted(self.files):
+                parts += [str(p.relative_to(self.path)), sha256_file(p)]
+            return digest(*parts)
+        except OSError:
+            try:
+                st = self.path.stat()
+                return digest("unreadable", str(self.path), str(st.st_size), str(st.st_mtime_ns))
+            except OSError:
+                return digest("unreadable", str(self.path))
 
 
 def discover(paths: Iterable[Path], source_prefix: str | None = None, root: Path | None = None,
@@ -165,7 +174,10 @@ def read_unit(
     ctx = ImportContext(unit.source, sha256, domain_override, unit.path, limits)
     if unit.is_dir:
         assert unit.importer is not None
-        yield from _convert_all(unit.importer, unit.importer.split(unit.path, ctx), ctx, split_locator="$")
+        try:
+            yield from _convert_all(unit.importer, unit.importer.split(unit.path, ctx), ctx, split_locator="$")
+        except OSError as e:  # a file of the directory that cannot be read
+            yield _q(ctx, "$", "unreadable", f"{unit.source}: {e}"), None
         return
     try:
         stream, _ = open_input(unit.path, limits, unit.source)

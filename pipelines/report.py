@@ -21,7 +21,7 @@ from pipelines.export_report import section_export
 from pipelines.query import connect
 from pipelines.report_html import query_bars, query_table, table_html
 from pipelines.score_report import section_scores
-from pipelines.store import Corpus
+from pipelines.store import Corpus, refuse_output_in_corpus
 from pipelines.traces_report import section_traces
 from sandboxes.report import section_sandbox
 
@@ -100,10 +100,19 @@ def build_report(corpus_dir: Path | str) -> str:
     return f"<!doctype html><html><head><meta charset=utf-8><title>Worldline corpus report</title><style>{_CSS}</style></head><body>{head}{body}</body></html>"
 
 
-def write_report(corpus_dir: Path | str, out: Path | str) -> Path:
-    out = Path(out)
+def write_report(corpus_dir: Path | str, out: Path | str | None = None) -> Path:
+    """Write the report to `out` (a file, or a directory to hold `report.html`; default: `report.html`
+    beside the corpus), never into the corpus."""
+    out = Path(corpus_dir).resolve().parent / "report.html" if out is None else Path(out)
+    if out.is_dir():
+        out = out / "report.html"
+    refuse_output_in_corpus(out, corpus_dir, "report --out")
+    html_text = build_report(corpus_dir)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
-    tmp.write_text(build_report(corpus_dir), encoding="utf-8")
-    os.replace(tmp, out)
+    try:
+        tmp.write_text(html_text, encoding="utf-8")
+        os.replace(tmp, out)
+    finally:
+        tmp.unlink(missing_ok=True)
     return out

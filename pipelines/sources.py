@@ -35,6 +35,10 @@ class ReadLimits:
     ratio_grace_bytes: int = 16 * MiB
     head_bytes: int = 64 * 1024
 
+    def __post_init__(self) -> None:
+        if self.max_record_bytes < 1:  # `readline` reads a negative size as "no bound"
+            raise ValueError(f"--max-record-mb must be positive (got {self.max_record_bytes / MiB:g} MB)")
+
 
 class InputError(Exception):
     """An input (or part of one) that must be quarantined; `reason` is the reason code."""

@@ -47,6 +47,14 @@ class CorpusError(RuntimeError):
     pass
 
 
+def refuse_output_in_corpus(out: Path | str, corpus_dir: Path | str, what: str) -> None:
+    """A stage's output (`what`: "export --out", ...) must not be the corpus or lie inside it: its own
+    manifest.json, or its cleaning of old outputs, would destroy the corpus's."""
+    o, c = Path(out).resolve(), Path(corpus_dir).resolve()
+    if o == c or o.is_relative_to(c):
+        raise CorpusError(f"{what} {out} is the corpus {corpus_dir} or inside it; write it elsewhere (beside the corpus, say)")
+
+
 def write_json_atomic(path: Path, obj: Any) -> None:
     """Write then rename; the temporary name is unique even for two threads of one process."""
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")

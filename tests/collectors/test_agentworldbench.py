@@ -74,10 +74,11 @@ def test_mcp_rows_and_bad_rows() -> None:
     assert "turn_idx 4" in bad.detail and "line:2" in bad.detail
     assert unknown.locator == "line:3" and unknown.reason == "unknown_domain" and "'robotics'" in unknown.detail
 
-    # With --domain, the row whose task names no domain is imported; the override wins everywhere.
+    # With --domain, the row whose task names no domain is imported with it; a task that names its
+    # domain keeps it.
     recs = list(read_path(DATA / "mcp_test.jsonl", domain_override="os"))
     trajs = [r for r in recs if isinstance(r, Trajectory)]
-    assert [r.domain for r in trajs] == ["os", "os"]
+    assert [r.domain for r in trajs] == ["mcp", "os"]
     assert trajs[1].turns[0].action == "move_arm(x=0.2, y=0.1)"
 
 

@@ -212,9 +212,9 @@ def test_sniff_checks_log_content(sample: Path) -> None:
     assert [(type(r), r.reason, r.importer) for r in recs] == [(QuarantineRecord, "unknown_format", None)]
 
 
-def test_domain_override(sample: Path) -> None:
+def test_domain_override_does_not_change_a_browser_run(sample: Path) -> None:
     (t,) = list(read_path(sample / BG / "order-ipad-pro_14", domain_override="os"))
-    assert t.domain == "os"
+    assert t.domain == "web"  # the format records a browser: `--domain` is for formats that do not say
 
 
 # The loops' chat record (BrowserGym and AgentLab `loop.py`, `_send_chat_info`): logged at INFO as

@@ -595,7 +595,7 @@ def test_trimmed_offsets_fall_back_to_whole_text_encoding(tok: ex.ExportTokenize
 
 
 def _tree(root: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file() and p.name != ".lock"}
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file() and p.name not in (".lock", ex.OWNED)}
 
 
 def test_two_exports_are_byte_identical(corpus: Path, tok: ex.ExportTokenizer, exported: tuple[Path, ex.ExportSummary], tmp_path: Path) -> None:

@@ -431,3 +431,52 @@ def test_a_record_arrow_cannot_hold_is_quarantined_and_the_rest_kept(tmp_path: P
     # the first attempt's files are gone: every file in the corpus is in the manifest
     assert sorted(str(p.relative_to(tmp_path / "corpus")) for p in (tmp_path / "corpus").rglob("*.parquet")) == sorted(
         f["path"] for b in json.loads((tmp_path / "corpus" / "manifest.json").read_text())["batches"] for f in b["files"])
+
+
+def test_an_unreadable_input_is_quarantined_and_the_others_imported(tmp_path: Path, sample: Path) -> None:
+    # one file the user may not read took the whole run down with a PermissionError traceback
+    import subprocess
+    import sys
+
+    d = tmp_path / "in"
+    d.mkdir()
+    shutil.copy(sample / "swe-agent" / "ctf_pwn_warmup.traj", d / "ok.traj")
+    shutil.copy(sample / "swe-agent" / "function_calling_simple.traj", d / "secret.traj")
+    (d / "secret.traj").chmod(0)
+    cmd = [sys.executable, "-m", "pipelines.cli", "ingest", str(d), "--out", str(tmp_path / "c"), "--quiet"]
+    if os.geteuid() == 0:  # root reads anything: drop the capabilities that let it
+        if shutil.which("setpriv") is None:
+            pytest.fail("running as root, this test needs setpriv (util-linux) to drop root's file capabilities")
+        cmd = ["setpriv", "--bounding-set=-dac_override,-dac_read_search,-fowner", "--", *cmd]
+    run = subprocess.run(cmd, capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2], timeout=120)
+    assert run.returncode == 3, run.stderr
+    assert "records in 2 = accepted 1 + quarantined 1" in run.stdout
+    [(source, locator, reason, detail)] = run_query(tmp_path / "c", "SELECT source, locator, reason, detail FROM quarantine")[1]
+    assert (source, locator, reason) == (str(d / "secret.traj"), "$", "unreadable")
+    assert detail.endswith(f"[Errno 13] Permission denied: '{d / 'secret.traj'}'")
+    (d / "secret.traj").chmod(0o644)  # once it can be read, the next ingest imports it
+    again = ingest([d], tmp_path / "c", progress=False)
+    assert (again.new_inputs, again.trajectories) == (1, 1)
+
+
+def test_inputs_inside_the_corpus_and_bad_options_are_refused(tmp_path: Path, sample: Path, capsys) -> None:
+    d = tmp_path / "in2"
+    shutil.copytree(sample / "tau-bench", d)
+    assert main(["ingest", str(d), "--out", str(d)]) == 1  # read nothing and said "0 inputs", exit 0
+    assert capsys.readouterr().err == (f"worldline ingest: error: input {d} is the corpus --out {d} or inside it; "
+                                       "write the corpus elsewhere (inside the input folder is fine)\n")
+    assert not (d / "manifest.json").exists()
+    for args, message in [(["--max-record-mb", "0"], "--max-record-mb must be positive (got 0 MB)"),
+                          (["--max-record-mb", "-1"], "--max-record-mb must be positive (got -1 MB)"),
+                          (["--workers", "-1"], "--workers must be 0 (automatic) or more (got -1)")]:
+        assert main(["ingest", str(d), "--out", str(tmp_path / "c"), *args]) == 1
+        assert capsys.readouterr().err == f"worldline ingest: error: {message}\n"
+    assert not (tmp_path / "c").exists()
+
+
+def test_domain_replaces_a_guess_but_not_a_recorded_environment(tmp_path: Path, sample: Path) -> None:
+    s = ingest([sample / "swe-agent" / "pydicom__pydicom-1458.traj", sample / "droidbot"], tmp_path / "c",
+               IngestConfig(domain_override="web"), progress=False)
+    assert s.quarantined == 0
+    assert run_query(tmp_path / "c", "SELECT source_format, domain FROM trajectories ORDER BY 1")[1] == [
+        ("droidbot", "android"), ("swe-agent", "web")]

@@ -1,0 +1,100 @@
+"""The command line's error handling: one line naming what is wrong and exit 1, never a traceback,
+and outputs that would overwrite the corpus refused."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from pipelines.cli import main
+from pipelines.ingest import ingest
+from pipelines.store import Corpus
+
+
+@pytest.fixture
+def corpus(tmp_path: Path, sample: Path) -> Path:
+    ingest([sample / "intercode"], tmp_path / "corpus", progress=False)
+    return tmp_path / "corpus"
+
+
+def test_a_damaged_parquet_part_is_one_line_from_duckdb(corpus: Path, capsys) -> None:
+    [part] = sorted(corpus.glob("turns/*/*.parquet"))[:1]
+    part.write_bytes(part.read_bytes()[:100])
+    assert main(["stats", str(corpus)]) == 1
+    err = capsys.readouterr().err
+    assert err == (f"worldline stats: error: DuckDB: Invalid Input Error: No magic bytes found at end of file '{part}' "
+                   f"(`worldline check {corpus}` tests every file)\n")
+
+
+def test_os_errors_are_one_line(corpus: Path, tmp_path: Path, capsys) -> None:
+    (tmp_path / "afile.txt").write_text("x")
+    assert main(["export", str(corpus), "--out", str(tmp_path / "afile.txt" / "sub")]) == 1
+    assert capsys.readouterr().err == f"worldline export: error: Not a directory: {tmp_path / 'afile.txt' / 'sub'}\n"
+
+
+def test_outputs_inside_the_corpus_are_refused(corpus: Path, tmp_path: Path, capsys) -> None:
+    manifest = (corpus / "manifest.json").read_bytes()
+    for cmd in (["export", str(corpus), "--out", str(corpus)], ["export", str(corpus), "--out", str(corpus / "x")],
+                ["report", str(corpus), "--out", str(corpus / "manifest.json")]):
+        assert main(cmd) == 1
+        what = f"{cmd[0]} --out"
+        assert capsys.readouterr().err == (f"worldline {cmd[0]}: error: {what} {cmd[-1]} is the corpus {corpus} or inside it; "
+                                           "write it elsewhere (beside the corpus, say)\n")
+    assert (corpus / "manifest.json").read_bytes() == manifest
+    assert Corpus(corpus).require() is not None
+
+
+def test_report_goes_beside_the_corpus_even_from_inside_it(corpus: Path, tmp_path: Path, capsys) -> None:
+    cwd = os.getcwd()
+    os.chdir(corpus)
+    try:
+        assert main(["report", "."]) == 0  # `Path('.').parent` is `.`: the report went into the corpus
+    finally:
+        os.chdir(cwd)
+    assert (tmp_path / "report.html").is_file() and not (corpus / "report.html").exists()
+    (tmp_path / "reports").mkdir()
+    assert main(["report", str(corpus), "--out", str(tmp_path / "reports")]) == 0  # a directory: report.html in it
+    assert (tmp_path / "reports" / "report.html").is_file()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary file left
+
+
+def test_export_refuses_a_directory_that_is_not_an_export(corpus: Path, tmp_path: Path, capsys) -> None:
+    # `export --out DIR` replaced DIR's chat/, eval/, ... and its manifest.json, whatever they were
+    mine = tmp_path / "mine"
+    (mine / "chat").mkdir(parents=True)
+    (mine / "chat" / "notes.txt").write_text("mine")
+    assert main(["export", str(corpus), "--out", str(mine), "--formats", "parquet"]) == 1
+    assert capsys.readouterr().err == (f"worldline export: error: export --out {mine} already holds chat/ that no export "
+                                       "wrote (an export replaces them); choose a new or empty directory\n")
+    shutil.rmtree(mine / "chat")
+    (mine / "manifest.json").write_text("{}")
+    assert main(["export", str(corpus), "--out", str(mine), "--formats", "parquet"]) == 1
+    assert "its manifest.json is not an export's" in capsys.readouterr().err
+    assert (mine / "manifest.json").read_text() == "{}"
+
+
+def test_export_options_are_checked_before_anything_is_written(corpus: Path, tmp_path: Path, capsys) -> None:
+    out = tmp_path / "ex"
+    (tmp_path / "bad.jinja").write_text("{% for m in messages %}\n{{ m.content }")
+    for args, message in [
+        (["--domain-weight", "bogus=2"], "--domain-weight bogus: not a domain; the domains are mcp, search, terminal, swe, web, os, android"),
+        (["--shard-tokens", "0"], "--shard-tokens 0: must be positive"),
+        (["--eval-middle-turns", "-1"], "--eval-middle-turns -1: must be ≥ 0"),
+        (["--chat-template", str(tmp_path / "bad.jinja")], "--chat-template: line 2: unexpected '}'"),
+    ]:
+        assert main(["export", str(corpus), "--out", str(out), "--quiet", *args]) == 1
+        assert capsys.readouterr().err == f"worldline export: error: {message}\n"
+    assert not out.exists()
+
+
+def test_a_weight_for_what_the_corpus_lacks_is_reported(corpus: Path, tmp_path: Path, capsys) -> None:
+    assert main(["export", str(corpus), "--out", str(tmp_path / "ex"), "--quiet", "--formats", "parquet",
+                 "--domain-weight", "web=2", "--source-weight", "intercode=2", "--source-weight", "nosuch=3"]) == 0
+    err = capsys.readouterr().err
+    assert ("export: --domain-weight web: no such domain among the exported trajectories; the weight does nothing "
+            "(present: terminal)") in err
+    assert "export: --source-weight nosuch: no such source_format among the exported trajectories" in err
+    assert "intercode:" not in err
