@@ -726,6 +726,7 @@ class ExportSummary:
     no_env_turns: int = 0
     systems_truncated: int = 0  # trajectories whose system prompt was cut to half the window
     unscored_turns: int = 0
+    unscored: str = "train"  # what those turns got (`ExportConfig.unscored`)
     masked_by_score: int = 0
     shared_prefix_turns: int = 0
     redactions: dict[str, int] = field(default_factory=dict)
@@ -772,10 +773,13 @@ class ExportSummary:
             masked.append(f"{self.masked_by_score} by turn_scores")
         if self.shared_prefix_turns:
             masked.append(f"{self.shared_prefix_turns} shared-prefix turns")
-        if self.unscored_turns:
+        if self.unscored_turns and self.unscored == "mask":
             masked.append(f"{self.unscored_turns} turns without a score row")
         if masked:
             lines.append("  turns without loss: " + ", ".join(masked))
+        if self.unscored_turns and self.unscored == "train":
+            lines.append(f"  turns without a score row (ingested after `worldline score` ran): {self.unscored_turns}, "
+                         "trained (unscored=train); rerun `worldline score` to score them")
         dropped = sum(s.no_loss_dropped for s in self.splits.values())
         if self.systems_truncated or dropped:
             lines.append(f"  system prompts cut to half the window: {self.systems_truncated}; "
@@ -1379,7 +1383,7 @@ def export(
     """Export the corpus at `corpus_dir` into `out_dir` (see the module docstring)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from pipelines.side import corpus_state
+    from pipelines.side import corpus_state, stale_side_tables
 
     t0 = time.monotonic()
     echo = echo or (lambda m: print(m, file=sys.stderr))
@@ -1400,6 +1404,8 @@ def export(
             {"format": EXPORT_FORMAT, "code": EXPORT_CODE_VERSION, "redaction_rules": rules_digest(), "settings": config.settings(),
              "tokenizer": tok.prepare(), "corpus": state, "side": sides}, option=orjson.OPT_SORT_KEYS)).hexdigest()[:16]
         opened = opening.result()
+    for name, why in stale_side_tables(corpus, SIDE_TABLES).items():
+        echo(f"export: side table {name} is stale: {why} (exporting with it as it is)")
     for option, col, weights in (("--domain-weight", "domain", config.domain_weights),
                                  ("--source-weight", "source_format", config.source_weights)):
         absent = [name for name, _ in weights if name not in opened.present[col]]
@@ -1409,7 +1415,7 @@ def export(
 
     def new_summary() -> ExportSummary:
         return ExportSummary(corpus=str(corpus.root), out=str(out), fingerprint=fingerprint, seq_len=config.seq_len,
-                             tokenizer=tok.info()["name_or_path"] or config.tokenizer)
+                             tokenizer=tok.info()["name_or_path"] or config.tokenizer, unscored=config.unscored)
 
     summary = new_summary()
     fd = _lock(out)

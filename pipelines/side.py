@@ -45,6 +45,33 @@ def side_info(corpus: Corpus, name: str) -> dict[str, Any] | None:
     return corpus.manifest().get("side", {}).get(name)
 
 
+STAGE_OF = {"cleaning": "clean", "redactions": "clean", "duplicates": "dedup", "shared_prefixes": "dedup",
+            "turn_scores": "score"}
+
+
+def stale_side_tables(corpus: Corpus, names: tuple[str, ...] = tuple(STAGE_OF)) -> dict[str, str]:
+    """Why each of `names` no longer describes the corpus (table -> what to rerun), for the side
+    tables that exist: computed before later ingests, or (dedup) against other cleaning verdicts
+    than the current ones. A stage reading a stale table still works, on yesterday's verdicts."""
+    state = corpus_state(corpus)
+    out: dict[str, str] = {}
+    for name in names:
+        info = side_info(corpus, name)
+        if info is not None and info.get("corpus_state") != state:
+            out[name] = f"computed before the corpus last changed; rerun `worldline {STAGE_OF[name]}`"
+    sig = side_info(corpus, "dedup_signatures")
+    if sig is not None and {"duplicates", "shared_prefixes"} & set(names):
+        clean = side_info(corpus, "cleaning")
+        cfg = sig.get("config", {})
+        want = clean.get("fingerprint") if clean and cfg.get("use_cleaning") else None
+        if cfg.get("cleaning_fingerprint") != want:
+            for name in ("duplicates", "shared_prefixes"):
+                if name in names and side_info(corpus, name) is not None:
+                    out.setdefault(name, "computed against other cleaning verdicts than the current ones; "
+                                         "rerun `worldline dedup`")
+    return out
+
+
 class SideTableWriter:
     """Streams record batches into a temporary file; `commit()` renames it into place and records
     the manifest entry under the corpus lock. Use as a context manager: an exception discards the

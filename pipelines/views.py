@@ -2,7 +2,8 @@
 
 - `kept_turns`: the rows of `turns` that survive cleaning and dedup — minus trajectories that
   `cleaning` drops whole, minus turns it drops (`retry_cycle`, `gui_no_change`), minus trajectories
-  that `duplicates` marks as non-representative — with one more column, `counts_for_training`:
+  that `duplicates` marks as non-representative of a representative that cleaning keeps (dedup run
+  before clean never loses a whole cluster) — with one more column, `counts_for_training`:
   false for a turn of a shared prefix that another kept trajectory is trained on
   (`shared_prefixes`), true otherwise. Context turns are kept; only the loss counts once.
 - `kept_trajectories`: the rows of `trajectories` that keep at least one turn by the same rules.
@@ -29,7 +30,11 @@ def define_derived_views(con: duckdb.DuckDBPyConnection, side_tables: Iterable[s
                      "USING (trajectory_id, turn_index)")
         traj_joins.append(f"ANTI JOIN {whole} cw USING (trajectory_id)")
     if "duplicates" in have:
-        nonrep = "(SELECT trajectory_id FROM duplicates WHERE NOT is_representative)"
+        # a duplicate gives way only to a representative that cleaning keeps: dedup run before clean
+        # (or before clean changed its verdicts) must not lose whole clusters; `stale_side_tables` says to rerun it
+        alive = ("AND representative_id NOT IN (SELECT trajectory_id FROM cleaning WHERE turn_index IS NULL)"
+                 if "cleaning" in have else "")
+        nonrep = f"(SELECT trajectory_id FROM duplicates WHERE NOT is_representative {alive})"
         joins.append(f"ANTI JOIN {nonrep} dd USING (trajectory_id)")
         traj_joins.append(f"ANTI JOIN {nonrep} dd USING (trajectory_id)")
     counts = "true"

@@ -98,3 +98,22 @@ def test_a_weight_for_what_the_corpus_lacks_is_reported(corpus: Path, tmp_path: 
             "(present: terminal)") in err
     assert "export: --source-weight nosuch: no such source_format among the exported trajectories" in err
     assert "intercode:" not in err
+
+
+def test_export_after_an_append_names_the_stale_tables_and_what_unscored_turns_got(
+        corpus: Path, tmp_path: Path, sample: Path, capsys) -> None:
+    import json
+
+    assert main(["score", str(corpus), "--tier", "surface", "--quiet"]) == 0
+    ingest([sample / "tau-bench"], corpus, progress=False)  # after scoring: no score rows for these turns
+    capsys.readouterr()
+    assert main(["export", str(corpus), "--out", str(tmp_path / "ex"), "--quiet", "--formats", "parquet"]) == 0
+    out, err = capsys.readouterr()
+    assert ("export: side table turn_scores is stale: computed before the corpus last changed; rerun `worldline score` "
+            "(exporting with it as it is)") in err
+    n = json.loads((tmp_path / "ex" / "manifest.json").read_text())["counts"]["unscored_turns"]
+    assert n > 0
+    assert (f"  turns without a score row (ingested after `worldline score` ran): {n}, trained (unscored=train); "
+            "rerun `worldline score` to score them") in out
+    [without] = [line for line in out.splitlines() if "turns without loss" in line]
+    assert "score row" not in without  # they have loss: the summary listed them there

@@ -1,0 +1,73 @@
+"""The derived views `kept_turns` / `kept_trajectories`, whatever order the stages ran in."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pipelines.clean import clean
+from pipelines.dedup import dedup
+from pipelines.ingest import IngestConfig, ingest
+from pipelines.query import run_query
+from pipelines.side import stale_side_tables
+from pipelines.store import Corpus
+
+
+def _call(cid: str, cmd: str) -> dict:
+    return {"id": cid, "type": "function", "function": {"name": "bash", "arguments": json.dumps({"cmd": cmd})}}
+
+
+@pytest.fixture
+def clusters(tmp_path: Path) -> Path:
+    """5 clusters of 3 near-duplicates; the member dedup ranks first (most turns) ends with a sandbox
+    crash, which cleaning drops."""
+    lines = []
+    for c in range(5):
+        steps = [(f"make test{c} part {k}", f"cluster {c} step {k}: " + " ".join(f"w{c}_{k}_{j}" for j in range(40)))
+                 for k in range(8)]
+        for variant in range(3):
+            st = steps + ([("make install", "Error response from daemon: Container 3f2a9b1c4d5e is not running")]
+                          if variant == 0 else [])
+            msgs = [{"role": "user", "content": f"build project {c}"}]
+            for k, (cmd, out) in enumerate(st):
+                msgs.append({"role": "assistant", "content": "", "tool_calls": [_call(f"c{k}", cmd)]})
+                msgs.append({"role": "tool", "tool_call_id": f"c{k}", "content": out + ("" if variant < 2 else " (rerun)")})
+            lines.append(json.dumps({"messages": msgs}))
+    (tmp_path / "order.jsonl").write_text("\n".join(lines) + "\n")
+    return tmp_path / "order.jsonl"
+
+
+@pytest.mark.parametrize("order", [("clean", "dedup"), ("dedup", "clean")])
+def test_no_cluster_is_lost_whatever_the_order(clusters: Path, tmp_path: Path, order: tuple[str, str]) -> None:
+    root = tmp_path / "corpus"
+    ingest([clusters], root, IngestConfig(domain_override="terminal"), progress=False)
+    for stage in order:
+        (clean if stage == "clean" else dedup)(root, progress=False)
+    dropped = run_query(root, "SELECT count(*) FROM cleaning WHERE turn_index IS NULL AND reason = 'env_sandbox_crash'")[1][0][0]
+    kept = run_query(root, "SELECT count(*) FROM kept_trajectories")[1][0][0]
+    stale = stale_side_tables(Corpus(root))
+    if order == ("clean", "dedup"):
+        # the crashed members are dropped first; each cluster of the other two keeps one
+        assert (dropped, kept, stale) == (5, 5, {})
+    else:
+        # dedup chose the crashed member, which cleaning then drops: both survivors stay (none is lost),
+        # and dedup is reported stale until it runs again
+        assert (dropped, kept) == (5, 10)
+        assert stale == {name: "computed against other cleaning verdicts than the current ones; rerun `worldline dedup`"
+                         for name in ("duplicates", "shared_prefixes")}
+        dedup(root, progress=False)
+        assert run_query(root, "SELECT count(*) FROM kept_trajectories")[1][0][0] == 5
+        assert stale_side_tables(Corpus(root)) == {}
+
+
+def test_tables_from_before_an_ingest_are_stale(clusters: Path, tmp_path: Path, sample: Path) -> None:
+    root = tmp_path / "corpus"
+    ingest([clusters], root, IngestConfig(domain_override="terminal"), progress=False)
+    clean(root, progress=False)
+    dedup(root, progress=False)
+    ingest([sample / "tau-bench"], root, progress=False)
+    assert stale_side_tables(Corpus(root)) == {
+        name: f"computed before the corpus last changed; rerun `worldline {stage}`"
+        for name, stage in (("cleaning", "clean"), ("redactions", "clean"), ("duplicates", "dedup"), ("shared_prefixes", "dedup"))}
