@@ -157,6 +157,7 @@ class ScoreSummary:
     uncond_shared: int = 0  # turns whose observation-alone score came from an identical observation
     truncated_turns: int = 0
     skipped_dropped: int = 0
+    passed_over: int = 0  # model tier: trajectories too large for what was left of the token cap
     max_tokens: int | None = None
     fingerprint: str = ""  # the settings' (`ScoreConfig.fingerprint`), as recorded with the side table
     histograms: dict[str, list[tuple[str, int]]] = field(default_factory=dict)
@@ -250,12 +251,23 @@ def _model_scores(con: Any, cfg: ScoreConfig, summary: ScoreSummary, scorer: Any
         chunk, chunk_tokens, chunk_slots = [], 0, 0
 
     windows0, shared0, run0 = scorer.stats["windows"], scorer.stats["uncond_shared"], scorer.stats["real_tokens"]
+    # under the cap, a trajectory too large for what is left is passed over and the next ones tried
+    # (the sample used to end at the first one)
+    misses = 0
     for batch in reader:
         for row in batch.to_pylist():
+            counted = dict(scorer.stats) if cfg.max_tokens is not None else None
             p = scorer.plan(row, row["turns"], chunk_slots)
-            if cfg.max_tokens is not None and used + p.tokens > cfg.max_tokens:
-                stop = True
-                break
+            if counted is not None:
+                if p.tokens > cfg.max_tokens - used:
+                    scorer.stats.update(counted)  # planning counts windows: not for a trajectory left out
+                    summary.passed_over += 1
+                    misses += 1
+                    stop = misses >= MAX_CAP_MISSES  # nothing of the usual size fits any more
+                    if stop:
+                        break
+                    continue
+                misses = 0
             used += p.tokens
             chunk.append(p)
             chunk_tokens += p.tokens
@@ -274,10 +286,15 @@ def _model_scores(con: Any, cfg: ScoreConfig, summary: ScoreSummary, scorer: Any
     t = pa.concat_tables(out) if out else MODEL_SCHEMA.empty_table()
     summary.model_turns = t.num_rows
     summary.truncated_turns = int(pc.sum(t["truncated"]).as_py() or 0) if t.num_rows else 0
-    if stop:
-        echo(f"score: model tier stopped at the cap of {cfg.max_tokens:,} tokens after {summary.model_trajectories} "
-             f"of {total} trajectories (chosen in md5(seed:trajectory_id) order); the rest have null model columns")
+    if cfg.max_tokens is not None and summary.model_trajectories < total:
+        how = (f"stopped after {MAX_CAP_MISSES} in a row did not fit" if stop else "went through them all")
+        echo(f"score: model tier capped at {cfg.max_tokens:,} tokens: {summary.model_trajectories} of {total} trajectories "
+             f"scored, in md5(seed:trajectory_id) order ({summary.passed_over} too large for what was left passed over; "
+             f"{how}); the rest have null model columns")
     return t
+
+
+MAX_CAP_MISSES = 64  # trajectories in a row that do not fit what is left of --max-tokens: the sample is full
 
 
 def score(

@@ -189,3 +189,30 @@ def test_model_tier_skips_trajectories_cleaning_drops(corpus: Path, tiny_model_d
                                        count(*) = (SELECT count(*) FROM turns)
                                 FROM turn_scores s LEFT JOIN kept_trajectories k USING (trajectory_id)""")[1][0]
     assert rows == (0, True)
+
+
+def test_the_token_cap_passes_over_a_trajectory_too_large_and_fills_up(tmp_path: Path, tiny_model_dir: Path) -> None:
+    """Under `--max-tokens`, the sample used to end at the first trajectory that did not fit: one
+    large trajectory early in the md5 order left the small ones after it unscored."""
+    import json
+
+    from pipelines.ingest import IngestConfig, ingest
+    from pipelines.score_model import ModelScoreConfig
+
+    def chat(i: int, words: int) -> str:
+        call = {"id": "c", "type": "function", "function": {"name": "bash", "arguments": json.dumps({"cmd": f"cat f{i}"})}}
+        return json.dumps({"messages": [{"role": "user", "content": f"task {i}"},
+                                        {"role": "assistant", "content": "", "tool_calls": [call]},
+                                        {"role": "tool", "tool_call_id": "c", "content": " ".join(f"w{i}x{j}" for j in range(words))}]})
+    (tmp_path / "in.jsonl").write_text("\n".join([chat(0, 3000)] + [chat(i, 20) for i in range(1, 6)]) + "\n")
+    root = tmp_path / "corpus"
+    ingest([tmp_path / "in.jsonl"], root, IngestConfig(domain_override="terminal"), progress=False)
+    big = run_query(root, "SELECT trajectory_id FROM trajectories WHERE task = 'task 0'")[1][0][0]
+    # a seed whose md5(seed:trajectory_id) order puts the large one first
+    seed = next(s for s in range(100) if run_query(root, f"""SELECT trajectory_id FROM trajectories
+                ORDER BY md5('{s}:' || trajectory_id) LIMIT 1""")[1][0][0] == big)
+    s = score(root, ScoreConfig(surface=SurfaceConfig(seed=seed), max_tokens=1500,
+                                model=ModelScoreConfig(model=str(tiny_model_dir), dtype="float32")), progress=False)
+    assert (s.model_trajectories, s.passed_over) == (5, 1)
+    assert run_query(root, """SELECT t.task = 'task 0', count(s.cond_nll) > 0 FROM turn_scores s
+                              JOIN trajectories t USING (trajectory_id) GROUP BY 1 ORDER BY 1""")[1] == [(False, True), (True, False)]
