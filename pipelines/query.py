@@ -7,9 +7,11 @@ derived from those (`kept_turns`, `kept_trajectories`: see `pipelines.views`).
 
 from __future__ import annotations
 
+import base64
 import csv
 import datetime as dt
 import io
+import math
 from pathlib import Path
 from typing import Any
 
@@ -57,9 +59,39 @@ def run_query(corpus_dir: Path | str, sql: str) -> tuple[list[str], list[tuple]]
 
 
 def _jsonable(v: Any) -> Any:
-    if isinstance(v, dt.datetime | dt.date):
+    """JSON for any DuckDB value, losing nothing: NaN and ±inf as the strings "NaN", "Infinity",
+    "-Infinity" (JSON has no such numbers; null would read as a missing value), bytes as base64,
+    dates and times ISO 8601, lists and structs recursively."""
+    if isinstance(v, float):
+        if v != v:
+            return "NaN"
+        if v in (math.inf, -math.inf):
+            return "Infinity" if v > 0 else "-Infinity"
+        return v
+    if isinstance(v, dt.datetime | dt.date | dt.time):
         return v.isoformat()
+    if isinstance(v, bytes | bytearray | memoryview):
+        return base64.b64encode(bytes(v)).decode()
+    if isinstance(v, list | tuple):
+        return [_jsonable(x) for x in v]
+    if isinstance(v, dict):
+        return {str(k): _jsonable(x) for k, x in v.items()}
     return v
+
+
+def _csv_cell(v: Any) -> Any:
+    """Lists and structs as JSON text, bytes as base64 (not Python's reprs); the rest as csv writes it."""
+    if isinstance(v, list | tuple | dict):
+        return orjson.dumps(_jsonable(v), default=str).decode()
+    if isinstance(v, bytes | bytearray | memoryview):
+        return base64.b64encode(bytes(v)).decode()
+    return v
+
+
+# what a terminal would act on instead of showing: C0/C1 controls and the bidirectional overrides
+_CONTROL = {c: f"\\u{c:04x}" for c in [*range(0x20), *range(0x7F, 0xA0), 0x200E, 0x200F, *range(0x202A, 0x202F),
+                                         *range(0x2066, 0x206A)]}
+_CONTROL.update({ord("\n"): "\\n", ord("\r"): "\\r", ord("\t"): "\\t"})
 
 
 def render(columns: list[str], rows: list[tuple], fmt: str = "table", max_width: int = 60) -> str:
@@ -69,14 +101,14 @@ def render(columns: list[str], rows: list[tuple], fmt: str = "table", max_width:
         buf = io.StringIO()
         w = csv.writer(buf, lineterminator="\n")
         w.writerow(columns)
-        w.writerows(rows)
+        w.writerows([_csv_cell(v) for v in r] for r in rows)
         return buf.getvalue().rstrip("\n")
     if fmt != "table":
         raise ValueError(f"unknown format {fmt!r}; use table, csv or json")
 
     def cell(v: Any) -> str:
         s = "NULL" if v is None else str(v)
-        s = s.replace("\n", "\\n")
+        s = s.translate(_CONTROL)
         return s if len(s) <= max_width else s[: max_width - 1] + "…"
 
     cells = [[cell(v) for v in r] for r in rows]

@@ -95,6 +95,9 @@ class Corpus:
         """This corpus, or a CorpusError that says how to make one (for stages that only read)."""
         if not self.exists():
             raise CorpusError(f"{self.root} is not a corpus (no manifest.json); create one with `worldline ingest`")
+        m = self.manifest()  # raises for a manifest that is not a corpus's (an export's, say)
+        if not isinstance(m.get("inputs"), dict) or not isinstance(m.get("batches"), list):
+            raise CorpusError(f"{self.manifest_path}: a corpus manifest without its inputs and batches; damaged?")
         return self
 
     def manifest(self) -> dict:
@@ -104,8 +107,9 @@ class Corpus:
             m = orjson.loads(self.manifest_path.read_bytes())
         except orjson.JSONDecodeError as e:
             raise CorpusError(f"{self.manifest_path}: manifest is not valid JSON ({e})") from e
-        if m.get("format") != CORPUS_FORMAT:
-            raise CorpusError(f"{self.manifest_path}: not a Worldline corpus manifest (format {m.get('format')!r})")
+        if not isinstance(m, dict) or m.get("format") != CORPUS_FORMAT:
+            fmt = m.get("format") if isinstance(m, dict) else type(m).__name__
+            raise CorpusError(f"{self.manifest_path}: not a Worldline corpus manifest (format {fmt!r})")
         return m
 
     def table_glob(self, table: str) -> str:

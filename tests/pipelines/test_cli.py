@@ -117,3 +117,17 @@ def test_export_after_an_append_names_the_stale_tables_and_what_unscored_turns_g
             "rerun `worldline score` to score them") in out
     [without] = [line for line in out.splitlines() if "turns without loss" in line]
     assert "score row" not in without  # they have loss: the summary listed them there
+
+
+def test_a_directory_with_another_manifest_is_not_a_corpus(corpus: Path, tmp_path: Path, capsys) -> None:
+    # `stats EXPORT_DIR` printed empty tables and exit 0
+    out = tmp_path / "ex"
+    assert main(["export", str(corpus), "--out", str(out), "--quiet", "--formats", "parquet"]) == 0
+    for doc in (None, "[1, 2]"):
+        if doc is not None:
+            (out / "manifest.json").write_text(doc)
+        capsys.readouterr()
+        assert main(["stats", str(out)]) == 1
+        fmt = "'worldline-export/1'" if doc is None else "'list'"
+        assert capsys.readouterr().err == (f"worldline stats: error: {out / 'manifest.json'}: not a Worldline corpus "
+                                           f"manifest (format {fmt})\n")
