@@ -331,6 +331,7 @@ class ExportTokenizer:
         self._added: dict[str, np.ndarray] = {}  # added token → its id as a 1-element array
         self._split = self._segmenter()
         self._bytes_bound: bool | None = None
+        self._longest: int | None = None
         self._cache: dict[str, tuple[np.ndarray, Any]] = {}  # segment → (ids, its Encoding, or None on the byte path)
         self._cached_tokens = 0
         self.cache_tokens: int | None = None  # None: by path (`begin`)
@@ -635,6 +636,12 @@ class ExportTokenizer:
         short text without encoding it."""
         return self.max_tokens("") != sys.maxsize
 
+    def longest_token_chars(self) -> int:
+        """Characters the longest vocabulary entry spans (a byte-level entry: bytes, at least the characters)."""
+        if self._longest is None:
+            self._longest = max((len(t) for t in self.backend.get_vocab(with_added_tokens=True)), default=1)
+        return self._longest
+
     def max_tokens(self, text: str) -> int:
         """An upper bound on the tokens of `text` without encoding it: with byte-level BPE every
         token stands for at least one byte (plus one for a prefix space); else unbounded."""
@@ -869,6 +876,25 @@ class _Work:
     split: str
     copies: int
     key: str  # the split group key (from the raw, unredacted columns)
+    full: dict[int, Group] = field(default_factory=dict)  # turn_index -> the group before `cut_for_tokens`
+
+
+def text_bound(tok: ExportTokenizer, seq_len: int) -> int:
+    """Characters of one message past which no token can reach a sequence: a group (turn) longer than
+    a sequence is one window cut at `seq_len` tokens, and `seq_len` tokens cover at most
+    `seq_len` × the longest token's characters. Twice that, so a cut changes no token a document keeps."""
+    return 2 * seq_len * tok.longest_token_chars() + 1024
+
+
+def cut_for_tokens(conv: Conversation, bound: int) -> tuple[Conversation, dict[int, Group]]:
+    """The conversation with each message longer than `bound` characters cut there, for encoding (a
+    20 MB observation took 3 GB to encode, for the 2,048 tokens kept), and the groups it cut."""
+    full = {g.turn_index: g for g in conv.groups if len(g.observation) > bound or len(g.user) > bound}
+    if not full:
+        return conv, full
+    groups = [Group(g.turn_index, g.user[:bound], g.observation[:bound]) if g.turn_index in full else g
+              for g in conv.groups]
+    return Conversation(conv.system, groups), full
 
 
 class DocumentBuilder:
@@ -891,6 +917,8 @@ class DocumentBuilder:
         if len(mask):
             mask[0] = 0
         t = w.traj
+        if w.full:
+            groups = [w.full.get(g.turn_index, g) for g in groups]  # the chat form keeps the whole texts
         chat = (system, groups, train) if "chat" in self.cfg.formats else None  # texts a worker need not send back
         return Document(ids, mask, t["trajectory_id"], window, 0, t["domain"], t["source_format"], truncated, chat)
 
@@ -1103,7 +1131,8 @@ def prepare_rows(rows: list[dict[str, Any]], cfg: ExportConfig, tok: ExportToken
         loss = [turn_trains(by_index[g.turn_index], scored, cfg.unscored, res.counters) for g in conv.groups]
         key = group_key(row, cfg.split)  # from the raw columns: redaction must not move a task
         split = split_of(key, cfg.split)
-        work.append(_Work(traj, conv, loss, split, copies_of(traj, split, cfg), key))
+        conv, full = cut_for_tokens(conv, text_bound(tok, cfg.seq_len))
+        work.append(_Work(traj, conv, loss, split, copies_of(traj, split, cfg), key, full))
     texts, spans = DocumentBuilder(tok, cfg).texts(work)
     # the system prompts a window may have to cut (`DocumentBuilder._cut_systems`), by the byte
     # bound: encoded with the batch, off the critical path when `run` is in a thread

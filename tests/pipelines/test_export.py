@@ -813,3 +813,36 @@ def test_system_prompts_encoded_ahead_only_under_a_byte_bound(corpus: Path, tok:
     normalized.normalizer = normalizers.NFC()
     unbounded.backend, unbounded._bytes_bound = normalized, None
     assert not unbounded.bounded and ahead(unbounded) == set()
+
+
+def test_a_huge_observation_is_cut_before_encoding_with_the_same_output(tok: ex.ExportTokenizer, tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A message longer than any sequence can reach is cut before encoding (a 20 MB observation took
+    3 GB to encode for the 2,048 tokens kept): every file the export writes stays byte-identical,
+    the chat form keeps the whole text."""
+    import json
+
+    from pipelines.ingest import IngestConfig, ingest
+
+    def call(i: int) -> dict:
+        return {"id": f"c{i}", "type": "function", "function": {"name": "bash", "arguments": json.dumps({"cmd": f"cat big{i}"})}}
+    big = " ".join(f"line{j} of the log" for j in range(40_000))  # 0.6 MB
+    msgs = [{"role": "user", "content": "read the logs"}]
+    for i, obs in enumerate(["small output", big, "done", big[:1000]]):
+        msgs += [{"role": "assistant", "content": "", "tool_calls": [call(i)]}, {"role": "tool", "tool_call_id": f"c{i}", "content": obs}]
+    (tmp_path / "big.jsonl").write_text(json.dumps({"messages": msgs}) + "\n")
+    root = tmp_path / "corpus"
+    ingest([tmp_path / "big.jsonl"], root, IngestConfig(domain_override="terminal"), progress=False)
+    cfg = dataclasses.replace(small_config(), split=ex.SplitConfig(validation=0, test=0))
+    bound = ex.text_bound(tok, cfg.seq_len)
+    assert bound < len(big)
+    cut = export(root, tmp_path / "cut", cfg, tokenizer=tok, progress=False)
+    monkeypatch.setattr(ex, "text_bound", lambda tok, seq_len: 1 << 40)  # never cut
+    whole = export(root, tmp_path / "whole", cfg, tokenizer=tok, progress=False, force=True)
+    assert _tree(tmp_path / "cut").keys() == _tree(tmp_path / "whole").keys()
+    for name, data in _tree(tmp_path / "whole").items():
+        if name != "manifest.json":
+            assert _tree(tmp_path / "cut")[name] == data, name
+    assert cut.splits["train"].truncated == whole.splits["train"].truncated == 2  # big, and big[:1000] too
+    chat = [orjson.loads(line) for line in _chat_blob(tmp_path / "cut").splitlines()]
+    assert [m["content"] for doc in chat for m in doc["messages"]].count(big) == 1
