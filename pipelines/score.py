@@ -254,8 +254,10 @@ def _model_scores(con: Any, cfg: ScoreConfig, summary: ScoreSummary, scorer: Any
     # under the cap, a trajectory too large for what is left is passed over and the next ones tried
     # (the sample used to end at the first one)
     misses = 0
+    bound = text_bound(scorer)
     for batch in reader:
         for row in batch.to_pylist():
+            row = cut_long_texts(row, bound)
             counted = dict(scorer.stats) if cfg.max_tokens is not None else None
             p = scorer.plan(row, row["turns"], chunk_slots)
             if counted is not None:
@@ -292,6 +294,29 @@ def _model_scores(con: Any, cfg: ScoreConfig, summary: ScoreSummary, scorer: Any
              f"scored, in md5(seed:trajectory_id) order ({summary.passed_over} too large for what was left passed over; "
              f"{how}); the rest have null model columns")
     return t
+
+
+def text_bound(scorer: Any) -> int:
+    """Characters of one text past which no token can reach a scored window: a turn longer than the
+    window is truncated to it, and a window covers at most `window` × the longest token's
+    characters. Twice that, so a cut changes no score."""
+    vocab = scorer.tokenizer.get_vocab()
+    return 2 * scorer.window * max((len(t) for t in vocab), default=1) + 1024
+
+
+_ROW_TEXTS = ("task", "action_space", "initial_state")
+_TURN_TEXTS = ("action", "tool_name", "tool_args", "thought", "observation")
+
+
+def cut_long_texts(row: dict[str, Any], bound: int) -> dict[str, Any]:
+    """The row with each text longer than `bound` cut there, before it is rendered and tokenized
+    (a 20 MB observation took minutes and gigabytes to plan, for the window's tokens)."""
+    def cut(d: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
+        long = [k for k in keys if isinstance(d.get(k), str) and len(d[k]) > bound]
+        return {**d, **{k: d[k][:bound] for k in long}} if long else d
+
+    turns = [cut(u, _TURN_TEXTS) for u in row["turns"]]
+    return {**cut(row, _ROW_TEXTS), "turns": turns}
 
 
 MAX_CAP_MISSES = 64  # trajectories in a row that do not fit what is left of --max-tokens: the sample is full

@@ -216,3 +216,34 @@ def test_the_token_cap_passes_over_a_trajectory_too_large_and_fills_up(tmp_path:
     assert (s.model_trajectories, s.passed_over) == (5, 1)
     assert run_query(root, """SELECT t.task = 'task 0', count(s.cond_nll) > 0 FROM turn_scores s
                               JOIN trajectories t USING (trajectory_id) GROUP BY 1 ORDER BY 1""")[1] == [(False, True), (True, False)]
+
+
+def test_a_huge_observation_is_cut_before_planning_with_the_same_scores(tmp_path: Path, tiny_model_dir: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+
+    import pipelines.score as score_mod
+    from pipelines.ingest import IngestConfig, ingest
+    from pipelines.score_model import ModelScoreConfig
+
+    big = " ".join(f"line{j} of the log" for j in range(40_000))  # 0.6 MB, far past a 1,024-token window
+
+    def call(i: int) -> dict:
+        return {"id": f"c{i}", "type": "function", "function": {"name": "bash", "arguments": json.dumps({"cmd": f"cat f{i}"})}}
+    msgs = [{"role": "user", "content": "read the logs"}]
+    for i, obs in enumerate(["small output", big, "done"]):
+        msgs += [{"role": "assistant", "content": "", "tool_calls": [call(i)]}, {"role": "tool", "tool_call_id": f"c{i}", "content": obs}]
+    (tmp_path / "big.jsonl").write_text(json.dumps({"messages": msgs}) + "\n")
+    root = tmp_path / "corpus"
+    ingest([tmp_path / "big.jsonl"], root, IngestConfig(domain_override="terminal"), progress=False)
+    cfg = ScoreConfig(model=ModelScoreConfig(model=str(tiny_model_dir), dtype="float32"))
+    sql = "SELECT * FROM turn_scores ORDER BY turn_index"
+    cut = score(root, cfg, progress=False)
+    cut_rows = run_query(root, sql)[1]
+    seen: list[int] = []
+    default_bound = score_mod.text_bound
+    monkeypatch.setattr(score_mod, "text_bound", lambda scorer: seen.append(default_bound(scorer)) or 1 << 40)  # never cut
+    whole = score(root, cfg, progress=False)
+    assert seen[0] < len(big)  # the default bound cuts it
+    assert run_query(root, sql)[1] == cut_rows and cut.truncated_turns == whole.truncated_turns == 1
+    assert cut.model_tokens == whole.model_tokens
