@@ -34,7 +34,9 @@ Long trajectories are split on turn boundaries into windows (`pipelines.pack.win
 window re-renders the system prompt plus recent whole turns as context (up to
 `history_fraction` of the room) and new turns to train on; a single turn longer than the window is
 cut at `seq_len` (the cut observation keeps its loss, the lost end-of-message token is not
-trained). Documents are packed best-fit-decreasing (`pipelines.pack`) per split.
+trained); a message longer than any sequence can reach is cut before it is encoded
+(`cut_for_tokens`: the same ids, bounded memory), while the chat form keeps it whole. Documents
+are packed best-fit-decreasing (`pipelines.pack`) per split.
 
 Splits: `split_of(group key)`: a hash of the group key, by default the trajectory's task
 (normalized) or, for a trajectory without a task, its source, so no task appears in two splits.
@@ -46,7 +48,11 @@ Atomicity: everything is written under `OUT/.staging-<pid>/`, each file under a 
 then `manifest.json` is removed, the old data directories are replaced by the new ones and the
 new manifest is written last. An export is complete if and only if `manifest.json` exists (and
 every file matches its sha256). A rerun after an interruption rebuilds; a rerun with the same
-fingerprint over a complete export does nothing.
+fingerprint over a complete export does nothing. `OUT` must be new, empty, or an export's (marked
+`.worldline-export`, or holding an export's manifest): a directory holding other data in
+`parquet/`, `chat/`, `megatron/`, `eval/` or a `manifest.json` is refused, not replaced, and so
+is one inside the corpus. Side tables computed before the corpus last changed (or dedup's against
+other cleaning verdicts) are used as they are, and named on the way (`stale_side_tables`).
 """
 
 from __future__ import annotations
