@@ -181,5 +181,9 @@ def run_named(contracts: Mapping[str, Callable[[Any], ContractResult]], arg: Any
 
 
 def run_contracts(corpus_dir: Path | str, max_quarantine_rate: float = 0.25) -> list[ContractResult]:
-    return run_named({**CONTRACTS, "quarantine_rate": lambda c: quarantine_rate(c, max_quarantine_rate)},
-                     Corpus(corpus_dir))
+    """Every corpus contract. A path that is not a corpus is a CorpusError, not contracts that fail
+    (or pass, over nothing), and a rate bound outside [0, 1] a ValueError: neither is a verdict."""
+    if not 0 <= max_quarantine_rate <= 1:  # NaN fails too
+        raise ValueError(f"--max-quarantine-rate must be in [0, 1] (got {max_quarantine_rate})")
+    corpus = Corpus(corpus_dir).require()
+    return run_named({**CONTRACTS, "quarantine_rate": lambda c: quarantine_rate(c, max_quarantine_rate)}, corpus)

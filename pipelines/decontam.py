@@ -4,7 +4,18 @@ Word n-grams (lower-cased alphanumeric tokens) of every evaluation item are inde
 (evaluation sets are small); each trajectory's task and actions are scanned for them. A trajectory
 is flagged against an item when the item's n-grams found in it cover at least `min_overlap` of the
 item's n-grams (items shorter than n words count as one n-gram of all their words). Each flag
-names the matching item, the field that matched and the overlap, so a person can check it.
+names the matching item, the field that matched and the overlap, so a person can check it: `task`
+when the task alone matches the most, `action` when the task followed by the actions (in turn order)
+matches more (an item that holds a task and the actions taken on it, as an AgentWorldBench row
+does, matches there).
+
+Items: a string, or an object whose text is the values of `text_keys` (`{"id": ..., "question":
+...}`), in JSON lines, a JSON list (or `{"items"|"data": [...]}`), or a directory of such files.
+AgentWorldBench rows (`{task, id, prompt: [...], response: [...], turn_idx, ...}`, what `worldline
+export` writes under `eval/agentworldbench/`) are read as the benchmark defines them: `task` is the
+domain name, not text, and the text is in the turn prompts, so an item is the task instruction and
+the actions of the turn prompts. The rows of one session (the same task, id and system prompt; one row
+per evaluated turn, each holding the turns before it) make one item, with every turn any of them holds.
 """
 
 from __future__ import annotations
@@ -16,6 +27,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import orjson
+
+from collectors.agentworldbench import split_prompt, unfence
 
 _TOKEN = re.compile(r"[a-z0-9]+")
 TEXT_KEYS = ("task", "instruction", "question", "prompt", "problem_statement", "query", "goal", "text", "input")
@@ -31,6 +44,15 @@ class DecontamConfig:
     text_keys: tuple[str, ...] = TEXT_KEYS
     id_keys: tuple[str, ...] = ID_KEYS
     include_actions: bool = True
+
+    def __post_init__(self) -> None:
+        """Reject values that would flag everything (an empty n-gram) or nothing (an overlap above 1)."""
+        if not isinstance(self.n, int) or self.n < 1:
+            raise ValueError(f"--ngram must be at least 1 (got {self.n})")
+        if not 0 < self.min_overlap <= 1:  # NaN fails too
+            raise ValueError(f"--min-overlap must be in (0, 1] (got {self.min_overlap})")
+        if self.min_item_ngrams < 0:
+            raise ValueError(f"min_item_ngrams must be at least 0 (got {self.min_item_ngrams})")
 
     def fingerprint(self, eval_digest: str = "") -> str:
         d = asdict(self)
@@ -85,23 +107,66 @@ def _records(path: Path) -> Iterator[tuple[str, dict]]:
                         raise ValueError(f"{f}: line {i}: not JSON ({e})") from e
 
 
+@dataclass
+class _Session:
+    """The AgentWorldBench rows of one session, merged: each row holds the turns before its own."""
+
+    id: str
+    task: str | None = None
+    turns: dict[int, str] = field(default_factory=dict)  # turn number → action
+
+
+def is_agentworldbench_row(rec: dict) -> bool:
+    """An AgentWorldBench row: the turn prompts in a `prompt` list, the evaluated turn in `turn_idx`."""
+    return isinstance(rec.get("prompt"), list) and "turn_idx" in rec
+
+
+def _agentworldbench_turns(rec: dict) -> tuple[str | None, dict[int, str]]:
+    """(task instruction, turn number → action) of one AgentWorldBench row. Prompts are strings in the
+    published layout; rows stored as chat messages hold them in the `user` messages."""
+    task: str | None = None
+    turns: dict[int, str] = {}
+    prompts = [p.get("content") if isinstance(p, dict) and p.get("role") == "user" else p for p in rec["prompt"]]
+    for i, prompt in enumerate(p for p in prompts if isinstance(p, str)):
+        sec = split_prompt(prompt)
+        if task is None and sec.get("task_instruction"):
+            task = sec["task_instruction"]
+        action = sec.get("action", sec.get("preamble"))
+        if action:
+            turns[sec.get("turn", i + 1)] = unfence(action)[0]
+    return task, turns
+
+
 def load_eval_set(path: Path | str, config: DecontamConfig = DecontamConfig()) -> tuple[list[EvalItem], str]:
     """Items (id, text) of an evaluation set and a digest of its content (for the fingerprint)."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"evaluation set {path} does not exist")
     items: list[EvalItem] = []
+    sessions: dict[tuple[str, str, str], _Session] = {}  # AgentWorldBench rows by (task, id, system prompt)
     for where, rec in _records(path):
         if isinstance(rec, str):
             items.append(EvalItem(where, rec))
             continue
         if not isinstance(rec, dict):
             continue
+        if is_agentworldbench_row(rec):
+            ident = str(rec["id"]) if rec.get("id") is not None else where
+            s = sessions.setdefault((str(rec.get("task")), ident, str(rec.get("system_str"))), _Session(ident))
+            task, turns = _agentworldbench_turns(rec)
+            s.task = s.task or task
+            for t, action in turns.items():
+                s.turns.setdefault(t, action)
+            continue
         text = " ".join(str(rec[k]) for k in config.text_keys if isinstance(rec.get(k), str | int | float))
         if not text.strip():
             continue
         ident = next((str(rec[k]) for k in config.id_keys if rec.get(k) is not None), where)
         items.append(EvalItem(ident, text))
+    for s in sessions.values():
+        text = "\n".join([s.task or ""] + [s.turns[t] for t in sorted(s.turns)])
+        if text.strip():
+            items.append(EvalItem(s.id, text))
     h = hashlib.sha256()
     for it in items:
         h.update(it.id.encode() + b"\0" + it.text.encode() + b"\0")
@@ -142,16 +207,17 @@ class EvalIndex:
 
 def scan_trajectory(index: EvalIndex, trajectory_id: str, task: str | None,
                     actions: list[tuple[int, str]], config: DecontamConfig) -> list[Flag]:
-    """Flags for one trajectory: at most one per evaluation item (the task is checked first)."""
+    """Flags for one trajectory: at most one per evaluation item, the better of the task alone and the
+    task with the actions (an item may hold both, as an AgentWorldBench row does)."""
     out: dict[int, Flag] = {}
     if task:
         for k, m in index.matches(task).items():
             if m / index.sizes[k] >= config.min_overlap:
                 out[k] = Flag(trajectory_id, index.ids[k], "task", None, m, index.sizes[k])
     if config.include_actions and actions:
-        text = "\n".join(a for _, a in actions)
+        text = "\n".join([task or ""] + [a for _, a in actions])
         for k, m in index.matches(text).items():
-            if k in out or m / index.sizes[k] < config.min_overlap:
+            if m / index.sizes[k] < config.min_overlap or (k in out and out[k].matched >= m):
                 continue
             first = next((i for i, a in actions if index.matches(a).get(k)), actions[0][0])
             out[k] = Flag(trajectory_id, index.ids[k], "action", first, m, index.sizes[k])

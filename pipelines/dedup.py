@@ -35,6 +35,7 @@ from __future__ import annotations
 import hashlib
 import os
 import queue
+import re
 import shutil
 import sys
 import threading
@@ -114,6 +115,26 @@ class DedupConfig:
     reuse_signatures: bool = True
     lock_wait_s: float = 600.0
 
+    def __post_init__(self) -> None:
+        """Reject settings that would silently turn detection off or fail deep inside the run."""
+        if not 0 < self.threshold <= 1:  # NaN fails too
+            raise ValueError(f"--threshold must be in (0, 1] (got {self.threshold})")
+        if self.num_perm < 1:
+            raise ValueError(f"--num-perm must be at least 1 (got {self.num_perm})")
+        if self.shingle < 1:
+            raise ValueError(f"--shingle must be at least 1 (got {self.shingle})")
+        if (self.bands is None) != (self.rows is None):
+            given, missing = ("--bands", "--rows") if self.rows is None else ("--rows", "--bands")
+            raise ValueError(f"{given} needs {missing}: LSH takes both (bands x rows ≤ --num-perm) or neither (the optimum for --threshold)")
+        if self.bands is not None and self.rows is not None:
+            if self.bands < 1 or self.rows < 1:
+                raise ValueError(f"--bands and --rows must be at least 1 (got {self.bands} and {self.rows})")
+            if self.bands * self.rows > self.num_perm:
+                raise ValueError(f"--bands x --rows = {self.bands * self.rows} exceeds --num-perm {self.num_perm}")
+        if self.min_prefix_share < 2:
+            raise ValueError(f"--min-prefix-share must be at least 2 (got {self.min_prefix_share}): a prefix is shared by two or more")
+        check_memory_limit(self.memory_limit)
+
     def lsh_params(self) -> tuple[int, int]:
         if self.bands and self.rows:
             if self.bands * self.rows > self.num_perm:
@@ -137,6 +158,21 @@ class DedupConfig:
 
 
 _PARAM_CACHE: dict[tuple[float, int], tuple[int, int]] = {}
+
+
+_MEMORY = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-z%]+)\s*", re.I)
+_MEMORY_UNITS = {"b": 1, "byte": 1, "bytes": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+                 "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+
+
+def check_memory_limit(limit: str) -> None:
+    """A `--memory-limit` DuckDB will take (a positive size with a unit, or a share of RAM), checked up
+    front so that a bad value fails before the run, not as a DuckDB parser error inside it."""
+    m = _MEMORY.fullmatch(limit) if isinstance(limit, str) else None
+    unit, value = (m.group(2).lower(), float(m.group(1))) if m else ("", 0.0)
+    if (unit not in _MEMORY_UNITS and unit != "%") or value <= 0 or (unit == "%" and value > 100):
+        raise ValueError("--memory-limit must be a positive size with a unit (B, KB, MB, GB, TB, KiB, MiB, GiB, TiB) "
+                         f"or a share of RAM up to 100%, e.g. 256MB, 1.5GiB, 50% (got {limit!r})")
 
 
 def _optimal_params(threshold: float, num_perm: int) -> tuple[int, int]:

@@ -110,7 +110,7 @@ from pipelines.store import (
     refuse_output_in_corpus,
     write_json_atomic,
 )
-from schemas.tables import DOMAINS
+from schemas.tables import check_domains
 
 EXPORT_FORMAT = "worldline-export/1"
 EXPORT_CODE_VERSION = "1"  # bump when a change to this module changes what is written
@@ -173,9 +173,7 @@ class ExportConfig:
         for name, w in self.domain_weights + self.source_weights:
             if not (w >= 0 and math.isfinite(w)):
                 raise ValueError(f"weight of {name!r} is {w}: must be finite and ≥ 0")
-        unknown = sorted({name for name, _ in self.domain_weights} - set(DOMAINS))
-        if unknown:
-            raise ValueError(f"--domain-weight {', '.join(unknown)}: not a domain; the domains are {', '.join(DOMAINS)}")
+        check_domains("--domain-weight", (name for name, _ in self.domain_weights))
         if self.shard_tokens < 1:
             raise ValueError(f"--shard-tokens {self.shard_tokens}: must be positive")
         if self.eval_middle_turns < 0:

@@ -38,6 +38,7 @@ import hashlib
 import importlib.util
 import os
 import queue
+import re
 import shutil
 import threading
 from collections.abc import Callable
@@ -166,6 +167,26 @@ def cpu_has_bf16() -> bool:
 # ---------------------------------------------------------------------------------------------
 # config and jobs
 
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+_CUDA_DEVICE = re.compile(r"cuda(?::(\d+))?")
+
+
+def check_device(device: str) -> None:
+    """`--device` must be auto, cpu, or a CUDA GPU this machine has (torch is asked only for cuda)."""
+    m = _CUDA_DEVICE.fullmatch(device) if isinstance(device, str) else None
+    if device in ("auto", "cpu"):
+        return
+    if m is None:
+        raise ValueError(f"--device {device}: not a device; use auto, cpu, cuda or cuda:N ({_devices_here()})")
+    if int(m.group(1) or 0) >= _torch().cuda.device_count():
+        raise ValueError(f"--device {device}: no such GPU here ({_devices_here()})")
+
+
+def _devices_here() -> str:
+    count = _torch().cuda.device_count()
+    gpus = ", ".join(["cuda", *(f"cuda:{i}" for i in range(count))]) if count else ""
+    return f"devices here: auto, cpu{', ' + gpus if gpus else ''}" + ("" if count else "; torch sees no CUDA GPU")
+
 
 @dataclass(frozen=True)
 class ModelScoreConfig:
@@ -180,6 +201,12 @@ class ModelScoreConfig:
     head_chunk: int = 8192  # target positions per LM-head chunk (bounds the fp32 logits)
     data_parallel: bool = True
     render: RenderConfig = RenderConfig()
+
+    def __post_init__(self) -> None:
+        """Reject a device this machine lacks here, not as an IndexError or a torch traceback at setup."""
+        check_device(self.device)
+        if self.dtype not in DTYPES:
+            raise ValueError(f"--dtype {self.dtype}: choose from {', '.join(DTYPES)}")
 
     def fingerprint(self, model_id: str = "", dtype: str = "") -> str:
         d = asdict(self)

@@ -23,7 +23,11 @@ def _echo(m: str) -> None:
 def _cmd_build(a: argparse.Namespace) -> int:
     from sandboxes.images import build, recipe_names
 
-    names = a.images or recipe_names()
+    known = recipe_names()
+    unknown = [n for n in a.images if n not in known]
+    if unknown:  # before the engine is asked anything
+        raise ValueError(f"no image recipe {', '.join(map(repr, unknown))}; the images are {', '.join(known)}")
+    names = a.images or known
     done: dict[str, object] = {}
     for n in names:
         for r in build(n, force=a.force and n in names and n not in done, echo=_echo):
@@ -73,10 +77,13 @@ def _cmd_tasks(a: argparse.Namespace) -> int:
 
 
 def _cmd_collect(a: argparse.Namespace) -> int:
-    from sandboxes.collect import collect, plan_jobs
+    from sandboxes.collect import check_collect_options, collect, plan_jobs
     from sandboxes.perturb import parse_list
     from sandboxes.tasks import load_many
 
+    if a.max_turns < 1:
+        raise ValueError(f"--max-turns must be at least 1 (got {a.max_turns})")
+    check_collect_options(a.out, a.workers)
     tasks = load_many(a.specs)
     factory = None
     if a.policy == "openai":
@@ -96,9 +103,10 @@ def _cmd_collect(a: argparse.Namespace) -> int:
 
 
 def _cmd_replay(a: argparse.Namespace) -> int:
-    from sandboxes.collect import collect
+    from sandboxes.collect import check_collect_options, collect
     from sandboxes.replay import replay_jobs
 
+    check_collect_options(a.out, a.workers)  # before reading the traces, let alone asking the engine
     jobs, _ = replay_jobs(a.paths, limit=a.limit)
     if not jobs:
         raise ValueError(f"no replayable shell actions in {', '.join(map(str, a.paths))}")
@@ -110,13 +118,19 @@ def _cmd_replay(a: argparse.Namespace) -> int:
 
 
 def _guard(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
-    """EngineUnavailable becomes exit 4 with its how-to-start message (not a traceback)."""
+    """EngineUnavailable becomes exit 4 with its how-to-start message, an image that cannot be read
+    or built exit 1 with the recipe named (one line each, not a traceback)."""
+    from sandboxes.images import ImageError
+
     def run(a: argparse.Namespace) -> int:
         try:
             return fn(a)
         except EngineUnavailable as e:
             print(f"worldline: error: {e}", file=sys.stderr)
             return EXIT_ENGINE
+        except ImageError as e:
+            print(f"worldline {a.command}: error: {e}", file=sys.stderr)
+            return 1
     return run
 
 

@@ -544,6 +544,17 @@ class CollectSummary:
         return "\n".join(lines)
 
 
+def check_collect_options(out: Path | str, workers: int) -> None:
+    """What `collect` checks before it reaches the engine: a usage error is reported as such, not
+    after a Docker round trip (or as "no engine" where none answers)."""
+    from pipelines.store import CorpusError
+
+    if workers < 1:
+        raise ValueError(f"--workers must be at least 1 (got {workers})")
+    if Path(out).exists() and not Path(out).is_dir():
+        raise CorpusError(f"--out {out} is a file, not a corpus directory")
+
+
 def collect(jobs: Iterable[Job], out: Path | str, workers: int = 2, seed: int = 0,
             echo: Callable[[str], None] | None = None, run_key: str | None = None,
             commit_every: int = 20, fresh: bool = False, warm: bool = False) -> CollectSummary:
@@ -555,6 +566,7 @@ def collect(jobs: Iterable[Job], out: Path | str, workers: int = 2, seed: int = 
     collection benchmark measured no consistent gain)."""
     from pipelines.sink import CollectionSink
 
+    check_collect_options(out, workers)
     jobs = list(jobs)
     say = echo or (lambda m: print(m, file=sys.stderr))
     client()  # fail early, with the how-to-start message, when no engine answers

@@ -24,6 +24,7 @@ is reproducible by its seed.
 
 from __future__ import annotations
 
+import math
 import random
 import re
 import shlex
@@ -168,6 +169,8 @@ def _oom(plan: Plan, p: dict, rng: random.Random, used: list[str]) -> None:
 
 
 def _slow(plan: Plan, p: dict, rng: random.Random, used: list[str]) -> None:
+    if float(p["delay_s"]) < 0:
+        raise PerturbationError(f"slow_command: delay_s must be >= 0, got {p['delay_s']}")
     binary = p.get("binary") or _pick(rng, used, WRAPPABLE, "python3")
     if binary in HARNESS_BINARIES:
         raise PerturbationError(f"slow_command: binary {binary!r} is used by the sandbox harness; choose another")
@@ -176,6 +179,8 @@ def _slow(plan: Plan, p: dict, rng: random.Random, used: list[str]) -> None:
 
 
 def _timeout(plan: Plan, p: dict, rng: random.Random, used: list[str]) -> None:
+    if float(p["timeout_s"]) <= 0 or float(p["hang_s"]) < 0:
+        raise PerturbationError(f"timeout: timeout_s must be > 0 and hang_s >= 0, got timeout_s={p['timeout_s']}, hang_s={p['hang_s']}")
     binary = p.get("binary") or _pick(rng, used, WRAPPABLE, "python3")
     if binary in HARNESS_BINARIES:
         raise PerturbationError(f"timeout: binary {binary!r} is used by the sandbox harness; choose another")
@@ -282,8 +287,11 @@ class PerturbationSpec:
                 raise PerturbationError(f"perturbation {text!r}: expected key=value, got {kv!r}")
             if k not in PERTURBATIONS[name].defaults:
                 raise PerturbationError(f"perturbation {name}: unknown parameter {k!r}; known: {sorted(PERTURBATIONS[name].defaults)}")
-            params[k] = _value(v)
-        return PerturbationSpec(name, tuple(sorted(params.items())))
+            params[k] = _typed(name, k, v)
+        spec = PerturbationSpec(name, tuple(sorted(params.items())))
+        if params:  # a value out of range fails here, not in every sandbox after the engine was reached
+            plan(SandboxConfig(image="check"), spec, 0, "check", [])
+        return spec
 
     def __str__(self) -> str:
         return self.name + (":" + ",".join(f"{k}={v}" for k, v in self.params) if self.params else "")
@@ -296,6 +304,24 @@ def _value(v: str) -> Any:
         except ValueError:
             pass
     return v
+
+
+# the kind of every parameter a perturbation takes (a command name, or a number)
+PARAM_KINDS: dict[str, type] = {"size_kb": int, "free_kb": int, "memory_mb": int, "bytes": int, "offset_s": int,
+                                "delay_s": float, "hang_s": float, "timeout_s": float, "binary": str}
+
+
+def _typed(name: str, key: str, text: str) -> Any:
+    """A parameter's value from its text, of the kind the perturbation needs (`size_kb=abc` is an error)."""
+    kind = PARAM_KINDS.get(key, str)
+    if kind is str:
+        if not text.strip():
+            raise PerturbationError(f"perturbation {name}: {key} is empty")
+        return text
+    v = _value(text)
+    if kind is int and isinstance(v, int) or kind is float and isinstance(v, int | float) and math.isfinite(v):
+        return v
+    raise PerturbationError(f"perturbation {name}: {key}={text!r} is not {'an integer' if kind is int else 'a number'}")
 
 
 def parse_list(items: list[str]) -> list[PerturbationSpec]:

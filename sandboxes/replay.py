@@ -90,8 +90,12 @@ def replay_job(traj: Trajectory, fixture: TaskSpec | None = None, timeout_s: flo
 
 
 def replay_jobs(paths: Iterable[Path | str], limit: int | None = None) -> tuple[list[Job], list[Trajectory]]:
-    """Jobs replaying every replayable trajectory under `paths` (imported with the ingest reader)."""
+    """Jobs replaying every replayable trajectory under `paths` (imported with the ingest reader),
+    at most `limit` (≥ 1) of them."""
     from pipelines.reader import read_path
+
+    if limit is not None and limit < 1:  # 0 would still replay one: the count is checked after appending
+        raise ValueError(f"--limit must be at least 1 (got {limit})")
 
     jobs: list[Job] = []
     originals: list[Trajectory] = []

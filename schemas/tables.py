@@ -6,11 +6,20 @@ Every column carries a description in its field metadata; `docs/schema.md` is ge
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import pyarrow as pa
 
 SCHEMA_VERSION = "1.0.0"
 
 DOMAINS: tuple[str, ...] = ("mcp", "search", "terminal", "swe", "web", "os", "android")
+
+
+def check_domains(option: str, names: Iterable[str]) -> None:
+    """A ValueError naming `option` and the names in `names` that are not domains, if any."""
+    unknown = sorted(set(names) - set(DOMAINS))
+    if unknown:
+        raise ValueError(f"{option} {', '.join(unknown)}: not a domain; the domains are {', '.join(DOMAINS)}")
 
 TURN_KINDS: dict[str, str] = {
     "env": "the action touched the environment; `observation` is what the environment returned",

@@ -31,7 +31,7 @@ from collectors.mcp.recorder import (
     SessionResult,
     make_policy,
 )
-from collectors.mcp.spec import ServerSpec, SessionSpec, load_spec
+from collectors.mcp.spec import ServerSpec, SessionSpec, load_spec, spec_files
 from collectors.policies import Action, ScriptedPolicy
 from pipelines.sink import CollectionSink
 
@@ -173,24 +173,77 @@ def replay_sessions(corpus: Path | str, spec: ServerSpec, tools: list[dict], lim
     return out
 
 
+def check_options(repeat: int, concurrency: int, call_timeout_s: float | None, replay_limit: int | None,
+                  policy: str | None) -> None:
+    """The run's options, as the command line spells them: each of these would otherwise run no
+    session (and say it finished) or fail inside a running session."""
+    if repeat < 1:
+        raise ValueError(f"--repeat must be at least 1 (got {repeat})")
+    if concurrency < 1:
+        raise ValueError(f"--concurrency must be at least 1 (got {concurrency})")
+    if call_timeout_s is not None and not call_timeout_s > 0:
+        raise ValueError(f"--call-timeout must be above 0 seconds (got {call_timeout_s})")
+    if replay_limit is not None and replay_limit < 1:
+        raise ValueError(f"--replay-limit must be at least 1 (got {replay_limit})")
+    if policy not in (None, "scripted", "openai"):
+        raise ValueError(f"--policy {policy}: use scripted or openai")
+
+
+def check_sessions(specs: list[ServerSpec], only: list[str] | None) -> None:
+    """Every `--session` names a session of the specs (`name` or `server/name`)."""
+    known = [f"{spec.name}/{s.name}" for spec in specs for s in spec.sessions]
+    names = set(known) | {k.split("/", 1)[1] for k in known}
+    unknown = [o for o in only or [] if o not in names]
+    if unknown:
+        raise ValueError(f"--session {', '.join(unknown)}: no such session in {', '.join(str(s.path) for s in specs)}; "
+                         f"the sessions are {', '.join(known) or 'none'}")
+
+
+def check_agent_endpoint(jobs: list[Job], openai: dict[str, Any]) -> None:
+    """A session with the openai policy needs an agent endpoint: found missing here, not as an
+    error inside each running session."""
+    job = next((j for j in jobs if j.session.policy == "openai"), None)
+    if job is None:
+        return
+    from collectors.policies import OpenAIChatPolicy
+
+    try:
+        OpenAIChatPolicy(**openai)
+    except ValueError:
+        raise ValueError(f"the openai policy (session {job.spec.name}/{job.session.name}) needs an agent endpoint: "
+                         "--agent-base-url and --agent-model, or WORLDLINE_AGENT_BASE_URL and WORLDLINE_AGENT_MODEL") from None
+
+
 def collect(spec_paths: list[Path | str | ServerSpec], out: Path | str, *, faults: FaultConfig | None = None, repeat: int = 1,
             concurrency: int = 2, only: list[str] | None = None, policy: str | None = None,
             openai: dict[str, Any] | None = None, replay_corpus: Path | str | None = None,
             replay_limit: int | None = None, call_timeout_s: float | None = None, commit_every: int = 25,
             echo: Callable[[str], None] | None = None) -> McpSummary:
-    """Record every session of every spec into the corpus at `out`."""
-    specs = [p if isinstance(p, ServerSpec) else load_spec(p) for p in spec_paths]
-    return anyio.run(lambda: _collect(specs, Path(out), faults or FaultConfig(), repeat, concurrency, only, policy,
-                                      openai or {}, replay_corpus, replay_limit, call_timeout_s, commit_every, echo))
+    """Record every session of every spec into the corpus at `out`. A directory among `spec_paths`
+    stands for the specs in it. Options and sessions are checked before any server starts."""
+    check_options(repeat, concurrency, call_timeout_s, replay_limit, policy)
+    specs: list[ServerSpec] = []
+    for p in spec_paths:
+        specs += [p] if isinstance(p, ServerSpec) else [load_spec(f) for f in spec_files([p])]
+    jobs: list[Job] | None = None
+    if replay_corpus is None:
+        check_sessions(specs, only)
+        jobs = plan_jobs(specs, repeat, only, policy)
+        if not jobs:
+            raise ValueError(f"no session to run in {', '.join(str(s.path) for s in specs)}"
+                             + (" (--policy scripted leaves out sessions without steps)" if policy == "scripted" else ""))
+        check_agent_endpoint(jobs, openai or {})
+    return anyio.run(lambda: _collect(specs, jobs, Path(out), faults or FaultConfig(), repeat, concurrency, openai or {},
+                                      replay_corpus, replay_limit, call_timeout_s, commit_every, echo))
 
 
-async def _collect(specs: list[ServerSpec], out: Path, faults: FaultConfig, repeat: int, concurrency: int,
-                   only: list[str] | None, policy: str | None, openai: dict[str, Any], replay_corpus: Path | str | None,
+async def _collect(specs: list[ServerSpec], planned: list[Job] | None, out: Path, faults: FaultConfig, repeat: int,
+                   concurrency: int, openai: dict[str, Any], replay_corpus: Path | str | None,
                    replay_limit: int | None, call_timeout_s: float | None, commit_every: int,
                    echo: Callable[[str], None] | None) -> McpSummary:
     run_id = time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + "-" + uuid.uuid4().hex[:8]
     t0 = time.perf_counter()
-    if replay_corpus is not None:
+    if planned is None:
         jobs = []
         for spec in specs:
             tools = await probe_tools(spec, run_id)
@@ -199,7 +252,7 @@ async def _collect(specs: list[ServerSpec], out: Path, faults: FaultConfig, repe
                 echo(f"{spec.name}: {len(sessions)} replayable trajectories in {replay_corpus}")
             jobs += [Job(spec, s, r) for s in sessions for r in range(repeat)]
     else:
-        jobs = plan_jobs(specs, repeat, only, policy)
+        jobs = planned
     summary = McpSummary(str(out), run_id, faults=faults.as_dict())
     info = {"collector": "mcp", "faults": faults.as_dict(), "specs": [str(s.path) for s in specs]}
     sink = CollectionSink(out, run_key=f"mcp:{run_id}", source=",".join(str(s.path) for s in specs),

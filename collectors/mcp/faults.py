@@ -66,8 +66,11 @@ class FaultConfig:
         unknown = [k for k in self.kinds if k not in FAULTS]
         if unknown:
             raise ValueError(f"unknown fault kinds {unknown}; known: {sorted(FAULTS)}")
-        if not 0.0 <= self.rate <= 1.0:
-            raise ValueError(f"fault rate {self.rate} is not within [0, 1]")
+        if not 0.0 <= self.rate <= 1.0:  # NaN fails too
+            raise ValueError(f"--fault-rate {self.rate} is not within [0, 1]")
+        if self.rate > 0 and not self.kinds:
+            raise ValueError(f"--fault-rate {self.rate} without --faults: a rate with no fault kinds injects nothing; "
+                             f"name them with --faults KIND,... or --faults all (known: {', '.join(sorted(FAULTS))})")
 
     @classmethod
     def parse(cls, kinds: str | None, rate: float | None = None, seed: int = 0,

@@ -174,9 +174,26 @@ def _step(where: str, raw: Any) -> StepSpec:
     return StepSpec(kinds[0], str(d[kinds[0]]), args, fault, d.get("thought"))
 
 
+def spec_files(paths: list[Path | str]) -> list[Path]:
+    """The spec files named: a directory stands for its `*.yaml` / `*.yml` specs (as the default,
+    `sandboxes/mcp/`, does); one without any is an error, not a run of no sessions."""
+    out: list[Path] = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            found = sorted(f for f in p.iterdir() if f.suffix in (".yaml", ".yml") and f.is_file())
+            if not found:
+                raise SpecError(f"{p}: a directory without MCP server specs (*.yaml) in it")
+            out += found
+        else:
+            out.append(p)
+    return out
+
+
 def load_spec(path: Path | str) -> ServerSpec:
     """Read and check a spec; errors name the file and the offending key."""
     path = Path(path)
+    if path.is_dir():
+        raise SpecError(f"{path}: a directory, not an MCP server spec (collect reads the *.yaml specs in it)")
     try:
         text = path.read_text()
     except FileNotFoundError:

@@ -72,12 +72,13 @@ def add_arguments(s: argparse.ArgumentParser) -> None:
 
 
 def _generator(endpoint: str, model: str, a: argparse.Namespace):  # noqa: ANN202 - a Generator
-    from pipelines.traces.generate import EndpointGenerator, LocalGenerator
+    from pipelines.traces.generate import EndpointGenerator, LocalGenerator, check_client_options
 
     if endpoint == "local":
         from pipelines.traces.engine import EngineConfig, LocalEngine
 
-        return LocalGenerator(LocalEngine(EngineConfig(model=model, max_batch=max(1, a.concurrency), threads=a.threads)))
+        check_client_options(a.concurrency, a.rps, a.timeout, a.retries)
+        return LocalGenerator(LocalEngine(EngineConfig(model=model, max_batch=a.concurrency, threads=a.threads)))
     return EndpointGenerator(endpoint, model, os.environ.get(a.api_key_env) or None, a.concurrency, a.rps, a.timeout, a.retries)
 
 

@@ -180,6 +180,19 @@ class EndpointClient:
             return json.loads(r.read())
 
 
+def check_client_options(concurrency: int, requests_per_s: float | None, timeout_s: float, retries: int) -> None:
+    """The request options, as the command line spells them: 0 requests in flight would hang or be
+    quietly read as 1, a timeout of 0 fails every request."""
+    if concurrency < 1:
+        raise ValueError(f"--concurrency must be at least 1 (got {concurrency})")
+    if requests_per_s is not None and not requests_per_s > 0:
+        raise ValueError(f"--rps must be above 0 (got {requests_per_s})")
+    if not timeout_s > 0:
+        raise ValueError(f"--timeout must be above 0 seconds (got {timeout_s})")
+    if retries < 0:
+        raise ValueError(f"--retries must be at least 0 (got {retries})")
+
+
 class Generator(Protocol):
     """`model` names the model in cache keys and provenance; `complete_many` calls `done(i, result
     or exception)` for every request as soon as it is answered."""
@@ -220,6 +233,7 @@ class EndpointGenerator:
         if not self.base_url or not self.model:
             raise ValueError("the endpoint generator needs a base URL and a model "
                              "(--endpoint/--model, or WORLDLINE_TRACES_BASE_URL/WORLDLINE_TRACES_MODEL)")
+        check_client_options(self.concurrency, self.requests_per_s, self.timeout_s, self.retries)
         self.client = EndpointClient(self.base_url, self.api_key, self.timeout_s, self.retries, self.backoff_s,
                                      requests_per_s=self.requests_per_s)
 

@@ -21,6 +21,11 @@ Output directory (files written under a temporary name, then renamed into place;
     cache.sqlite       the generation cache (kept across runs; `cache_path` may share one)
 
 The corpus gets a `traces` side table (one row per query), which the report plots.
+
+Checked before anything is written: the corpus exists, and OUT is neither the corpus nor inside it.
+A run in which no candidate could be generated at all (every request failed: the endpoint is down
+or wrong) raises `EndpointError` naming the endpoint and writes neither outputs nor the side table
+(a new OUT is removed again), so it cannot pass for a finished run that kept nothing.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import os
+import shutil
 import sys
 import time
 from collections import Counter, defaultdict
@@ -40,12 +46,13 @@ import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from collectors.policies import EndpointError
 from pipelines.query import connect
 from pipelines.redact import redact_text
 from pipelines.render import Conversation, messages
 from pipelines.side import corpus_state, write_side_table
 from pipelines.sources import sha256_file
-from pipelines.store import Corpus, write_json_atomic
+from pipelines.store import Corpus, refuse_output_in_corpus, write_json_atomic
 from pipelines.traces.engine import ChatRequest
 from pipelines.traces.form import REJECT_REASONS, assistant_content, parse_candidate
 from pipelines.traces.generate import GenerationCache, Generator, Sampling, cache_key, generate_cached
@@ -62,7 +69,7 @@ from pipelines.traces.prompts import (
 )
 from pipelines.traces.queries import Query, QueryConfig, load_queries, select_queries
 from pipelines.traces.verify import DOMAIN_VERIFIERS, verify
-from schemas.tables import _f, side_table_schema
+from schemas.tables import _f, check_domains, side_table_schema
 
 SFT_FORMAT = "worldline-traces/1"
 
@@ -98,8 +105,14 @@ class TracesConfig:
 
     def __post_init__(self) -> None:
         if self.k < 1:
-            raise ValueError(f"k must be at least 1, got {self.k}")
+            raise ValueError(f"-k must be at least 1 (got {self.k})")
         choose_template(self.templates, 0, "")  # validates the names
+        check_domains("--domain-threshold", (d for d, _ in self.thresholds))
+        if not self.threshold >= 0:  # NaN fails too; above 1 is allowed (selected, never kept)
+            raise ValueError(f"--threshold must be at least 0 (got {self.threshold})")
+        for d, t in self.thresholds:
+            if not t >= 0:
+                raise ValueError(f"--domain-threshold {d}={t}: a threshold must be at least 0")
 
     def threshold_for(self, domain: str) -> float:
         return dict(self.thresholds).get(domain, self.threshold)
@@ -219,8 +232,10 @@ def traces(
     echo = echo or (lambda m: print(m, file=sys.stderr))
     if config.judge is not None and judge is None:
         raise ValueError("config.judge is set but no judge generator was given")
-    corpus = Corpus(corpus_dir)
+    corpus = Corpus(corpus_dir).require()  # before anything is created: a wrong path leaves nothing behind
     out = Path(out_dir)
+    refuse_output_in_corpus(out, corpus.root, "traces --out")
+    created = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
     judge_model = judge.model if (judge is not None and config.judge is not None) else None
     fp = config.fingerprint(generator.model, judge_model or "")
@@ -243,8 +258,16 @@ def traces(
         for q in queries:
             name, reqs = build_requests(q, config, generator.model)
             plan.append((q, name, reqs))
-        results, gstats = generate_cached(generator, ((key, req) for _, _, reqs in plan for key, _, req in reqs),
-                                          cache, "traces: generate", progress)
+        try:
+            results, gstats = generate_cached(generator, ((key, req) for _, _, reqs in plan for key, _, req in reqs),
+                                              cache, "traces: generate", progress)
+            if plan and gstats.generated + gstats.cached == 0:
+                raise EndpointError(_nothing_generated(generator, results, gstats))
+        except EndpointError:
+            if created and not len(cache):  # a new output directory holding nothing of use
+                cache.close()
+                shutil.rmtree(out, ignore_errors=True)
+            raise
         summary.generations = asdict(gstats)
 
         cands: list[dict[str, Any]] = []
@@ -327,6 +350,15 @@ def traces(
     if config.write_side_table:
         _write_side(corpus, qrows, config, fp, state, summary, generator.model)
     return summary
+
+
+def _nothing_generated(generator: Generator, results: dict[str, dict[str, Any]], stats: Any) -> str:
+    """Why a run where every generation failed stops: no outputs and no side table are written, so
+    it cannot pass for a finished run that kept nothing."""
+    where = getattr(generator, "base_url", None) or f"the {generator.kind} generator"
+    first = next((r["error"] for r in results.values() if "error" in r), "no answer")
+    return (f"no candidate could be generated: all {stats.failed} requests to {where} (model {generator.model}) "
+            f"failed, the first with {first}; nothing written")
 
 
 def _judge(cands: list[dict[str, Any]], qs: dict[str, Query], cfg: TracesConfig, judge: Generator,

@@ -226,3 +226,46 @@ def test_fingerprint_contract_expects_an_action_space_only_past_the_listing(tmp_
         sink.add(t, "McpLiveCollector")
     r = fingerprinted(connect(tmp_path / "c"))
     assert (r.passed, r.metadata) == (passed, {"sessions": 0 if passed else 1, "missing": 0 if passed else 1})
+
+
+AGENT_ENDPOINT = ("needs an agent endpoint: --agent-base-url and --agent-model, "
+                  "or WORLDLINE_AGENT_BASE_URL and WORLDLINE_AGENT_MODEL")
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--policy", "openai"], f"the openai policy (session bad-ok/s) {AGENT_ENDPOINT}"),  # was an ExceptionGroup traceback
+    (["--session", "nosuch"], "--session nosuch: no such session in {spec}; the sessions are bad-ok/s"),
+    (["--session", "s", "--session", "bad-ok/t"], "--session bad-ok/t: no such session in {spec}; the sessions are bad-ok/s"),
+    (["--repeat", "0"], "--repeat must be at least 1 (got 0)"),
+    (["--repeat", "-1"], "--repeat must be at least 1 (got -1)"),
+    (["--call-timeout", "-1"], "--call-timeout must be above 0 seconds (got -1.0)"),
+    (["--call-timeout", "0"], "--call-timeout must be above 0 seconds (got 0.0)"),
+    (["--concurrency", "0"], "--concurrency must be at least 1 (got 0)"),
+    (["--replay", "elsewhere", "--replay-limit", "0"], "--replay-limit must be at least 1 (got 0)"),
+    (["--fault-rate", "1"], "--fault-rate 1.0 without --faults: a rate with no fault kinds injects nothing; name them with "
+                            "--faults KIND,... or --faults all (known: empty_result, latency, rate_limit, schema_violation, "
+                            "server_crash, timeout, tool_error, truncated)"),
+])
+def test_cli_rejects_options_before_any_server_starts(args: list[str], message: str, tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    for var in ("WORLDLINE_AGENT_BASE_URL", "WORLDLINE_AGENT_MODEL"):
+        monkeypatch.delenv(var, raising=False)
+    spec, out = _spec(tmp_path, "ok"), tmp_path / "c"
+    assert cli_main(["collect", "mcp", str(spec), "--out", str(out), "--quiet", *args]) == 1
+    assert capsys.readouterr().err == f"worldline collect: error: {message.format(spec=spec.resolve())}\n"
+    assert not out.exists() and not (tmp_path / "ok.pids").exists()  # no corpus, no server process
+
+
+def test_a_directory_of_specs_stands_for_its_specs(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert cli_main(["collect", "mcp", str(empty), "--out", str(tmp_path / "c"), "--quiet"]) == 1  # was IsADirectoryError
+    assert capsys.readouterr().err == f"worldline collect: error: {empty}: a directory without MCP server specs (*.yaml) in it\n"
+    with pytest.raises(SpecError, match="a directory, not an MCP server spec"):
+        load_spec(empty)
+    specs = tmp_path / "specs"
+    specs.mkdir()
+    _spec(specs, "ok")
+    (specs / "notes.txt").write_text("not a spec")
+    summary = collect([specs], tmp_path / "c")
+    assert (summary.sessions, summary.failed, summary.turns, dict(summary.outcomes)) == (1, 0, 2, {"completed": 1})

@@ -246,5 +246,8 @@ def test_fault_config_parsing() -> None:
         FaultConfig.parse("slow")
     with pytest.raises(ValueError, match="not within"):
         FaultConfig(("timeout",), 1.5)
+    with pytest.raises(ValueError, match=r"^--fault-rate 0.5 without --faults: a rate with no fault kinds injects nothing"):
+        FaultConfig.parse(None, 0.5)  # was accepted: a run that says it injects faults and injects none
+    assert FaultConfig.parse("none", 0.0) == FaultConfig()
     assert FaultConfig(seed=1).rng_for("a").random() == FaultConfig(seed=1).rng_for("a").random() != \
         FaultConfig(seed=2).rng_for("a").random()

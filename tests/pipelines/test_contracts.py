@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from pipelines.contracts import ContractResult, run_named
+from pipelines.store import CorpusError
 
 
 def test_a_contract_that_raises_fails_and_the_others_run() -> None:
@@ -17,7 +20,6 @@ def test_a_contract_that_raises_fails_and_the_others_run() -> None:
     out = run_named({"first": ok, "broken": broken, "last": ok}, 3)
     assert [(r.name, r.passed, r.metadata) for r in out] == [
         ("ok", True, {}), ("broken", False, {"error": "KeyError: 'no such view'"}), ("ok", True, {})]
-
 
 
 def test_a_failed_warning_reads_warn_and_a_broken_check_gives_its_docstring() -> None:
@@ -40,3 +42,34 @@ def test_the_quarantine_rate_threshold_is_passed_through(sample: Path, tmp_path:
     assert by_name["quarantine_rate"].passed
     strict = {r.name: r for r in run_contracts(tmp_path / "c", max_quarantine_rate=0.0)}
     assert not strict["quarantine_rate"].passed and strict["quarantine_rate"].metadata["quarantined"] == 9
+
+
+def test_a_path_that_is_not_a_corpus_is_one_error_not_verdicts(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from pipelines.cli import main
+    from pipelines.contracts import run_contracts
+
+    missing = tmp_path / "nonexistent"
+    with pytest.raises(CorpusError) as e:
+        run_contracts(missing)
+    assert str(e.value) == f"{missing} is not a corpus (no manifest.json); create one with `worldline ingest`"
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(CorpusError, match="is not a corpus"):
+        run_contracts(tmp_path / "empty")
+    (tmp_path / "export").mkdir()
+    (tmp_path / "export" / "manifest.json").write_bytes(b'{"format": "worldline-export", "splits": {}}')  # not a corpus's
+    with pytest.raises(CorpusError) as e:
+        run_contracts(tmp_path / "export")
+    assert str(e.value) == f"{tmp_path / 'export' / 'manifest.json'}: not a Worldline corpus manifest (format 'worldline-export')"
+    assert main(["check", str(missing)]) == 1
+    out, err = capsys.readouterr()
+    assert out == "" and err == f"worldline check: error: {missing} is not a corpus (no manifest.json); create one with `worldline ingest`\n"
+    assert not missing.exists()
+
+
+@pytest.mark.parametrize("rate", [-1.0, 5.0, 1.01, float("nan")])
+def test_the_quarantine_rate_bound_must_be_a_share(rate: float, tmp_path: Path) -> None:
+    from pipelines.contracts import run_contracts
+
+    with pytest.raises(ValueError) as e:
+        run_contracts(tmp_path / "nonexistent", max_quarantine_rate=rate)  # checked before the corpus
+    assert str(e.value) == f"--max-quarantine-rate must be in [0, 1] (got {rate})"

@@ -244,3 +244,50 @@ def test_cli_and_report(sample_corpus: Path, tmp_path: Path, capsys: pytest.Capt
     html = section_cleaning(con) + section_dedup(con)
     assert "Trajectories dropped whole, by reason" in html and "too_few_turns" in html
     assert "Duplicates dropped, by kind" in html and "Largest clusters" in html
+
+
+@pytest.mark.parametrize(("kw", "message"), [
+    ({"shingle": 0}, "--shingle must be at least 1 (got 0)"),  # would hash nothing: no near-duplicates at all
+    ({"shingle": -2}, "--shingle must be at least 1 (got -2)"),  # was a numpy broadcast error
+    ({"bands": 3}, "--bands needs --rows: LSH takes both (bands x rows ≤ --num-perm) or neither (the optimum for --threshold)"),
+    ({"rows": 3}, "--rows needs --bands: LSH takes both (bands x rows ≤ --num-perm) or neither (the optimum for --threshold)"),
+    ({"bands": -2, "rows": 3}, "--bands and --rows must be at least 1 (got -2 and 3)"),
+    ({"bands": 3, "rows": 0}, "--bands and --rows must be at least 1 (got 3 and 0)"),
+    ({"bands": 20, "rows": 8}, "--bands x --rows = 160 exceeds --num-perm 128"),
+    ({"threshold": 1.5}, "--threshold must be in (0, 1] (got 1.5)"),
+    ({"threshold": float("nan")}, "--threshold must be in (0, 1] (got nan)"),
+    ({"num_perm": 0}, "--num-perm must be at least 1 (got 0)"),
+    ({"min_prefix_share": 1}, "--min-prefix-share must be at least 2 (got 1): a prefix is shared by two or more"),
+])
+def test_config_rejects_bad_options(kw: dict, message: str) -> None:
+    with pytest.raises(ValueError) as e:
+        DedupConfig(**kw)
+    assert str(e.value) == message
+
+
+@pytest.mark.parametrize("limit", ["bogus", "0", "256", "0MB", "-1GB", "12 parsecs", "150%", ""])
+def test_memory_limit_rejected_before_duckdb_sees_it(limit: str) -> None:
+    with pytest.raises(ValueError) as e:
+        DedupConfig(memory_limit=limit)
+    assert str(e.value) == ("--memory-limit must be a positive size with a unit (B, KB, MB, GB, TB, KiB, MiB, GiB, TiB) "
+                            f"or a share of RAM up to 100%, e.g. 256MB, 1.5GiB, 50% (got {limit!r})")
+
+
+@pytest.mark.parametrize("limit", ["256MB", "1 GB", "1.5GiB", "512kib", "50%", "2TB", "4096 bytes"])
+def test_memory_limits_accepted_are_ones_duckdb_takes(limit: str) -> None:
+    import duckdb
+
+    assert DedupConfig(memory_limit=limit).memory_limit == limit
+    duckdb.connect().execute(f"SET memory_limit = '{limit}'")  # raises if DuckDB would not take it
+
+
+def test_cli_bad_memory_limit_is_one_line(sample_corpus: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:  # noqa: F811
+    from pipelines.cli import main
+
+    corpus = copy_corpus(sample_corpus, tmp_path / "corpus")
+    assert main(["dedup", str(corpus), "--quiet", "--memory-limit", "bogus"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("worldline dedup: error: --memory-limit must be a positive size") and err.count("\n") == 1
+    assert main(["dedup", str(corpus), "--quiet", "--bands", "3"]) == 1
+    assert "--bands needs --rows" in capsys.readouterr().err
+    assert not (corpus / "side" / "duplicates").exists()

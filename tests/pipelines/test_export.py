@@ -434,9 +434,11 @@ def test_side_tables_decide_what_is_trained(corpus: Path, tok: ex.ExportTokenize
                                               "reason": ["too_few_turns", "retry_cycle"]}),
                      side_table_schema([_f("reason", pa.string(), "r", False)]), "test", "fp-clean", {})
     write_side_table(cc, "duplicates", pa.table({"trajectory_id": [t_dup], "turn_index": pa.array([None], pa.int32()),
-                                                "cluster_id": [t_drop], "is_representative": [False], "kind": ["exact"]}),
+                                                "cluster_id": [t_score], "is_representative": [False], "kind": ["exact"],
+                                                "representative_id": [t_score]}),
                      side_table_schema([_f("cluster_id", pa.string(), "c", False), _f("is_representative", pa.bool_(), "r", False),
-                                        _f("kind", pa.string(), "k", False)]), "test", "fp-dup", {})
+                                        _f("kind", pa.string(), "k", False), _f("representative_id", pa.string(), "r", False)]),
+                     "test", "fp-dup", {})
     write_side_table(cc, "shared_prefixes", pa.table({"trajectory_id": [t_prefix], "turn_index": pa.array([turns_prefix[0]], pa.int32()),
                                                      "counts_for_training": [False]}),
                      side_table_schema([_f("counts_for_training", pa.bool_(), "c", False)]), "test", "fp-prefix", {})

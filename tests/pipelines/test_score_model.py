@@ -256,3 +256,39 @@ def test_a_repeated_observation_is_scored_alone_once(gpt2: tuple, corpus: Path) 
     assert s.stats["uncond_shared"] == n // 2 == len(by["copy"])
     rows = s.score([trajs[0], copy], by).to_pylist()
     assert [r["uncond_nll"] for r in rows[: n // 2]] == [r["uncond_nll"] for r in rows[n // 2:]]
+
+
+@pytest.mark.parametrize(("device", "gpus", "message"), [
+    ("cuda", 0, "--device cuda: no such GPU here (devices here: auto, cpu; torch sees no CUDA GPU)"),  # was IndexError
+    ("cuda:0", 0, "--device cuda:0: no such GPU here (devices here: auto, cpu; torch sees no CUDA GPU)"),
+    ("cuda:2", 2, "--device cuda:2: no such GPU here (devices here: auto, cpu, cuda, cuda:0, cuda:1)"),
+    ("tpu", 0, "--device tpu: not a device; use auto, cpu, cuda or cuda:N (devices here: auto, cpu; torch sees no CUDA GPU)"),
+    ("gpu", 1, "--device gpu: not a device; use auto, cpu, cuda or cuda:N (devices here: auto, cpu, cuda, cuda:0)"),
+])
+def test_device_this_machine_lacks_is_rejected(device: str, gpus: int, message: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
+    with pytest.raises(ValueError) as e:
+        ModelScoreConfig(device=device)
+    assert str(e.value) == message
+
+
+def test_devices_this_machine_has_are_accepted(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert [ModelScoreConfig(device=d).device for d in ("auto", "cpu", "cuda", "cuda:1")] == ["auto", "cpu", "cuda", "cuda:1"]
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+    assert [ModelScoreConfig(device=d).device for d in ("auto", "cpu")] == ["auto", "cpu"]
+    with pytest.raises(ValueError, match=r"^--dtype int8: choose from auto, float32, bfloat16, float16$"):
+        ModelScoreConfig(dtype="int8")
+
+
+def test_cli_score_on_a_missing_gpu_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    from pipelines.cli import main
+    from pipelines.ingest import ingest
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+    corpus = tmp_path / "corpus"
+    ingest([Path(__file__).resolve().parents[2] / "data" / "sample" / "corpus" / "tau-bench"], corpus, progress=False)
+    assert main(["score", str(corpus), "--tier", "model", "--device", "cuda", "--max-tokens", "200", "--quiet"]) == 1
+    assert capsys.readouterr().err == ("worldline score: error: --device cuda: no such GPU here "
+                                       "(devices here: auto, cpu; torch sees no CUDA GPU)\n")
+    assert not (corpus / "side" / "turn_scores").exists()

@@ -267,3 +267,72 @@ def test_dagster_asset_checks_and_report(server, corpus: Path, tmp_path: Path) -
     assert evals == dict.fromkeys(TRACE_CHECKS, True)
     html = section_traces(connect(corpus))
     assert "Retention per domain" in html and "<svg" in html and "smollm2" in html
+
+
+# --- checked before anything is written ------------------------------------------------------
+
+NOWHERE = "http://127.0.0.1:9/v1"  # the discard port: nothing listens there
+
+
+@pytest.fixture
+def small(tmp_path: Path) -> Path:
+    from tests.conftest import SAMPLE
+
+    ingest([SAMPLE / "intercode"], tmp_path / "corpus", progress=False)
+    return tmp_path / "corpus"
+
+
+def test_unreachable_endpoint_fails_and_writes_nothing(small: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "traces"
+    args = ["traces", str(small), "--out", str(out), "--endpoint", NOWHERE, "--model", "x", "--max-queries", "2",
+            "--retries", "0", "--quiet"]
+    assert main(args) == 1
+    out_text, err = capsys.readouterr()
+    assert out_text == ""
+    assert err.startswith(f"worldline traces: error: no candidate could be generated: all 8 requests to {NOWHERE} "
+                          f"(model x) failed, the first with EndpointError: {NOWHERE}/chat/completions: unreachable after 1 attempts")
+    assert err.endswith("is the endpoint running?; nothing written\n") and err.count("\n") == 1
+    assert not out.exists()  # a new output directory is removed again
+    assert not (small / "side" / "traces").exists()  # and the corpus records no run
+    # an existing output directory (an earlier run's) is left as it was
+    out.mkdir()
+    (out / "manifest.json").write_text("{}")
+    with pytest.raises(EndpointError, match="no candidate could be generated: all 4 requests"):
+        traces(small, out, EndpointGenerator(NOWHERE, "x", retries=0), TracesConfig(queries=QueryConfig(max_queries=1)),
+               progress=False)
+    assert sorted(p.name for p in out.iterdir()) == ["cache.sqlite", "manifest.json"] and (out / "manifest.json").read_text() == "{}"
+
+
+def test_corpus_and_output_are_checked_first(small: Path, tmp_path: Path) -> None:
+    from pipelines.store import CorpusError
+
+    gen = EndpointGenerator(NOWHERE, "x", retries=0)
+    with pytest.raises(CorpusError, match="is not a corpus"):
+        traces(tmp_path / "nonexistent", tmp_path / "out", gen, progress=False)
+    assert not (tmp_path / "out").exists()
+    manifest = sha256_file(small / "manifest.json")
+    for out in (small, small / "traces"):
+        with pytest.raises(CorpusError) as e:
+            traces(small, out, gen, progress=False)
+        assert str(e.value) == f"traces --out {out} is the corpus {small} or inside it; write it elsewhere (beside the corpus, say)"
+    assert sha256_file(small / "manifest.json") == manifest and not (small / "traces").exists()
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--domains", "bogus"], "--domains bogus: not a domain; the domains are mcp, search, terminal, swe, web, os, android"),
+    (["--domains", "terminal,web2"], "--domains web2: not a domain; the domains are mcp, search, terminal, swe, web, os, android"),
+    (["--max-queries", "0"], "--max-queries must be at least 1 (got 0)"),
+    (["--max-queries", "-3"], "--max-queries must be at least 1 (got -3)"),
+    (["--domain-threshold", "bogus=0.5"], "--domain-threshold bogus: not a domain; the domains are mcp, search, terminal, swe, web, os, android"),
+    (["--domain-threshold", "mcp=-1"], "--domain-threshold mcp=-1.0: a threshold must be at least 0"),
+    (["--concurrency", "0"], "--concurrency must be at least 1 (got 0)"),
+    (["--concurrency", "0", "--endpoint", "local", "--model", "smollm2"], "--concurrency must be at least 1 (got 0)"),
+    (["-k", "0"], "-k must be at least 1 (got 0)"),
+    (["--timeout", "0"], "--timeout must be above 0 seconds (got 0.0)"),
+])
+def test_cli_rejects_options_that_select_or_send_nothing(args: list[str], message: str, small: Path, tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "traces"
+    assert main(["traces", str(small), "--out", str(out), "--endpoint", NOWHERE, "--model", "x", "--quiet", *args]) == 1
+    assert capsys.readouterr().err == f"worldline traces: error: {message}\n"
+    assert not out.exists()

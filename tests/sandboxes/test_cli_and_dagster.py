@@ -102,3 +102,31 @@ def test_report_section_without_sandbox_data(tmp_path: Path, sample: Path) -> No
     ingest([sample / "intercode"], tmp_path / "c", progress=False)
     assert section_sandbox(connect(tmp_path / "c")) == (
         "<h2>Docker sandboxes</h2><p class=empty>no sandbox trajectories in this corpus</p>")
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["sandbox", "build", "nosuchimage"], "worldline sandbox: error: no image recipe 'nosuchimage'; the images are base, swe, terminal"),
+    (["collect", "sandbox", "{tasks}", "--out", "{out}", "--perturb", "disk_full:size_kb=abc"],
+     "worldline collect: error: perturbation disk_full: size_kb='abc' is not an integer"),
+    (["collect", "sandbox", "{tasks}", "--out", "{out}", "--perturb", "disk_full:size_kb=10"],
+     "worldline collect: error: disk_full: size_kb must be >= 64 and 0 <= free_kb < size_kb, got {{'size_kb': 10, 'free_kb': 0}}"),
+    (["collect", "sandbox", "{tasks}", "--out", "{out}", "--workers", "0"], "worldline collect: error: --workers must be at least 1 (got 0)"),
+    (["collect", "sandbox", "{tasks}", "--out", "{out}", "--workers", "-1"], "worldline collect: error: --workers must be at least 1 (got -1)"),
+    (["collect", "sandbox", "{tasks}", "--out", "{out}", "--max-turns", "0"], "worldline collect: error: --max-turns must be at least 1 (got 0)"),
+    (["collect", "sandbox", "{tasks}", "--out", "{file}"], "worldline collect: error: --out {file} is a file, not a corpus directory"),
+    (["collect", "replay", "{intercode}", "--out", "{out}", "--limit", "0"], "worldline collect: error: --limit must be at least 1 (got 0)"),
+    (["collect", "replay", "{intercode}", "--out", "{out}", "--limit", "-1"], "worldline collect: error: --limit must be at least 1 (got -1)"),
+    (["collect", "replay", "{intercode}", "--out", "{out}", "--workers", "0"], "worldline collect: error: --workers must be at least 1 (got 0)"),
+    (["collect", "replay", "{intercode}", "--out", "{file}"], "worldline collect: error: --out {file} is a file, not a corpus directory"),
+])
+def test_usage_errors_come_before_the_engine(argv: list[str], message: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """No engine answers here: each of these must be its own one-line error (exit 1), not exit 4."""
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no.sock")
+    afile = tmp_path / "afile"
+    afile.write_text("not a corpus")
+    where = {"tasks": str(TASKS_DIR / "text-csv-sum.yaml"), "out": str(tmp_path / "c"), "file": str(afile),
+             "intercode": str(Path(__file__).resolve().parents[2] / "data" / "sample" / "corpus" / "intercode")}
+    assert main([a.format(**where) for a in argv]) == 1
+    assert capsys.readouterr().err == message.format(**where) + "\n"
+    assert not (tmp_path / "c").exists() and afile.read_text() == "not a corpus"

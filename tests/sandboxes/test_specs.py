@@ -101,3 +101,45 @@ def test_perturbations_refuse_the_harness_binaries(name: str) -> None:
     for b in sorted(HARNESS_BINARIES):
         with pytest.raises(PerturbationError, match="harness"):
             plan(SandboxConfig(image="x"), PerturbationSpec(name, (("binary", b),)), 0, "t", [f"{b} x"])
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("disk_full:size_kb=abc", "perturbation disk_full: size_kb='abc' is not an integer"),  # was a ValueError inside each sandbox
+    ("oom_kill:memory_mb=2.5", "perturbation oom_kill: memory_mb='2.5' is not an integer"),
+    ("slow_command:delay_s=soon", "perturbation slow_command: delay_s='soon' is not a number"),
+    ("timeout:hang_s=inf", "perturbation timeout: hang_s='inf' is not a number"),
+    ("missing_binary:binary=", "perturbation missing_binary: binary is empty"),
+    ("disk_full:size_kb=32", "disk_full: size_kb must be >= 64 and 0 <= free_kb < size_kb, got {'size_kb': 32, 'free_kb': 0}"),
+    ("truncated_output:bytes=0", "truncated_output: bytes must be >= 1, got 0"),
+    ("slow_command:delay_s=-1", "slow_command: delay_s must be >= 0, got -1"),
+    ("timeout:timeout_s=0", "timeout: timeout_s must be > 0 and hang_s >= 0, got timeout_s=0, hang_s=30"),
+])
+def test_perturbation_values_are_checked_when_parsed(text: str, message: str) -> None:
+    with pytest.raises(PerturbationError) as e:
+        PerturbationSpec.parse(text)
+    assert str(e.value) == message
+
+
+def test_perturbation_values_keep_their_kind() -> None:
+    assert PerturbationSpec.parse("slow_command:binary=grep,delay_s=1").params == (("binary", "grep"), ("delay_s", 1))
+    assert PerturbationSpec.parse("missing_binary:binary=7z").params == (("binary", "7z"),)  # a name, even if it looks numeric
+    assert PerturbationSpec.parse("clock_skew:offset_s=-86400").params == (("offset_s", -86400),)
+
+
+def test_the_docs_count_the_suite_as_it_is() -> None:
+    """docs/sandboxes.md names each kind of task with its count; they add up to the suite."""
+    from collections import Counter
+
+    tasks = load_tasks(TASKS_DIR)
+    kinds = Counter(t.id.split("-")[0] for t in tasks)
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "sandboxes.md").read_text()
+    line = re.search(r"^The suite: (\d+) tasks — (.*?)\.$", doc, re.M | re.S)
+    assert line is not None
+    text = " ".join(line.group(2).split())
+    assert int(line.group(1)) == len(tasks) == 29
+    assert text == (f"file manipulation ({kinds['files']}), text processing ({kinds['text']}), git ({kinds['git']}, plus a SWE "
+                    f"task that commits), Python scripts ({kinds['python']}), a failing `make` build and a broken shell script, "
+                    f"OS inspection ({kinds['os']}), a download from the mirror, and SWE tasks ({kinds['swe']}) that run the "
+                    "`ledger` tests before and after a fix")
+    assert (kinds["build"], kinds["net"]) == (2, 1)  # the make build and the shell script; the download
+    assert sum(kinds.values()) == len(tasks)

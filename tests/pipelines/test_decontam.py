@@ -1,0 +1,95 @@
+"""Decontamination: option checks, the evaluation-set forms (AgentWorldBench rows included), and the
+project's own exported evaluation set found in the corpus it came from."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+import pytest
+
+from pipelines.clean import CleanConfig, clean
+from pipelines.decontam import DecontamConfig, EvalIndex, EvalItem, load_eval_set, scan_trajectory
+from pipelines.export import ExportConfig, SplitConfig, export
+from pipelines.ingest import IngestConfig, ingest
+from pipelines.query import connect
+
+ROOT = Path(__file__).resolve().parents[2]
+SAMPLE = ROOT / "data" / "sample" / "corpus"
+
+
+@pytest.mark.parametrize(("kw", "message"), [
+    ({"n": 0}, "--ngram must be at least 1 (got 0)"),
+    ({"n": -3}, "--ngram must be at least 1 (got -3)"),
+    ({"min_overlap": 5.0}, "--min-overlap must be in (0, 1] (got 5.0)"),
+    ({"min_overlap": -1.0}, "--min-overlap must be in (0, 1] (got -1.0)"),
+    ({"min_overlap": 0.0}, "--min-overlap must be in (0, 1] (got 0.0)"),
+    ({"min_overlap": float("nan")}, "--min-overlap must be in (0, 1] (got nan)"),
+])
+def test_config_rejects_values_that_flag_everything_or_nothing(kw: dict, message: str) -> None:
+    with pytest.raises(ValueError) as e:
+        DecontamConfig(**kw)
+    assert str(e.value) == message
+
+
+def test_config_accepts_the_bounds() -> None:
+    assert (DecontamConfig(n=1, min_overlap=1.0).n, DecontamConfig(min_overlap=0.01).min_overlap) == (1, 0.01)
+
+
+def _row(tid: str, turn_idx: int, actions: list[str], task: str = "Count the lines of every log file.") -> dict:
+    prompts = [f"### Turn {i + 1}\n" + (f"**Task Instruction:**\n{task}\n\n" if i == 0 else "")
+               + f"**Action:**\n```\n{a}\n```" for i, a in enumerate(actions[:turn_idx])]
+    prompts[-1] += "\n\nPlease analyze the input above and predict the realistic output/response that the environment would produce."
+    return {"task": "terminal", "id": tid, "prompt": prompts,
+            "response": [f"**Environment Observation:**\nout {i}" for i in range(turn_idx)],
+            "current_prompt": prompts[-1], "system_str": "You are a Terminal World Model.",
+            "turn_idx": turn_idx, "total_turns": len(actions)}
+
+
+def test_agentworldbench_rows_of_one_session_make_one_item(tmp_path: Path) -> None:
+    """`task` is the domain name, not text; the task instruction and the actions are in `prompt`."""
+    acts = ["wc -l /var/log/*.log", "ls /var/log | head -n 3", "tail -n 2 /var/log/syslog"]
+    d = tmp_path / "eval"
+    d.mkdir()
+    (d / "terminal_test.jsonl").write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in [
+        _row("s1", 1, acts), _row("s1", 3, acts), _row("s2", 1, ["echo hi"], task="Say hi."),
+    ]))
+    (d / "plain.jsonl").write_bytes(orjson.dumps({"id": "q1", "question": "What is two plus two?"}) + b"\n")
+    items, _ = load_eval_set(d)
+    assert [(i.id, i.text) for i in items] == [
+        ("q1", "What is two plus two?"),
+        ("s1", "Count the lines of every log file.\nwc -l /var/log/*.log\nls /var/log | head -n 3\ntail -n 2 /var/log/syslog"),
+        ("s2", "Say hi.\necho hi"),
+    ]
+
+
+def test_an_item_of_task_and_actions_matches_the_trajectory_that_holds_both() -> None:
+    cfg = DecontamConfig(n=3, min_overlap=0.6)
+    items = [EvalItem("s1", "Count the lines of every log file.\nwc -l /var/log/*.log\nls /var/log | head -n 3")]
+    index = EvalIndex.build(items, cfg)
+    acts = [(0, "wc -l /var/log/*.log"), (1, "ls /var/log | head -n 3")]
+    [flag] = scan_trajectory(index, "t", "Count the lines of every log file.", acts, cfg)
+    assert (flag.field, flag.turn_index, flag.matched, flag.total) == ("action", 0, 16, 16)
+    # neither the task alone (5 of 16) nor the actions alone (9 of 16) would reach 0.6
+    assert scan_trajectory(index, "t", "Count the lines of every log file.", [], cfg) == []
+    assert scan_trajectory(index, "t", None, acts, cfg) == []
+
+
+def test_exported_eval_set_finds_the_trajectories_it_came_from(tmp_path: Path) -> None:
+    corpus, out = tmp_path / "corpus", tmp_path / "export"
+    ingest([SAMPLE / "tau-bench", SAMPLE / "intercode"], corpus, IngestConfig(workers=1), progress=False)
+    s = export(corpus, out, ExportConfig(formats=("chat",), seq_len=256, record_in_corpus=False,
+                                          split=SplitConfig(validation=0.1, test=0.2)), progress=False)
+    assert s.eval_rows == {"mcp": 4, "terminal": 66}
+    ids = {orjson.loads(line)["id"] for f in (out / "eval" / "agentworldbench").glob("*.jsonl")
+           for line in f.read_bytes().splitlines()}
+    s = clean(corpus, CleanConfig(decontam=DecontamConfig(eval_set=str(out / "eval" / "agentworldbench"))), progress=False)
+    # every held-out trajectory with eval rows, found by its own item (the old reading found none)
+    assert (len(ids), s.eval_items, s.contaminated) == (22, 22, 22)
+    con = connect(corpus)
+    own = con.sql("SELECT eval_id, field, overlap FROM contamination WHERE trajectory_id = eval_id ORDER BY 1").fetchall()
+    assert own == [(i, "action", 1.0) for i in sorted(ids)]
+    # one more flag: a held-out InterCode run also overlaps the item of another run of the same task
+    other = con.sql("""SELECT t.task, c.matched_ngrams, c.item_ngrams FROM contamination c JOIN trajectories t USING (trajectory_id)
+                       WHERE c.trajectory_id <> c.eval_id""").fetchall()
+    assert other == [("Calculate md5 sum of the md5 sum of all the sorted files under /testbed/dir2/subdir2", 11, 21)]
