@@ -10,7 +10,8 @@ state; each action a user message, each observation an assistant message):
 - loss only on observation tokens (content + the end-of-message token) of a turn whose
   `turn_scores.loss_mask` is true (turns without a score row: `unscored`; no `turn_scores` table:
   every environment turn) and that `kept_turns.counts_for_training` does not give to another
-  trajectory (shared prefixes); system prompt, actions, thoughts and chat-template text are context;
+  trajectory (shared prefixes; within each split, so every split trains a shared prefix once:
+  `split_prefix_owners`); system prompt, actions, thoughts and chat-template text are context;
 - every text is redacted (`pipelines.redact`) before it is rendered, always. When `clean`'s side
   table `redactions` is current (same corpus batches, rules and settings: `scan_usable`), only
   the texts it lists are passed through the redactor; the others are known to hold nothing it
@@ -113,7 +114,7 @@ from pipelines.store import (
 from schemas.tables import check_domains
 
 EXPORT_FORMAT = "worldline-export/1"
-EXPORT_CODE_VERSION = "1"  # bump when a change to this module changes what is written
+EXPORT_CODE_VERSION = "2"  # bump when a change to this module changes what is written
 SPLITS = ("train", "validation", "test")
 DATA_DIRS = ("parquet", "chat", "megatron", "eval")
 SIDE_TABLES = ("cleaning", "duplicates", "shared_prefixes", "turn_scores")  # what the export reads
@@ -837,11 +838,43 @@ def scan_usable(corpus: Corpus, redact: RedactConfig, state: dict[str, Any] | No
             and entry.get("corpus_state") == (state if state is not None else corpus_state(corpus)))
 
 
-def _trajectory_reader(con: Any, have: set[str], batch: int, scanned: bool = False) -> Any:
+def split_prefix_owners(con: Any, cfg: SplitConfig) -> pa.Table:
+    """Who trains each shared prefix, per split: dedup gives a prefix to one kept trajectory (by
+    rank), whatever split the export then puts it in, so a split without that trajectory trained
+    the prefix nowhere (its members held it as context only). Each split gets its own owner:
+    dedup's when it is in the split, else the split's first member by trajectory id. Rows
+    (trajectory_id, turn_index, counts) only where that changes `counts_for_training`."""
+    cols = [c for c in cfg.group_by if c != "trajectory_id"]
+    rows = con.sql(f"""
+        SELECT sp.prefix_hash, sp.trajectory_id, sp.turn_index, sp.counts_for_training{''.join(f', tr.{c}' for c in cols)}
+        FROM shared_prefixes sp JOIN trajectories tr USING (trajectory_id)
+        SEMI JOIN kept_turns k USING (trajectory_id, turn_index)
+        ORDER BY sp.prefix_hash, sp.trajectory_id""").fetchall()
+    groups: dict[tuple[Any, str], list[tuple[str, int, bool]]] = defaultdict(list)
+    for r in rows:
+        traj = {"trajectory_id": r[1], **dict(zip(cols, r[4:], strict=True))}
+        groups[(r[0], split_of(group_key(traj, cfg), cfg))].append((r[1], r[2], bool(r[3])))
+    tids, turns, counts = [], [], []
+    for members in groups.values():
+        owner = next((m for m in members if m[2]), members[0])
+        for m in members:
+            if (m is owner) != m[2]:
+                tids.append(m[0])
+                turns.append(m[1])
+                counts.append(m is owner)
+    return pa.table({"trajectory_id": pa.array(tids, pa.string()), "turn_index": pa.array(turns, pa.int32()),
+                     "counts": pa.array(counts, pa.bool_())})
+
+
+def _trajectory_reader(con: Any, have: set[str], batch: int, scanned: bool = False, owners: bool = False) -> Any:
     turns_view = "kept_turns" if "kept_turns" in have else "turns"
     # `trajectories`, not `kept_trajectories`: the join with the kept turns already leaves out every
     # trajectory without one, and the view would evaluate `kept_turns` a second time
     counts = "k.counts_for_training" if turns_view == "kept_turns" else "true"
+    owned = ""
+    if owners:  # `split_prefix_owners`, registered as `_split_owners`
+        counts = "coalesce(o.counts, k.counts_for_training)"
+        owned = "LEFT JOIN _split_owners o USING (trajectory_id, turn_index)"
     scores, loss, scored = "", "NULL::BOOLEAN", "false"
     if "turn_scores" in have:
         scores = ("LEFT JOIN (SELECT trajectory_id, turn_index, bool_and(loss_mask) AS loss_mask FROM turn_scores "
@@ -858,7 +891,7 @@ def _trajectory_reader(con: Any, have: set[str], batch: int, scanned: bool = Fal
                    list({{'turn_index': k.turn_index, 'kind': k.kind, 'action': k.action, 'tool_name': k.tool_name,
                           'tool_args': k.tool_args, 'thought': k.thought, 'observation': k.observation,
                           'counts': {counts}, 'loss': {loss}, 'scored': {scored}}} ORDER BY k.turn_index) AS turns
-            FROM {turns_view} k {scores}
+            FROM {turns_view} k {scores} {owned}
             GROUP BY k.trajectory_id)
         SELECT tr.trajectory_id, tr.domain, tr.source_format, tr.source, tr.task, tr.action_space, tr.initial_state,
                t.turns, {flagged} AS flagged
@@ -1221,7 +1254,10 @@ def _open(root: Path, cfg: ExportConfig, scanned: bool, con: Any = None) -> _Ope
     row = con.sql("SELECT " + ", ".join(f"({q}) AS {k}" for k, q in counts.items())).fetchall()[0]
     present = {col: {r[0] for r in con.sql(f"SELECT DISTINCT {col} FROM {traj_view}").fetchall()}
                for col in ("domain", "source_format")}
-    reader = _trajectory_reader(con, have, cfg.batch_trajectories, scanned)
+    owners = "shared_prefixes" in have and "kept_turns" in have
+    if owners:
+        con.register("_split_owners", split_prefix_owners(con, cfg.split))
+    reader = _trajectory_reader(con, have, cfg.batch_trajectories, scanned, owners)
     return _Opened(con, have, {k: int(v) for k, v in zip(counts, row, strict=True)}, scanned, reader, present)
 
 

@@ -439,16 +439,20 @@ def test_side_tables_decide_what_is_trained(corpus: Path, tok: ex.ExportTokenize
                      side_table_schema([_f("cluster_id", pa.string(), "c", False), _f("is_representative", pa.bool_(), "r", False),
                                         _f("kind", pa.string(), "k", False), _f("representative_id", pa.string(), "r", False)]),
                      "test", "fp-dup", {})
-    write_side_table(cc, "shared_prefixes", pa.table({"trajectory_id": [t_prefix], "turn_index": pa.array([turns_prefix[0]], pa.int32()),
-                                                     "counts_for_training": [False]}),
-                     side_table_schema([_f("counts_for_training", pa.bool_(), "c", False)]), "test", "fp-prefix", {})
+    # the prefix's owner (t_score, in the same split: every trajectory is in train here) trains it
+    write_side_table(cc, "shared_prefixes", pa.table({"trajectory_id": [t_prefix, t_score],
+                                                     "turn_index": pa.array([turns_prefix[0], turns_score[0]], pa.int32()),
+                                                     "prefix_hash": ["p1", "p1"], "counts_for_training": [False, True]}),
+                     side_table_schema([_f("prefix_hash", pa.string(), "p", False), _f("counts_for_training", pa.bool_(), "c", False)]),
+                     "test", "fp-prefix", {})
     all_turns = run_query(c, "SELECT trajectory_id, turn_index FROM turns ORDER BY ALL")[1]
     masked = (t_score, turns_score[2])
     scores = pa.table({"trajectory_id": [t for t, _ in all_turns], "turn_index": pa.array([i for _, i in all_turns], pa.int32()),
                        "loss_mask": [(t, i) != masked for t, i in all_turns]})
     write_side_table(cc, "turn_scores", scores, pa.schema([pa.field(n, t) for n, t in key] + [pa.field("loss_mask", pa.bool_())]),
                      "test", "fp-score", {})
-    s = export(c, tmp_path / "out", small_config(seq_len=1 << 16), tokenizer=tok, progress=False)
+    s = export(c, tmp_path / "out", small_config(seq_len=1 << 16, split=ex.SplitConfig(validation=0, test=0)), tokenizer=tok,
+               progress=False)
     assert (s.dropped_by_cleaning, s.duplicates, s.masked_by_score, s.shared_prefix_turns, s.unscored_turns) == (1, 1, 1, 1, 0)
     assert s.tables_used == ["cleaning", "duplicates", "shared_prefixes", "turn_scores"]
     recs = {}
@@ -848,3 +852,47 @@ def test_a_huge_observation_is_cut_before_encoding_with_the_same_output(tok: ex.
     assert cut.splits["train"].truncated == whole.splits["train"].truncated == 2  # big, and big[:1000] too
     chat = [orjson.loads(line) for line in _chat_blob(tmp_path / "cut").splitlines()]
     assert [m["content"] for doc in chat for m in doc["messages"]].count(big) == 1
+
+
+def test_each_split_trains_a_shared_prefix_once(tok: ex.ExportTokenizer, tmp_path: Path) -> None:
+    """Dedup gives a shared prefix to one trajectory; when the export put that one in validation or
+    test, the train split held the prefix as context only and never trained on it."""
+    import json
+
+    from pipelines.dedup import dedup
+    from pipelines.ingest import IngestConfig, ingest
+
+    def call(i: int, cmd: str) -> dict:
+        return {"id": f"c{i}", "type": "function", "function": {"name": "bash", "arguments": json.dumps({"cmd": cmd})}}
+    lines = []
+    for p in range(40):  # pairs with different tasks that share their first 3 turns, then diverge
+        prefix = [(f"git clone repo{p}", f"Cloning into 'repo{p}' " + " ".join(f"f{p}_{j}" for j in range(30))),
+                  ("ls", f"README{p}.md " + " ".join(f"g{p}_{j}" for j in range(30))),
+                  ("cat README.md", f"# Project {p} " + " ".join(f"h{p}_{j}" for j in range(40)))]
+        for v in range(2):
+            tail = [(f"variant {v} step {k} of {p}", " ".join(f"v{v}_{p}_{k}_{j}" for j in range(40))) for k in range(3)]
+            msgs = [{"role": "user", "content": f"pair {p} variant {v}: task number {v * 1000 + p}"}]
+            for k, (cmd, out) in enumerate(prefix + tail):
+                msgs += [{"role": "assistant", "content": "", "tool_calls": [call(k, cmd)]},
+                         {"role": "tool", "tool_call_id": f"c{k}", "content": out}]
+            lines.append(json.dumps({"messages": msgs}))
+    (tmp_path / "pairs.jsonl").write_text("\n".join(lines) + "\n")
+    root = tmp_path / "corpus"
+    ingest([tmp_path / "pairs.jsonl"], root, IngestConfig(domain_override="terminal"), progress=False)
+    dedup(root, progress=False)
+    assert run_query(root, "SELECT count(*) FROM shared_prefixes WHERE NOT counts_for_training")[1] == [(120,)]
+    cfg = dataclasses.replace(small_config(seq_len=1 << 12), split=ex.SplitConfig(validation=0.25, test=0.25),
+                              record_in_corpus=True)
+    export(root, tmp_path / "out", cfg, tokenizer=tok, progress=False)
+    split_of_tid = dict(run_query(root, "SELECT trajectory_id, split FROM export_assignments")[1])
+    trains: dict[str, list[bool]] = {}  # trajectory -> train flag of its first three observations
+    for shard in (tmp_path / "out" / "chat").rglob("*.jsonl.zst"):
+        for rec in fmt.read_chat(shard):
+            trains[rec["trajectory_id"]] = [m["train"] for m in rec["messages"] if m["role"] == "assistant"][:3]
+    pair_of = {tid: task.split(" variant")[0] for tid, task in run_query(root, "SELECT trajectory_id, task FROM trajectories")[1]}
+    by_pair_split: dict[tuple[str, str], list[list[bool]]] = defaultdict(list)
+    for tid, flags in trains.items():
+        by_pair_split[(pair_of[tid], split_of_tid[tid])].append(flags)
+    assert len({s for _, s in by_pair_split}) == 3 and len(by_pair_split) > 40  # some pairs straddle two splits
+    for members in by_pair_split.values():  # in every split, each prefix turn is trained by exactly one member
+        assert [sum(f[i] for f in members) for i in range(3)] == [1, 1, 1]
