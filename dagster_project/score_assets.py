@@ -94,7 +94,7 @@ def turn_scores(context: dg.AssetExecutionContext, corpus: CorpusResource,
     dg.AssetCheckSpec("turn_scores_valid", asset=turn_scores,
                       description="categories, keep draws, masks and model scores consistent"),
     dg.AssetCheckSpec("turn_scores_current", asset=turn_scores,
-                      description="computed from the corpus batches present now"),
+                      description="computed from the corpus batches and cleaning/dedup verdicts present now"),
 ])
 def turn_scores_checks(corpus: CorpusResource):
     for r in score_contracts(corpus.root):

@@ -43,7 +43,7 @@ from pipelines.progress import CountProgress
 from pipelines.query import connect, views
 from pipelines.score_model import MODEL_FIELDS, MODEL_SCHEMA, Plan  # no torch at import time
 from pipelines.score_surface import CATEGORIES, SURFACE_FIELDS, SURFACE_SCHEMA, SurfaceConfig, score_surface
-from pipelines.side import SideTableWriter, corpus_state, side_path
+from pipelines.side import SideTableWriter, corpus_state, side_info, side_path
 from pipelines.store import Corpus
 from schemas.tables import side_table_schema
 
@@ -319,6 +319,17 @@ def cut_long_texts(row: dict[str, Any], bound: int) -> dict[str, Any]:
     return {**cut(row, _ROW_TEXTS), "turns": turns}
 
 
+def kept_verdicts(corpus: Corpus) -> dict[str, Any] | None:
+    """The cleaning and dedup verdicts `kept_trajectories` stands on now (their settings and the
+    corpus state each judged), or None when neither ran."""
+    out = {}
+    for name in ("cleaning", "duplicates"):
+        info = side_info(corpus, name)
+        if info is not None:
+            out[name] = {"fingerprint": info.get("fingerprint"), "corpus_state": info.get("corpus_state")}
+    return out or None
+
+
 MAX_CAP_MISSES = 64  # trajectories in a row that do not fit what is left of --max-tokens: the sample is full
 
 
@@ -369,7 +380,8 @@ def score(
         summary.model_id, summary.device, summary.dtype = scorer.model_id, scorer.device, scorer.dtype_name
         summary.window_tokens = scorer.window
         model_cfg = {**orjson.loads(orjson.dumps(asdict(scorer.config), default=str)), "fingerprint": scorer.fingerprint,
-                     "model_id": scorer.model_id, "dtype": scorer.dtype_name, "max_tokens": config.max_tokens}
+                     "model_id": scorer.model_id, "dtype": scorer.dtype_name, "max_tokens": config.max_tokens,
+                     "kept_from": kept_verdicts(corpus) if config.skip_dropped else "all trajectories"}
     elif old is not None and "cond_nll" in old.column_names:
         model = old.select(keys + model_names).filter(pc.is_valid(old["cond_nll"]))
         model_cfg = old_cfg.get("model")
@@ -477,8 +489,12 @@ def score_contracts(corpus_dir: Path | str) -> list[Any]:
                            bad)
     entry = corpus.manifest().get("side", {}).get(TABLE) or {}
     now = corpus_state(corpus)
-    current = ContractResult("turn_scores_current", entry.get("corpus_state") == now,
-                             "computed from the corpus batches present now",
+    # the model tier skipped what cleaning and dedup dropped when it ran: are those verdicts still the ones?
+    used = (cfg.get("model") or {}).get("kept_from", "all trajectories")
+    kept_now = used == "all trajectories" or used == kept_verdicts(corpus)
+    current = ContractResult("turn_scores_current", entry.get("corpus_state") == now and kept_now,
+                             "computed from the corpus batches present now (and the model tier from the current "
+                             "cleaning and dedup verdicts)",
                              {"scored_batches": (entry.get("corpus_state") or {}).get("batches"), "corpus_batches": now["batches"],
-                              "rerun": f"worldline score {corpus.root}"}, severity="warn")
+                              "model_tier_verdicts_current": kept_now, "rerun": f"worldline score {corpus.root}"}, severity="warn")
     return [cover, valid, current]

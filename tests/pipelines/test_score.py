@@ -247,3 +247,20 @@ def test_a_huge_observation_is_cut_before_planning_with_the_same_scores(tmp_path
     assert seen[0] < len(big)  # the default bound cuts it
     assert run_query(root, sql)[1] == cut_rows and cut.truncated_turns == whole.truncated_turns == 1
     assert cut.model_tokens == whole.model_tokens
+
+
+def test_scores_from_before_cleaning_changed_are_not_current(corpus: Path, tiny_model_dir: Path) -> None:
+    """The model tier scores what cleaning and dedup keep when it runs; verdicts that change later
+    make its choice stale (a warning), as an ingest after scoring does."""
+    from pipelines.clean import CleanConfig, clean
+    from pipelines.score_model import ModelScoreConfig
+
+    clean(corpus, progress=False)
+    score(corpus, ScoreConfig(model=ModelScoreConfig(model=str(tiny_model_dir), dtype="float32"), max_tokens=500),
+          progress=False)
+    assert {r.name: r.passed for r in score_contracts(corpus)}["turn_scores_current"] is True
+    clean(corpus, CleanConfig(min_turns=1), progress=False)  # other verdicts: other trajectories kept
+    current = {r.name: r for r in score_contracts(corpus)}["turn_scores_current"]
+    assert not current.passed and current.metadata["model_tier_verdicts_current"] is False
+    score(corpus, ScoreConfig(tier="surface"), progress=False)  # the model columns carried over, and their choice with them
+    assert {r.name: r.passed for r in score_contracts(corpus)}["turn_scores_current"] is False
