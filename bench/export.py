@@ -39,6 +39,7 @@ the train split in one process, and through a DataLoader with 2 workers. Results
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import json
 import os
@@ -67,7 +68,7 @@ def baseline(corpus: Path, out: Path, cfg: Any, tok: Any) -> tuple[int, int, int
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from pipelines.export import _trajectory_reader, group_key, split_of, turn_trains
+    from pipelines.export import group_key, open_reader, split_of, turn_trains
     from pipelines.pack import best_fit_decreasing, group_lengths, next_window
     from pipelines.query import connect, views
     from pipelines.redact import Redactor
@@ -93,7 +94,7 @@ def baseline(corpus: Path, out: Path, cfg: Any, tok: Any) -> tuple[int, int, int
     have = views(con)
     scored = "turn_scores" in have
 
-    for batch in _trajectory_reader(con, have, 256):
+    for batch in open_reader(con, have, dataclasses.replace(cfg, batch_trajectories=256)):
         for row in batch.to_pylist():
             traj = {k: row[k] for k in ("trajectory_id", "domain", "source_format", "source")}
             for k in ("task", "action_space", "initial_state"):

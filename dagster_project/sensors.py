@@ -37,12 +37,16 @@ def inbox_requests(corpus: CorpusResource, cursor: str | None, known_sources: li
     now_seen: dict[str, str] = {}
     groups: dict[tuple[str, str], list[str]] = defaultdict(list)
     future: list[str] = []
-    for i in scan(corpus.inbox_path, corpus.settle_seconds, on_future=lambda p: future.append(str(p))):
+    errors: list[str] = []
+    for i in scan(corpus.inbox_path, corpus.settle_seconds, on_future=lambda p: future.append(str(p)),
+                  on_error=lambda source, e: errors.append(f"{source}: {e}")):
         now_seen[str(i.path)] = i.signature
         if seen_before.get(str(i.path)) == i.signature:  # unchanged since the previous tick
             groups[(i.source, i.day)].append(i.key)
     if future and log is not None:
         log(f"{len(future)} inbox inputs are modified in the future (a clock off?) and wait until then: {future[0]}")
+    if errors and log is not None:
+        log(f"{len(errors)} inbox sources could not be walked to the end (the inputs found before are offered): {errors[0]}")
     run_requests = []
     for (source, day), keys in sorted(groups.items()):
         keys.sort()

@@ -160,19 +160,26 @@ class DedupConfig:
 _PARAM_CACHE: dict[tuple[float, int], tuple[int, int]] = {}
 
 
-_MEMORY = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-z%]+)\s*", re.I)
-_MEMORY_UNITS = {"b": 1, "byte": 1, "bytes": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
-                 "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+_MEMORY_VALUE = re.compile(r"\s*(-?\d+(?:\.\d*)?|-?\.\d+)\s*[a-z]*\s*", re.I)
 
 
 def check_memory_limit(limit: str) -> None:
-    """A `--memory-limit` DuckDB will take (a positive size with a unit, or a share of RAM), checked up
-    front so that a bad value fails before the run, not as a DuckDB parser error inside it."""
-    m = _MEMORY.fullmatch(limit) if isinstance(limit, str) else None
-    unit, value = (m.group(2).lower(), float(m.group(1))) if m else ("", 0.0)
-    if (unit not in _MEMORY_UNITS and unit != "%") or value <= 0 or (unit == "%" and value > 100):
-        raise ValueError("--memory-limit must be a positive size with a unit (B, KB, MB, GB, TB, KiB, MiB, GiB, TiB) "
-                         f"or a share of RAM up to 100%, e.g. 256MB, 1.5GiB, 50% (got {limit!r})")
+    """A `--memory-limit` DuckDB takes (asked on a throwaway connection: `1G`, `512MiB`, `50%`, `-1` or
+    `none` for no limit, ...) that leaves it some memory, checked up front so that a bad value fails
+    before the run, not as a DuckDB parser error inside it."""
+    import duckdb
+
+    if not isinstance(limit, str):
+        raise ValueError(f"--memory-limit must be text such as 256MB (got {limit!r})")
+    try:
+        duckdb.connect().execute("SET memory_limit = ?", [limit])
+    except duckdb.Error as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ValueError(f"--memory-limit {limit!r}: DuckDB does not take it ({first}); "
+                         "e.g. 256MB, 1.5GiB, 50%, or -1 for no limit") from None
+    m = _MEMORY_VALUE.fullmatch(limit)
+    if m and float(m.group(1)) <= 0 and limit.strip() != "-1":
+        raise ValueError(f"--memory-limit {limit!r}: must be positive (or -1 or none for no limit)")
 
 
 def _optimal_params(threshold: float, num_perm: int) -> tuple[int, int]:

@@ -97,6 +97,7 @@ from pipelines.render import (
     Conversation,
     Group,
     RenderConfig,
+    byte_level_bpe,
     conversation,
     interleave,
     messages,
@@ -111,6 +112,7 @@ from pipelines.store import (
     refuse_output_in_corpus,
     write_json_atomic,
 )
+from pipelines.views import duplicates_left_out
 from schemas.tables import check_domains
 
 EXPORT_FORMAT = "worldline-export/1"
@@ -318,9 +320,10 @@ class ExportTokenizer:
     def __init__(self, hf: Any, spec: str = "", chat_template: str | None = None):
         if chat_template is not None:
             import jinja2
+            from transformers.utils.chat_template_utils import _compile_jinja_template
 
-            try:  # a broken template fails here, with its line, not in the middle of the export
-                jinja2.Environment().parse(chat_template)
+            try:  # a broken template fails here, with its line, not in the middle of the export; compiled
+                _compile_jinja_template(chat_template)  # as transformers does (its extensions: loop controls, generation)
             except jinja2.TemplateSyntaxError as e:
                 raise ValueError(f"--chat-template: line {e.lineno}: {e.message}") from None
             hf = copy.copy(hf)  # the caller's tokenizer keeps its own template
@@ -651,10 +654,7 @@ class ExportTokenizer:
         """An upper bound on the tokens of `text` without encoding it: with byte-level BPE every
         token stands for at least one byte (plus one for a prefix space); else unbounded."""
         if self._bytes_bound is None:
-            b = self.backend
-            pre = repr(b.pre_tokenizer)  # a prefix space per piece (after a Split) would break the bound
-            self._bytes_bound = (type(b.model).__name__ == "BPE" and not getattr(b.model, "byte_fallback", True)
-                                 and b.normalizer is None and "ByteLevel(" in pre and "add_prefix_space=True" not in pre)
+            self._bytes_bound = byte_level_bpe(self.backend)
         return len(text.encode("utf-8", "surrogatepass")) + 1 if self._bytes_bound else sys.maxsize
 
     def remember(self, key: tuple, value: Any) -> Any:
@@ -838,32 +838,45 @@ def scan_usable(corpus: Corpus, redact: RedactConfig, state: dict[str, Any] | No
             and entry.get("corpus_state") == (state if state is not None else corpus_state(corpus)))
 
 
-def split_prefix_owners(con: Any, cfg: SplitConfig) -> pa.Table:
+def split_prefix_owners(con: Any, cfg: ExportConfig) -> pa.Table | None:
     """Who trains each shared prefix, per split: dedup gives a prefix to one kept trajectory (by
-    rank), whatever split the export then puts it in, so a split without that trajectory trained
-    the prefix nowhere (its members held it as context only). Each split gets its own owner:
-    dedup's when it is in the split, else the split's first member by trajectory id. Rows
-    (trajectory_id, turn_index, counts) only where that changes `counts_for_training`."""
-    cols = [c for c in cfg.group_by if c != "trajectory_id"]
-    rows = con.sql(f"""
-        SELECT sp.prefix_hash, sp.trajectory_id, sp.turn_index, sp.counts_for_training{''.join(f', tr.{c}' for c in cols)}
-        FROM shared_prefixes sp JOIN trajectories tr USING (trajectory_id)
-        SEMI JOIN kept_turns k USING (trajectory_id, turn_index)
-        ORDER BY sp.prefix_hash, sp.trajectory_id""").fetchall()
-    groups: dict[tuple[Any, str], list[tuple[str, int, bool]]] = defaultdict(list)
-    for r in rows:
-        traj = {"trajectory_id": r[1], **dict(zip(cols, r[4:], strict=True))}
-        groups[(r[0], split_of(group_key(traj, cfg), cfg))].append((r[1], r[2], bool(r[3])))
-    tids, turns, counts = [], [], []
-    for members in groups.values():
-        owner = next((m for m in members if m[2]), members[0])
-        for m in members:
-            if (m is owner) != m[2]:
-                tids.append(m[0])
-                turns.append(m[1])
-                counts.append(m is owner)
-    return pa.table({"trajectory_id": pa.array(tids, pa.string()), "turn_index": pa.array(turns, pa.int32()),
-                     "counts": pa.array(counts, pa.bool_())})
+    rank), whatever split the export then puts it in (or none of its copies, under a mixture
+    weight below 1), so a split could hold the prefix as context only and train it nowhere. Each
+    split gets its own owner among its exported members: dedup's when it is one of them, else the
+    first by trajectory id. Rows (trajectory_id, turn_index, counts) only where that changes
+    `counts_for_training`; None when it cannot (one split, no weights)."""
+    if cfg.split.validation == 0 and cfg.split.test == 0 and not cfg.domain_weights and not cfg.source_weights:
+        return None
+    cols = [c for c in cfg.split.group_by if c not in ("trajectory_id", "domain", "source_format")]
+    members = con.sql(f"""SELECT tr.trajectory_id, tr.domain, tr.source_format{''.join(f', tr.{c}' for c in cols)}
+                          FROM trajectories tr SEMI JOIN shared_prefixes sp USING (trajectory_id)""").fetchall()
+    tids, splits, exported = [], [], []
+    for r in members:  # one row per trajectory that shares a prefix, not per prefix turn
+        traj = {"trajectory_id": r[0], "domain": r[1], "source_format": r[2], **dict(zip(cols, r[3:], strict=True))}
+        split = split_of(group_key(traj, cfg.split), cfg.split)
+        tids.append(r[0])
+        splits.append(split)
+        exported.append(copies_of(traj, split, cfg) > 0)
+    con.register("_prefix_members", pa.table({"trajectory_id": pa.array(tids, pa.string()), "split": splits,
+                                              "exported": pa.array(exported, pa.bool_())}))
+    t = con.sql("""
+        WITH m AS (SELECT sp.trajectory_id, sp.turn_index, sp.prefix_hash, sp.counts_for_training, pm.split, pm.exported
+                   FROM shared_prefixes sp JOIN _prefix_members pm USING (trajectory_id)
+                   SEMI JOIN kept_turns k USING (trajectory_id, turn_index)),
+        r AS (SELECT *, row_number() OVER (PARTITION BY prefix_hash, split
+                                           ORDER BY exported DESC, counts_for_training DESC, trajectory_id) = 1 AS owns
+              FROM m)
+        SELECT trajectory_id, turn_index::INTEGER AS turn_index, owns AS counts FROM r
+        WHERE owns <> counts_for_training""").arrow()
+    return t.read_all() if isinstance(t, pa.RecordBatchReader) else t
+
+
+def open_reader(con: Any, have: set[str], cfg: ExportConfig, scanned: bool = False) -> Any:
+    """The trajectory reader of an export, with each split's shared-prefix owners (`split_prefix_owners`)."""
+    owners = split_prefix_owners(con, cfg) if "shared_prefixes" in have and "kept_turns" in have else None
+    if owners is not None:
+        con.register("_split_owners", owners)
+    return _trajectory_reader(con, have, cfg.batch_trajectories, scanned, owners is not None)
 
 
 def _trajectory_reader(con: Any, have: set[str], batch: int, scanned: bool = False, owners: bool = False) -> Any:
@@ -919,8 +932,10 @@ class _Work:
 def text_bound(tok: ExportTokenizer, seq_len: int) -> int:
     """Characters of one message past which no token can reach a sequence: a group (turn) longer than
     a sequence is one window cut at `seq_len` tokens, and `seq_len` tokens cover at most
-    `seq_len` × the longest token's characters. Twice that, so a cut changes no token a document keeps."""
-    return 2 * seq_len * tok.longest_token_chars() + 1024
+    `seq_len` × the longest token's characters. Twice that, so a cut changes no token a document keeps.
+    Only for byte-level BPE without a normalizer (`bounded`): elsewhere a token ([UNK], dropped
+    whitespace) may span any number of characters, and nothing is cut."""
+    return 2 * seq_len * tok.longest_token_chars() + 1024 if tok.bounded else sys.maxsize
 
 
 def cut_for_tokens(conv: Conversation, bound: int) -> tuple[Conversation, dict[int, Group]]:
@@ -1187,8 +1202,9 @@ def finish_rows(prep: _Prepared, cfg: ExportConfig, tok: ExportTokenizer) -> _Ba
         t = w.traj
         res.items.append((_Done(t["trajectory_id"], t["domain"], t["source_format"], w.split, w.key, w.copies,
                                 len(w.conv.groups), sum(w.loss)), docs))
-        if w.split == "test":
-            rows_, bad = eval_rows(t, w.conv, cfg.eval_middle_turns, cfg.render)
+        if w.split == "test":  # the benchmark's ground truth: the whole texts, not the cut for encoding
+            conv = Conversation(w.conv.system, [w.full.get(g.turn_index, g) for g in w.conv.groups]) if w.full else w.conv
+            rows_, bad = eval_rows(t, conv, cfg.eval_middle_turns, cfg.render)
             res.eval_unparseable += bad
             res.eval_rows += [(t["domain"], dumps_row(r)) for r in rows_]
     res.systems_truncated = builder.systems_truncated
@@ -1248,16 +1264,13 @@ def _open(root: Path, cfg: ExportConfig, scanned: bool, con: Any = None) -> _Ope
     counts = {  # one statement: each count is a scan of its own
         "trajectories_total": "SELECT count(*) FROM trajectories",
         "dropped_by_cleaning": "SELECT count(DISTINCT trajectory_id) FROM cleaning WHERE turn_index IS NULL" if "cleaning" in have else "0",
-        "duplicates": "SELECT count(*) FROM duplicates WHERE NOT is_representative" if "duplicates" in have else "0",
+        "duplicates": f"SELECT count(*) FROM ({duplicates_left_out(have)})" if "duplicates" in have else "0",
         "total": f"SELECT count(*) FROM {traj_view}",
     }
     row = con.sql("SELECT " + ", ".join(f"({q}) AS {k}" for k, q in counts.items())).fetchall()[0]
     present = {col: {r[0] for r in con.sql(f"SELECT DISTINCT {col} FROM {traj_view}").fetchall()}
                for col in ("domain", "source_format")}
-    owners = "shared_prefixes" in have and "kept_turns" in have
-    if owners:
-        con.register("_split_owners", split_prefix_owners(con, cfg.split))
-    reader = _trajectory_reader(con, have, cfg.batch_trajectories, scanned, owners)
+    reader = open_reader(con, have, cfg, scanned)
     return _Opened(con, have, {k: int(v) for k, v in zip(counts, row, strict=True)}, scanned, reader, present)
 
 

@@ -8,7 +8,8 @@ a Harbor trial) together with every file under it. An input belongs to the parti
 (source, day) of the UTC day its newest file was last modified; days before `FIRST_DAY` (files
 unpacked with their old times kept) belong to `FIRST_DAY`. Only *settled* inputs are offered: not
 hidden, no file named like a partial download, and nothing modified for `settle_s` seconds, so a
-half-written file is never ingested. An input modified in the future (a clock off) waits until then.
+half-written file is never ingested (a partial-named file inside a claimed directory only counts
+by its age). An input modified in the future (a clock off) waits until then.
 """
 
 from __future__ import annotations
@@ -69,37 +70,51 @@ def _hidden(p: Path, source_dir: Path) -> bool:
 
 
 def scan(inbox: Path, settle_s: float = 5.0, now: float | None = None, only: str | None = None,
-         on_future: Callable[[Path], None] | None = None) -> Iterator[InboxInput]:
+         on_future: Callable[[Path], None] | None = None,
+         on_error: Callable[[str, OSError], None] | None = None) -> Iterator[InboxInput]:
     """Settled inputs in the inbox (of one source with `only`), in a deterministic order.
-    `on_future` hears of each input held back because a file's modification time is in the future."""
+    `on_future` hears of each input held back because a file's modification time is in the future;
+    `on_error` of a source that could not be walked to the end (a directory it may not read): the
+    inputs found before are offered, and the other sources are walked."""
     now = time.time() if now is None else now
     for source in sources(inbox):
         if only is not None and source != only:
             continue
-        sdir = inbox / source
-        claimed: Path | None = None
-        for unit in discover([sdir]):
-            if claimed is not None and unit.path.is_relative_to(claimed):
-                continue  # a file of the claimed directory that its format does not read: part of it
-            if _hidden(unit.path, sdir):
-                continue
-            if unit.is_dir:
-                claimed = unit.path
-                paths = sorted(p for p in unit.path.rglob("*") if p.is_file())
-            else:
-                paths = [unit.path]
-            if any(p.name.endswith(PARTIAL_SUFFIXES) for p in paths):
-                continue
-            try:
-                stats = [(str(p), st.st_size, st.st_mtime_ns) for p in paths if (st := p.stat())]
-            except FileNotFoundError:
-                continue  # gone while we looked: not settled
-            newest = max((s[2] for s in stats), default=0)
-            if newest / 1e9 > now + settle_s and on_future is not None:
-                on_future(unit.path)
-            if now - newest / 1e9 < settle_s:
-                continue
-            yield InboxInput(unit.path, source, day_of(newest), tuple(stats))
+        try:
+            yield from _scan_source(inbox / source, source, settle_s, now, on_future)
+        except OSError as e:
+            if on_error is None:
+                raise
+            on_error(source, e)
+
+
+def _scan_source(sdir: Path, source: str, settle_s: float, now: float,
+                 on_future: Callable[[Path], None] | None) -> Iterator[InboxInput]:
+    claimed: Path | None = None
+    for unit in discover([sdir]):
+        if claimed is not None and unit.path.is_relative_to(claimed):
+            continue  # a file of the claimed directory that its format does not read: part of it
+        if _hidden(unit.path, sdir):
+            continue
+        if unit.is_dir:
+            # every file counts for the settle time (a download into it keeps it young); a stray
+            # partial-named file in it does not hold it back for ever
+            claimed = unit.path
+            paths = sorted(p for p in unit.path.rglob("*") if p.is_file())
+        elif unit.path.name.endswith(PARTIAL_SUFFIXES):
+            continue
+        else:
+            paths = [unit.path]
+        try:
+            stats = [(str(p), st.st_size, st.st_mtime_ns) for p in paths if (st := p.stat())]
+        except FileNotFoundError:
+            continue  # gone while we looked: not settled
+        newest = max((s[2] for s in stats), default=0)
+        if newest / 1e9 > now + settle_s and on_future is not None:
+            on_future(unit.path)
+        if now - newest / 1e9 < settle_s:
+            continue
+        yield InboxInput(unit.path, source, day_of(newest), tuple(stats))
 
 
 def inputs_for(inbox: Path, source: str, day: str, settle_s: float = 5.0) -> list[InboxInput]:

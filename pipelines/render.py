@@ -34,6 +34,15 @@ _PH = "\ue000WL{}\ue001"  # private-use code points: cannot collide with a real 
 CONTEXT_JOIN = "\n\n"
 
 
+
+def byte_level_bpe(backend: Any) -> bool:
+    """Whether a tokenizers backend is byte-level BPE with nothing that changes the text first (no
+    normalizer, no byte fallback, no prefix space per piece): then every token stands for at least
+    one byte and at most its vocabulary entry's characters, bounds the export and the scorer use."""
+    pre = repr(backend.pre_tokenizer)
+    return (type(backend.model).__name__ == "BPE" and not getattr(backend.model, "byte_fallback", True)
+            and backend.normalizer is None and "ByteLevel(" in pre and "add_prefix_space=True" not in pre)
+
 @dataclass(frozen=True)
 class RenderConfig:
     role_line: str = ROLE_LINE

@@ -41,6 +41,7 @@ import pyarrow.parquet as pq
 
 from pipelines.progress import CountProgress
 from pipelines.query import connect, views
+from pipelines.render import byte_level_bpe
 from pipelines.score_model import MODEL_FIELDS, MODEL_SCHEMA, Plan  # no torch at import time
 from pipelines.score_surface import CATEGORIES, SURFACE_FIELDS, SURFACE_SCHEMA, SurfaceConfig, score_surface
 from pipelines.side import SideTableWriter, corpus_state, side_info, side_path
@@ -299,7 +300,11 @@ def _model_scores(con: Any, cfg: ScoreConfig, summary: ScoreSummary, scorer: Any
 def text_bound(scorer: Any) -> int:
     """Characters of one text past which no token can reach a scored window: a turn longer than the
     window is truncated to it, and a window covers at most `window` × the longest token's
-    characters. Twice that, so a cut changes no score."""
+    characters. Twice that, so a cut changes no score. Only for byte-level BPE (`byte_level_bpe`):
+    elsewhere a token may span any number of characters, and nothing is cut."""
+    backend = getattr(scorer.tokenizer, "backend_tokenizer", None)
+    if backend is None or not byte_level_bpe(backend):
+        return sys.maxsize
     vocab = scorer.tokenizer.get_vocab()
     return 2 * scorer.window * max((len(t) for t in vocab), default=1) + 1024
 

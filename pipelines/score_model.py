@@ -172,12 +172,21 @@ _CUDA_DEVICE = re.compile(r"cuda(?::(\d+))?")
 
 
 def check_device(device: str) -> None:
-    """`--device` must be auto, cpu, or a CUDA GPU this machine has (torch is asked only for cuda)."""
+    """`--device` must be auto, cpu, a CUDA GPU this machine has, or another torch device type that
+    torch says is available here (mps, xpu, ...); torch is asked only past auto and cpu."""
     m = _CUDA_DEVICE.fullmatch(device) if isinstance(device, str) else None
     if device in ("auto", "cpu"):
         return
     if m is None:
-        raise ValueError(f"--device {device}: not a device; use auto, cpu, cuda or cuda:N ({_devices_here()})")
+        torch = _torch()
+        try:
+            kind = torch.device(device).type
+        except (RuntimeError, TypeError):
+            raise ValueError(f"--device {device}: not a device; use auto, cpu, cuda or cuda:N ({_devices_here()})") from None
+        backend = getattr(torch.backends, kind, None) or getattr(torch, kind, None)
+        if backend is None or not callable(getattr(backend, "is_available", None)) or not backend.is_available():
+            raise ValueError(f"--device {device}: torch has no {kind} device here ({_devices_here()})")
+        return
     if int(m.group(1) or 0) >= _torch().cuda.device_count():
         raise ValueError(f"--device {device}: no such GPU here ({_devices_here()})")
 

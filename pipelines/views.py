@@ -2,8 +2,9 @@
 
 - `kept_turns`: the rows of `turns` that survive cleaning and dedup — minus trajectories that
   `cleaning` drops whole, minus turns it drops (`retry_cycle`, `gui_no_change`), minus trajectories
-  that `duplicates` marks as non-representative of a representative that cleaning keeps (dedup run
-  before clean never loses a whole cluster) — with one more column, `counts_for_training`:
+  that `duplicates` marks as non-representative (when cleaning drops a cluster's representative,
+  as after dedup run before clean, the first member cleaning keeps stands for the cluster: no
+  cluster is lost, none is kept twice) — with one more column, `counts_for_training`:
   false for a turn of a shared prefix that another kept trajectory is trained on
   (`shared_prefixes`), true otherwise. Context turns are kept; only the loss counts once.
 - `kept_trajectories`: the rows of `trajectories` that keep at least one turn by the same rules.
@@ -18,6 +19,20 @@ from collections.abc import Iterable
 import duckdb
 
 
+def duplicates_left_out(side_tables: Iterable[str]) -> str:
+    """SQL for the trajectory ids `kept_turns` leaves out as duplicates: the members `duplicates` does
+    not mark representative, or, with `cleaning`, all but one member per cluster that cleaning keeps
+    (dedup's representative unless cleaning drops it, as after dedup run before clean or with
+    --ignore-cleaning: then the first member it keeps, by trajectory id)."""
+    if "cleaning" not in set(side_tables):
+        return "SELECT trajectory_id FROM duplicates WHERE NOT is_representative"
+    return """SELECT trajectory_id FROM (
+                SELECT trajectory_id, row_number() OVER (PARTITION BY cluster_id ORDER BY is_representative DESC,
+                                                         trajectory_id) AS k
+                FROM duplicates ANTI JOIN (SELECT DISTINCT trajectory_id FROM cleaning WHERE turn_index IS NULL) cw
+                     USING (trajectory_id)) WHERE k > 1"""
+
+
 def define_derived_views(con: duckdb.DuckDBPyConnection, side_tables: Iterable[str]) -> None:
     have = set(side_tables)
     if not have & {"cleaning", "duplicates", "shared_prefixes"}:
@@ -30,11 +45,7 @@ def define_derived_views(con: duckdb.DuckDBPyConnection, side_tables: Iterable[s
                      "USING (trajectory_id, turn_index)")
         traj_joins.append(f"ANTI JOIN {whole} cw USING (trajectory_id)")
     if "duplicates" in have:
-        # a duplicate gives way only to a representative that cleaning keeps: dedup run before clean
-        # (or before clean changed its verdicts) must not lose whole clusters; `stale_side_tables` says to rerun it
-        alive = ("AND representative_id NOT IN (SELECT trajectory_id FROM cleaning WHERE turn_index IS NULL)"
-                 if "cleaning" in have else "")
-        nonrep = f"(SELECT trajectory_id FROM duplicates WHERE NOT is_representative {alive})"
+        nonrep = f"({duplicates_left_out(have)})"
         joins.append(f"ANTI JOIN {nonrep} dd USING (trajectory_id)")
         traj_joins.append(f"ANTI JOIN {nonrep} dd USING (trajectory_id)")
     counts = "true"

@@ -568,6 +568,11 @@ def collect(jobs: Iterable[Job], out: Path | str, workers: int = 2, seed: int = 
 
     check_collect_options(out, workers)
     jobs = list(jobs)
+    for j in jobs:  # every plan, with its task's own parameters, before the engine is reached: a value
+        try:        # out of range (or out of step with a task's override) fails here, not in a sandbox
+            _plan(j, seed)
+        except perturb.PerturbationError as e:
+            raise perturb.PerturbationError(f"task {j.task.id}: {e}") from None
     say = echo or (lambda m: print(m, file=sys.stderr))
     client()  # fail early, with the how-to-start message, when no engine answers
     reaped = reap_orphans()

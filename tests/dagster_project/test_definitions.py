@@ -195,8 +195,11 @@ def test_directory_formats_are_one_input_as_in_the_cli(tmp_path: Path, sample: P
     shutil.copytree(sample / "droidbot", src / "droid")
     shutil.copytree(TESTS / "data" / "harbor" / "fix-git__Lh7Qa2", src / "trial")
     shutil.copy(sample / "swe-agent" / "ctf_pwn_warmup.traj", src / "one.traj")
+    (src / "droid" / "notes.txt~").write_text("an editor's backup: no download in progress")
+    (src / "half.traj.part").write_text("{")  # a download in progress, on its own: not offered
     _touch_tree(src, EPOCH)
     offered = list(scan(inbox, settle_s=0))
+    assert "half.traj.part" not in {i.path.name for i in offered}
     assert {(i.path.relative_to(src).as_posix(), i.day) for i in offered if i.path.is_dir()} == {
         ("bg/" + d.name, DAY) for d in (sample / "browsergym-workarena").iterdir() if d.is_dir()} | {
         ("droid", DAY), ("trial", DAY)}
@@ -205,6 +208,7 @@ def test_directory_formats_are_one_input_as_in_the_cli(tmp_path: Path, sample: P
     instance.add_dynamic_partitions(SOURCES.name, ["gui"])
     res = dg.materialize([ingested_traces], partition_key=key("gui", DAY), resources={"corpus": corpus}, instance=instance)
     assert res.success
+    (src / "half.traj.part").unlink()  # the download finished elsewhere: the CLI would read the partial file
     ingest([src], tmp_path / "cli", progress=False)
     assert _ids(corpus.root) == _ids(tmp_path / "cli")
     domains = connect(corpus.root).sql(
@@ -292,3 +296,30 @@ def test_every_stage_option_of_the_cli_is_dagster_config() -> None:
                        ("score", ScoringModelResource)]:
         options = {a.dest for a in sub.choices[stage]._actions} - {"help", "corpus", "quiet"}
         assert {renamed.get(o, o) for o in options} <= set(cfg.model_fields), stage
+
+
+def test_a_source_that_cannot_be_walked_does_not_stop_the_others(tmp_path: Path, sample: Path) -> None:
+    """A directory the sensor may not read raised out of every tick, for every source."""
+    import subprocess
+    import sys
+
+    inbox = tmp_path / "inbox"
+    _drop(inbox, "ok", [sample / "swe-agent" / "ctf_pwn_warmup.traj"])
+    locked = inbox / "bad" / "locked"
+    locked.mkdir(parents=True)
+    _drop(inbox, "bad", [sample / "swe-agent" / "function_calling_simple.traj"])
+    locked.chmod(0)
+    code = ("import json, sys; from pathlib import Path; from pipelines.inbox import scan; errors = []; "
+            "found = [i.path.name for i in scan(Path(sys.argv[1]), 0, on_error=lambda s, e: errors.append((s, e.strerror)))]; "
+            "print(json.dumps([found, errors]))")
+    cmd = [sys.executable, "-c", code, str(inbox)]
+    if os.geteuid() == 0:  # root reads anything: drop the capabilities that let it
+        if shutil.which("setpriv") is None:
+            pytest.fail("running as root, this test needs setpriv (util-linux) to drop root's file capabilities")
+        cmd = ["setpriv", "--bounding-set=-dac_override,-dac_read_search,-fowner", "--", *cmd]
+    run = subprocess.run(cmd, capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2], timeout=120)
+    locked.chmod(0o755)
+    assert run.returncode == 0, run.stderr
+    found, errors = json.loads(run.stdout)
+    # `bad` is walked in name order: its file (f...) comes before `locked`, where the walk broke off
+    assert found == ["function_calling_simple.traj", "ctf_pwn_warmup.traj"] and errors == [["bad", "Permission denied"]]

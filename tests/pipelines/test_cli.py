@@ -131,3 +131,13 @@ def test_a_directory_with_another_manifest_is_not_a_corpus(corpus: Path, tmp_pat
         fmt = "'worldline-export/1'" if doc is None else "'list'"
         assert capsys.readouterr().err == (f"worldline stats: error: {out / 'manifest.json'}: not a Worldline corpus "
                                            f"manifest (format {fmt})\n")
+
+
+def test_a_template_transformers_accepts_is_accepted(tmp_path: Path) -> None:
+    """The check compiles a template as transformers does: loop controls and `{% generation %}` are fine."""
+    from pipelines.export import ExportTokenizer
+
+    template = ("{% for m in messages %}{% if loop.index > 50 %}{% break %}{% endif %}"
+                "{% if m.role == 'assistant' %}{% generation %}{{ m.content }}{% endgeneration %}"
+                "{% else %}{{ m.content }}{% endif %}{% endfor %}")
+    assert ExportTokenizer.load("smollm2", template).hf.chat_template == template

@@ -265,20 +265,24 @@ def test_config_rejects_bad_options(kw: dict, message: str) -> None:
     assert str(e.value) == message
 
 
-@pytest.mark.parametrize("limit", ["bogus", "0", "256", "0MB", "-1GB", "12 parsecs", "150%", ""])
-def test_memory_limit_rejected_before_duckdb_sees_it(limit: str) -> None:
+@pytest.mark.parametrize(("limit", "why"), [
+    ("bogus", "DuckDB does not take it (Parser Error: Memory must have a number (e.g. 1GB))"),
+    ("256", "DuckDB does not take it (Parser Error: Unknown unit for memory: ''"),
+    ("12 parsecs", "DuckDB does not take it (Parser Error: Unknown unit for memory: 'parsecs'"),
+    ("150%", "DuckDB does not take it (Invalid Input Error: Unable to parse valid percentage (input: 150%))"),
+    ("0MB", "must be positive (or -1 or none for no limit)"),
+    ("-1GB", "must be positive (or -1 or none for no limit)"),
+])
+def test_memory_limit_rejected_before_the_run(limit: str, why: str) -> None:
     with pytest.raises(ValueError) as e:
         DedupConfig(memory_limit=limit)
-    assert str(e.value) == ("--memory-limit must be a positive size with a unit (B, KB, MB, GB, TB, KiB, MiB, GiB, TiB) "
-                            f"or a share of RAM up to 100%, e.g. 256MB, 1.5GiB, 50% (got {limit!r})")
+    assert str(e.value).startswith(f"--memory-limit {limit!r}: {why}")
 
 
-@pytest.mark.parametrize("limit", ["256MB", "1 GB", "1.5GiB", "512kib", "50%", "2TB", "4096 bytes"])
-def test_memory_limits_accepted_are_ones_duckdb_takes(limit: str) -> None:
-    import duckdb
-
+@pytest.mark.parametrize("limit", ["256MB", "1 GB", "1.5GiB", "512kib", "50%", "2TB", "4096 bytes", "1G", "4g", "512M",
+                                   "1gigabyte", "-1", "none"])
+def test_memory_limits_duckdb_takes_are_accepted(limit: str) -> None:
     assert DedupConfig(memory_limit=limit).memory_limit == limit
-    duckdb.connect().execute(f"SET memory_limit = '{limit}'")  # raises if DuckDB would not take it
 
 
 def test_cli_bad_memory_limit_is_one_line(sample_corpus: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:  # noqa: F811
@@ -287,7 +291,7 @@ def test_cli_bad_memory_limit_is_one_line(sample_corpus: Path, tmp_path: Path, c
     corpus = copy_corpus(sample_corpus, tmp_path / "corpus")
     assert main(["dedup", str(corpus), "--quiet", "--memory-limit", "bogus"]) == 1
     err = capsys.readouterr().err
-    assert err.startswith("worldline dedup: error: --memory-limit must be a positive size") and err.count("\n") == 1
+    assert err.startswith("worldline dedup: error: --memory-limit 'bogus': DuckDB does not take it") and err.count("\n") == 1
     assert main(["dedup", str(corpus), "--quiet", "--bands", "3"]) == 1
     assert "--bands needs --rows" in capsys.readouterr().err
     assert not (corpus / "side" / "duplicates").exists()

@@ -433,9 +433,9 @@ def test_side_tables_decide_what_is_trained(corpus: Path, tok: ex.ExportTokenize
     write_side_table(cc, "cleaning", pa.table({"trajectory_id": [t_drop, t_turn], "turn_index": pa.array([None, turns_turn[1]], pa.int32()),
                                               "reason": ["too_few_turns", "retry_cycle"]}),
                      side_table_schema([_f("reason", pa.string(), "r", False)]), "test", "fp-clean", {})
-    write_side_table(cc, "duplicates", pa.table({"trajectory_id": [t_dup], "turn_index": pa.array([None], pa.int32()),
-                                                "cluster_id": [t_score], "is_representative": [False], "kind": ["exact"],
-                                                "representative_id": [t_score]}),
+    write_side_table(cc, "duplicates", pa.table({"trajectory_id": [t_score, t_dup], "turn_index": pa.array([None, None], pa.int32()),
+                                                "cluster_id": [t_score, t_score], "is_representative": [True, False],
+                                                "kind": ["exact", "exact"], "representative_id": [t_score, t_score]}),
                      side_table_schema([_f("cluster_id", pa.string(), "c", False), _f("is_representative", pa.bool_(), "r", False),
                                         _f("kind", pa.string(), "k", False), _f("representative_id", pa.string(), "r", False)]),
                      "test", "fp-dup", {})
@@ -852,6 +852,12 @@ def test_a_huge_observation_is_cut_before_encoding_with_the_same_output(tok: ex.
     assert cut.splits["train"].truncated == whole.splits["train"].truncated == 2  # big, and big[:1000] too
     chat = [orjson.loads(line) for line in _chat_blob(tmp_path / "cut").splitlines()]
     assert [m["content"] for doc in chat for m in doc["messages"]].count(big) == 1
+    # the eval set (the benchmark's ground truth) holds the whole texts too
+    monkeypatch.undo()
+    export(root, tmp_path / "eval", dataclasses.replace(cfg, split=ex.SplitConfig(validation=0, test=1.0)), tokenizer=tok,
+           progress=False)
+    rows = [orjson.loads(line) for f in sorted((tmp_path / "eval" / "eval").rglob("*.jsonl")) for line in f.read_bytes().splitlines()]
+    assert rows and any(r.endswith("\n" + big) for row in rows for r in row["response"])
 
 
 def test_each_split_trains_a_shared_prefix_once(tok: ex.ExportTokenizer, tmp_path: Path) -> None:

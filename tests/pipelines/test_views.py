@@ -52,9 +52,9 @@ def test_no_cluster_is_lost_whatever_the_order(clusters: Path, tmp_path: Path, o
         # the crashed members are dropped first; each cluster of the other two keeps one
         assert (dropped, kept, stale) == (5, 5, {})
     else:
-        # dedup chose the crashed member, which cleaning then drops: both survivors stay (none is lost),
-        # and dedup is reported stale until it runs again
-        assert (dropped, kept) == (5, 10)
+        # dedup chose the crashed member, which cleaning then drops: one survivor stands for each cluster
+        # (none is lost, none kept twice), and dedup is reported stale until it runs again
+        assert (dropped, kept) == (5, 5)
         assert stale == {name: "computed against other cleaning verdicts than the current ones; rerun `worldline dedup`"
                          for name in ("duplicates", "shared_prefixes")}
         dedup(root, progress=False)
@@ -71,3 +71,16 @@ def test_tables_from_before_an_ingest_are_stale(clusters: Path, tmp_path: Path, 
     assert stale_side_tables(Corpus(root)) == {
         name: f"computed before the corpus last changed; rerun `worldline {stage}`"
         for name, stage in (("cleaning", "clean"), ("redactions", "clean"), ("duplicates", "dedup"), ("shared_prefixes", "dedup"))}
+
+
+def test_dedup_ignoring_cleaning_keeps_one_member_per_cluster(clusters: Path, tmp_path: Path) -> None:
+    from pipelines.dedup import DedupConfig
+
+    root = tmp_path / "corpus"
+    ingest([clusters], root, IngestConfig(domain_override="terminal"), progress=False)
+    clean(root, progress=False)
+    dedup(root, DedupConfig(use_cleaning=False), progress=False)  # chooses the crashed members again
+    assert run_query(root, "SELECT count(*) FROM duplicates WHERE is_representative AND trajectory_id IN "
+                           "(SELECT trajectory_id FROM cleaning WHERE turn_index IS NULL)")[1] == [(5,)]
+    assert run_query(root, "SELECT count(*) FROM kept_trajectories")[1] == [(5,)]
+    assert stale_side_tables(Corpus(root)) == {}  # as asked: not stale, and nothing lost or doubled

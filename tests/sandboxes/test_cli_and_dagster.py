@@ -109,7 +109,8 @@ def test_report_section_without_sandbox_data(tmp_path: Path, sample: Path) -> No
     (["collect", "sandbox", "{tasks}", "--out", "{out}", "--perturb", "disk_full:size_kb=abc"],
      "worldline collect: error: perturbation disk_full: size_kb='abc' is not an integer"),
     (["collect", "sandbox", "{tasks}", "--out", "{out}", "--perturb", "disk_full:size_kb=10"],
-     "worldline collect: error: disk_full: size_kb must be >= 64 and 0 <= free_kb < size_kb, got {{'size_kb': 10, 'free_kb': 0}}"),
+     "worldline collect: error: task text-csv-sum: disk_full: size_kb must be >= 64 and 0 <= free_kb < size_kb, "
+     "got {{'size_kb': 10, 'free_kb': 0}}"),
     (["collect", "sandbox", "{tasks}", "--out", "{out}", "--workers", "0"], "worldline collect: error: --workers must be at least 1 (got 0)"),
     (["collect", "sandbox", "{tasks}", "--out", "{out}", "--workers", "-1"], "worldline collect: error: --workers must be at least 1 (got -1)"),
     (["collect", "sandbox", "{tasks}", "--out", "{out}", "--max-turns", "0"], "worldline collect: error: --max-turns must be at least 1 (got 0)"),

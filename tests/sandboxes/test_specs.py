@@ -7,7 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from sandboxes.perturb import PERTURBATIONS, PerturbationError, PerturbationSpec, command_names, parse_list
+from sandboxes.perturb import (
+    PERTURBATIONS,
+    PerturbationError,
+    PerturbationSpec,
+    command_names,
+    parse_list,
+    plan,
+)
+from sandboxes.sandbox import SandboxConfig
 from sandboxes.tasks import TASKS_DIR, SpecError, load_tasks
 
 
@@ -109,15 +117,32 @@ def test_perturbations_refuse_the_harness_binaries(name: str) -> None:
     ("slow_command:delay_s=soon", "perturbation slow_command: delay_s='soon' is not a number"),
     ("timeout:hang_s=inf", "perturbation timeout: hang_s='inf' is not a number"),
     ("missing_binary:binary=", "perturbation missing_binary: binary is empty"),
-    ("disk_full:size_kb=32", "disk_full: size_kb must be >= 64 and 0 <= free_kb < size_kb, got {'size_kb': 32, 'free_kb': 0}"),
-    ("truncated_output:bytes=0", "truncated_output: bytes must be >= 1, got 0"),
-    ("slow_command:delay_s=-1", "slow_command: delay_s must be >= 0, got -1"),
-    ("timeout:timeout_s=0", "timeout: timeout_s must be > 0 and hang_s >= 0, got timeout_s=0, hang_s=30"),
 ])
 def test_perturbation_values_are_checked_when_parsed(text: str, message: str) -> None:
     with pytest.raises(PerturbationError) as e:
         PerturbationSpec.parse(text)
     assert str(e.value) == message
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("disk_full:size_kb=32", "disk_full: size_kb must be >= 64 and 0 <= free_kb < size_kb, got {'size_kb': 32, 'free_kb': 0}"),
+    ("truncated_output:bytes=0", "truncated_output: bytes must be >= 1, got 0"),
+    ("slow_command:delay_s=-1", "slow_command: delay_s must be >= 0, got -1"),
+    ("timeout:timeout_s=0", "timeout: timeout_s must be > 0 and hang_s >= 0, got timeout_s=0, hang_s=30"),
+])
+def test_perturbation_ranges_are_checked_when_planned(text: str, message: str) -> None:
+    with pytest.raises(PerturbationError) as e:
+        plan(SandboxConfig(image="x"), PerturbationSpec.parse(text), 0, "t", [])
+    assert str(e.value) == message
+
+
+def test_a_value_is_judged_with_the_tasks_own_parameters() -> None:
+    # free_kb=5000 is out of range beside the default size_kb (4096), in range beside a task's 8192
+    spec = PerturbationSpec.parse("disk_full:free_kb=5000")
+    with pytest.raises(PerturbationError):
+        plan(SandboxConfig(image="x"), spec, 0, "t", [])
+    pl = plan(SandboxConfig(image="x"), spec, 0, "t", [], task_params={"disk_full": {"size_kb": 8192}})
+    assert (pl.params["size_kb"], pl.params["free_kb"]) == (8192, 5000)
 
 
 def test_perturbation_values_keep_their_kind() -> None:
