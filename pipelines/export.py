@@ -99,6 +99,7 @@ from pipelines.render import (
     RenderConfig,
     byte_level_bpe,
     conversation,
+    cut_bound,
     interleave,
     messages,
     template_pieces,
@@ -339,7 +340,7 @@ class ExportTokenizer:
         self._added: dict[str, np.ndarray] = {}  # added token → its id as a 1-element array
         self._split = self._segmenter()
         self._bytes_bound: bool | None = None
-        self._longest: int | None = None
+        self._cut_bound: dict[int, int] = {}
         self._cache: dict[str, tuple[np.ndarray, Any]] = {}  # segment → (ids, its Encoding, or None on the byte path)
         self._cached_tokens = 0
         self.cache_tokens: int | None = None  # None: by path (`begin`)
@@ -644,11 +645,11 @@ class ExportTokenizer:
         short text without encoding it."""
         return self.max_tokens("") != sys.maxsize
 
-    def longest_token_chars(self) -> int:
-        """Characters the longest vocabulary entry spans (a byte-level entry: bytes, at least the characters)."""
-        if self._longest is None:
-            self._longest = max((len(t) for t in self.backend.get_vocab(with_added_tokens=True)), default=1)
-        return self._longest
+    def cut_bound(self, seq_len: int) -> int:
+        """`render.cut_bound` for this tokenizer and a sequence length (read from the vocabulary once)."""
+        if seq_len not in self._cut_bound:
+            self._cut_bound[seq_len] = cut_bound(self.backend, seq_len)
+        return self._cut_bound[seq_len]
 
     def max_tokens(self, text: str) -> int:
         """An upper bound on the tokens of `text` without encoding it: with byte-level BPE every
@@ -816,12 +817,6 @@ class ExportSummary:
 # reading the corpus
 
 
-def side_fingerprints(corpus: Corpus) -> dict[str, Any]:
-    side = corpus.manifest().get("side", {})
-    return {name: {"fingerprint": side[name].get("fingerprint"), "corpus_state": side[name].get("corpus_state")}
-            for name in SIDE_TABLES if name in side and (corpus.root / side[name]["path"]).exists()}
-
-
 def scan_usable(corpus: Corpus, redact: RedactConfig, state: dict[str, Any] | None = None) -> bool:
     """Whether `clean`'s side table `redactions` can stand in for scanning every text: it lists
     every text the redactor changes (selected by the redactor's own needles, `candidates_sql`),
@@ -930,12 +925,9 @@ class _Work:
 
 
 def text_bound(tok: ExportTokenizer, seq_len: int) -> int:
-    """Characters of one message past which no token can reach a sequence: a group (turn) longer than
-    a sequence is one window cut at `seq_len` tokens, and `seq_len` tokens cover at most
-    `seq_len` × the longest token's characters. Twice that, so a cut changes no token a document keeps.
-    Only for byte-level BPE without a normalizer (`bounded`): elsewhere a token ([UNK], dropped
-    whitespace) may span any number of characters, and nothing is cut."""
-    return 2 * seq_len * tok.longest_token_chars() + 1024 if tok.bounded else sys.maxsize
+    """Characters of one message past which no token can reach a sequence (`render.cut_bound`: a
+    group longer than a sequence is one window cut at `seq_len` tokens)."""
+    return tok.cut_bound(seq_len)
 
 
 def cut_for_tokens(conv: Conversation, bound: int) -> tuple[Conversation, dict[int, Group]]:
@@ -1167,6 +1159,7 @@ def prepare_rows(rows: list[dict[str, Any]], cfg: ExportConfig, tok: ExportToken
     res = _BatchResult()
     redactor = Redactor(cfg.redact)
     work: list[_Work] = []
+    bound = text_bound(tok, cfg.seq_len)
     for row in rows:
         flagged = _flagged(row) if scanned else None
         traj = redact_fields({k: row[k] for k in ("trajectory_id", "domain", "source_format", "source",
@@ -1183,7 +1176,7 @@ def prepare_rows(rows: list[dict[str, Any]], cfg: ExportConfig, tok: ExportToken
         loss = [turn_trains(by_index[g.turn_index], scored, cfg.unscored, res.counters) for g in conv.groups]
         key = group_key(row, cfg.split)  # from the raw columns: redaction must not move a task
         split = split_of(key, cfg.split)
-        conv, full = cut_for_tokens(conv, text_bound(tok, cfg.seq_len))
+        conv, full = cut_for_tokens(conv, bound)
         work.append(_Work(traj, conv, loss, split, copies_of(traj, split, cfg), key, full))
     texts, spans = DocumentBuilder(tok, cfg).texts(work)
     # the system prompts a window may have to cut (`DocumentBuilder._cut_systems`), by the byte
@@ -1465,7 +1458,7 @@ def export(
     """Export the corpus at `corpus_dir` into `out_dir` (see the module docstring)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from pipelines.side import corpus_state, stale_side_tables
+    from pipelines.side import corpus_state, side_fingerprints, stale_side_tables
 
     t0 = time.monotonic()
     echo = echo or (lambda m: print(m, file=sys.stderr))
@@ -1481,7 +1474,7 @@ def export(
     with ThreadPoolExecutor(1, thread_name_prefix="export-open") as pool:
         opening = pool.submit(_open, corpus.root, config, scanned)
         tok = tokenizer or ExportTokenizer.load(config.tokenizer, config.chat_template)
-        sides = side_fingerprints(corpus)
+        sides = side_fingerprints(corpus, SIDE_TABLES)
         fingerprint = hashlib.sha256(orjson.dumps(
             {"format": EXPORT_FORMAT, "code": EXPORT_CODE_VERSION, "redaction_rules": rules_digest(), "settings": config.settings(),
              "tokenizer": tok.prepare(), "corpus": state, "side": sides}, option=orjson.OPT_SORT_KEYS)).hexdigest()[:16]

@@ -21,6 +21,7 @@ map to token spans through the fast tokenizer's offsets.
 from __future__ import annotations
 
 import hashlib
+import sys
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -33,6 +34,17 @@ ROLE_LINE = (
 _PH = "\ue000WL{}\ue001"  # private-use code points: cannot collide with a real message's content
 CONTEXT_JOIN = "\n\n"
 
+
+
+def cut_bound(backend: Any, window: int) -> int:
+    """Characters of one text past which no token can reach a window of `window` tokens: a turn
+    longer than the window is cut to it, and a window covers at most `window` × the longest
+    vocabulary entry's characters. Twice that, so a cut before encoding changes no token kept.
+    Only for byte-level BPE (`byte_level_bpe`); elsewhere a token ([UNK], dropped whitespace) may
+    span any number of characters, and nothing is cut (`sys.maxsize`)."""
+    if not byte_level_bpe(backend):
+        return sys.maxsize
+    return 2 * window * max((len(t) for t in backend.get_vocab(with_added_tokens=True)), default=1) + 1024
 
 
 def byte_level_bpe(backend: Any) -> bool:

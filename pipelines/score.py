@@ -41,10 +41,10 @@ import pyarrow.parquet as pq
 
 from pipelines.progress import CountProgress
 from pipelines.query import connect, views
-from pipelines.render import byte_level_bpe
+from pipelines.render import cut_bound
 from pipelines.score_model import MODEL_FIELDS, MODEL_SCHEMA, Plan  # no torch at import time
 from pipelines.score_surface import CATEGORIES, SURFACE_FIELDS, SURFACE_SCHEMA, SurfaceConfig, score_surface
-from pipelines.side import SideTableWriter, corpus_state, side_info, side_path
+from pipelines.side import SideTableWriter, corpus_state, side_fingerprints, side_path
 from pipelines.store import Corpus
 from schemas.tables import side_table_schema
 
@@ -298,15 +298,10 @@ def _model_scores(con: Any, cfg: ScoreConfig, summary: ScoreSummary, scorer: Any
 
 
 def text_bound(scorer: Any) -> int:
-    """Characters of one text past which no token can reach a scored window: a turn longer than the
-    window is truncated to it, and a window covers at most `window` × the longest token's
-    characters. Twice that, so a cut changes no score. Only for byte-level BPE (`byte_level_bpe`):
-    elsewhere a token may span any number of characters, and nothing is cut."""
+    """Characters of one text past which no token can reach a scored window (`render.cut_bound`; a
+    turn longer than the window is truncated to it). No cut for a tokenizer without a fast backend."""
     backend = getattr(scorer.tokenizer, "backend_tokenizer", None)
-    if backend is None or not byte_level_bpe(backend):
-        return sys.maxsize
-    vocab = scorer.tokenizer.get_vocab()
-    return 2 * scorer.window * max((len(t) for t in vocab), default=1) + 1024
+    return sys.maxsize if backend is None else cut_bound(backend, scorer.window)
 
 
 _ROW_TEXTS = ("task", "action_space", "initial_state")
@@ -325,14 +320,8 @@ def cut_long_texts(row: dict[str, Any], bound: int) -> dict[str, Any]:
 
 
 def kept_verdicts(corpus: Corpus) -> dict[str, Any] | None:
-    """The cleaning and dedup verdicts `kept_trajectories` stands on now (their settings and the
-    corpus state each judged), or None when neither ran."""
-    out = {}
-    for name in ("cleaning", "duplicates"):
-        info = side_info(corpus, name)
-        if info is not None:
-            out[name] = {"fingerprint": info.get("fingerprint"), "corpus_state": info.get("corpus_state")}
-    return out or None
+    """The cleaning and dedup verdicts `kept_trajectories` stands on now, or None when neither ran."""
+    return side_fingerprints(corpus, ("cleaning", "duplicates")) or None
 
 
 MAX_CAP_MISSES = 64  # trajectories in a row that do not fit what is left of --max-tokens: the sample is full

@@ -49,24 +49,38 @@ STAGE_OF = {"cleaning": "clean", "redactions": "clean", "duplicates": "dedup", "
             "turn_scores": "score"}
 
 
+def side_entries(corpus: Corpus) -> dict[str, dict[str, Any]]:
+    """The manifest entries of the side tables whose files exist, from one read of the manifest."""
+    if not corpus.exists():
+        return {}
+    side = corpus.manifest().get("side", {})
+    return {name: e for name, e in side.items() if side_path(corpus, name).exists()}
+
+
+def side_fingerprints(corpus: Corpus, names: tuple[str, ...]) -> dict[str, Any]:
+    """Settings fingerprint and judged corpus state of each of `names` that exists: what a stage that
+    reads them records, to tell later whether they changed."""
+    side = side_entries(corpus)
+    return {name: {"fingerprint": side[name].get("fingerprint"), "corpus_state": side[name].get("corpus_state")}
+            for name in names if name in side}
+
+
 def stale_side_tables(corpus: Corpus, names: tuple[str, ...] = tuple(STAGE_OF)) -> dict[str, str]:
     """Why each of `names` no longer describes the corpus (table -> what to rerun), for the side
     tables that exist: computed before later ingests, or (dedup) against other cleaning verdicts
     than the current ones. A stage reading a stale table still works, on yesterday's verdicts."""
+    side = side_entries(corpus)
     state = corpus_state(corpus)
     out: dict[str, str] = {}
     for name in names:
-        info = side_info(corpus, name)
-        if info is not None and info.get("corpus_state") != state:
+        if name in side and side[name].get("corpus_state") != state:
             out[name] = f"computed before the corpus last changed; rerun `worldline {STAGE_OF[name]}`"
-    sig = side_info(corpus, "dedup_signatures")
-    if sig is not None and {"duplicates", "shared_prefixes"} & set(names):
-        clean = side_info(corpus, "cleaning")
-        cfg = sig.get("config", {})
-        want = clean.get("fingerprint") if clean and cfg.get("use_cleaning") else None
+    cfg = side.get("dedup_signatures", {}).get("config")
+    if cfg is not None:
+        want = side["cleaning"].get("fingerprint") if "cleaning" in side and cfg.get("use_cleaning") else None
         if cfg.get("cleaning_fingerprint") != want:
             for name in ("duplicates", "shared_prefixes"):
-                if name in names and side_info(corpus, name) is not None:
+                if name in names and name in side:
                     out.setdefault(name, "computed against other cleaning verdicts than the current ones; "
                                          "rerun `worldline dedup`")
     return out
