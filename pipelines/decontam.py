@@ -29,6 +29,7 @@ from pathlib import Path
 import orjson
 
 from collectors.agentworldbench import split_prompt, unfence
+from schemas.options import at_least
 
 _TOKEN = re.compile(r"[a-z0-9]+")
 TEXT_KEYS = ("task", "instruction", "question", "prompt", "problem_statement", "query", "goal", "text", "input")
@@ -51,8 +52,7 @@ class DecontamConfig:
             raise ValueError(f"--ngram must be at least 1 (got {self.n})")
         if not 0 < self.min_overlap <= 1:  # NaN fails too
             raise ValueError(f"--min-overlap must be in (0, 1] (got {self.min_overlap})")
-        if self.min_item_ngrams < 0:
-            raise ValueError(f"min_item_ngrams must be at least 0 (got {self.min_item_ngrams})")
+        at_least("min_item_ngrams", self.min_item_ngrams, 0)
 
     def fingerprint(self, eval_digest: str = "") -> str:
         d = asdict(self)

@@ -56,6 +56,7 @@ from pipelines.canonical import RULES, canonical_sql
 from pipelines.query import connect
 from pipelines.side import SideTableWriter, corpus_state, side_info, side_path
 from pipelines.store import Corpus, CorpusError
+from schemas.options import at_least
 from schemas.tables import _f, side_table_schema
 
 SUCCESS_OUTCOMES = ("success", "succeeded", "successful", "resolved", "solved", "passed", "pass", "completed",
@@ -119,10 +120,8 @@ class DedupConfig:
         """Reject settings that would silently turn detection off or fail deep inside the run."""
         if not 0 < self.threshold <= 1:  # NaN fails too
             raise ValueError(f"--threshold must be in (0, 1] (got {self.threshold})")
-        if self.num_perm < 1:
-            raise ValueError(f"--num-perm must be at least 1 (got {self.num_perm})")
-        if self.shingle < 1:
-            raise ValueError(f"--shingle must be at least 1 (got {self.shingle})")
+        at_least("--num-perm", self.num_perm, 1)
+        at_least("--shingle", self.shingle, 1)
         if (self.bands is None) != (self.rows is None):
             given, missing = ("--bands", "--rows") if self.rows is None else ("--rows", "--bands")
             raise ValueError(f"{given} needs {missing}: LSH takes both (bands x rows ≤ --num-perm) or neither (the optimum for --threshold)")

@@ -37,10 +37,6 @@ class InboxInput:
     files: tuple[tuple[str, int, int], ...]  # (path, size, mtime_ns) of every file it holds
 
     @property
-    def size(self) -> int:
-        return sum(f[1] for f in self.files)
-
-    @property
     def signature(self) -> str:
         """Changes when any of its files is added, removed, resized or touched."""
         h = hashlib.sha256()

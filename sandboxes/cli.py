@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sandboxes.engine import EngineUnavailable
+from schemas.options import at_least
 
 if TYPE_CHECKING:
     from sandboxes.tasks import TaskSpec
@@ -81,8 +82,7 @@ def _cmd_collect(a: argparse.Namespace) -> int:
     from sandboxes.perturb import parse_list
     from sandboxes.tasks import load_many
 
-    if a.max_turns < 1:
-        raise ValueError(f"--max-turns must be at least 1 (got {a.max_turns})")
+    at_least("--max-turns", a.max_turns, 1)
     check_collect_options(a.out, a.workers)
     tasks = load_many(a.specs)
     factory = None

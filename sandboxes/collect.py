@@ -46,6 +46,7 @@ from sandboxes.sandbox import (
 )
 from sandboxes.tasks import TaskSpec
 from sandboxes.warm import SandboxWarmer
+from schemas.options import at_least
 from schemas.records import QuarantineRecord, Trajectory, Turn, digest, dumps
 
 SOURCE_FORMAT = "sandbox"
@@ -549,8 +550,7 @@ def check_collect_options(out: Path | str, workers: int) -> None:
     after a Docker round trip (or as "no engine" where none answers)."""
     from pipelines.store import CorpusError
 
-    if workers < 1:
-        raise ValueError(f"--workers must be at least 1 (got {workers})")
+    at_least("--workers", workers, 1)
     if Path(out).exists() and not Path(out).is_dir():
         raise CorpusError(f"--out {out} is a file, not a corpus directory")
 

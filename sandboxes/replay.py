@@ -21,6 +21,7 @@ from pathlib import Path
 from collectors.policies import Action, ReplayPolicy
 from sandboxes.collect import Job
 from sandboxes.tasks import TaskSpec, load_tasks
+from schemas.options import at_least
 from schemas.records import Trajectory
 
 FIXTURES = Path(__file__).resolve().parent / "replay"
@@ -94,8 +95,8 @@ def replay_jobs(paths: Iterable[Path | str], limit: int | None = None) -> tuple[
     at most `limit` (≥ 1) of them."""
     from pipelines.reader import read_path
 
-    if limit is not None and limit < 1:  # 0 would still replay one: the count is checked after appending
-        raise ValueError(f"--limit must be at least 1 (got {limit})")
+    if limit is not None:  # 0 would still replay one: the count is checked after appending
+        at_least("--limit", limit, 1)
 
     jobs: list[Job] = []
     originals: list[Trajectory] = []

@@ -34,6 +34,7 @@ from collectors.mcp.recorder import (
 from collectors.mcp.spec import ServerSpec, SessionSpec, load_spec, spec_files
 from collectors.policies import Action, ScriptedPolicy
 from pipelines.sink import CollectionSink
+from schemas.options import at_least
 
 
 @dataclass
@@ -177,14 +178,12 @@ def check_options(repeat: int, concurrency: int, call_timeout_s: float | None, r
                   policy: str | None) -> None:
     """The run's options, as the command line spells them: each of these would otherwise run no
     session (and say it finished) or fail inside a running session."""
-    if repeat < 1:
-        raise ValueError(f"--repeat must be at least 1 (got {repeat})")
-    if concurrency < 1:
-        raise ValueError(f"--concurrency must be at least 1 (got {concurrency})")
+    at_least("--repeat", repeat, 1)
+    at_least("--concurrency", concurrency, 1)
     if call_timeout_s is not None and not call_timeout_s > 0:
         raise ValueError(f"--call-timeout must be above 0 seconds (got {call_timeout_s})")
-    if replay_limit is not None and replay_limit < 1:
-        raise ValueError(f"--replay-limit must be at least 1 (got {replay_limit})")
+    if replay_limit is not None:
+        at_least("--replay-limit", replay_limit, 1)
     if policy not in (None, "scripted", "openai"):
         raise ValueError(f"--policy {policy}: use scripted or openai")
 

@@ -31,6 +31,7 @@ from typing import Any, Protocol
 from collectors.policies import EndpointError
 from pipelines.progress import StatusLine
 from pipelines.traces.engine import ChatRequest, ChatResult, EngineConfig, LocalEngine
+from schemas.options import at_least
 
 TRANSIENT_STATUS = frozenset({408, 409, 425, 429})
 PER_REQUEST_STATUS = frozenset({400, 413, 422})
@@ -183,14 +184,12 @@ class EndpointClient:
 def check_client_options(concurrency: int, requests_per_s: float | None, timeout_s: float, retries: int) -> None:
     """The request options, as the command line spells them: 0 requests in flight would hang or be
     quietly read as 1, a timeout of 0 fails every request."""
-    if concurrency < 1:
-        raise ValueError(f"--concurrency must be at least 1 (got {concurrency})")
+    at_least("--concurrency", concurrency, 1)
     if requests_per_s is not None and not requests_per_s > 0:
         raise ValueError(f"--rps must be above 0 (got {requests_per_s})")
     if not timeout_s > 0:
         raise ValueError(f"--timeout must be above 0 seconds (got {timeout_s})")
-    if retries < 0:
-        raise ValueError(f"--retries must be at least 0 (got {retries})")
+    at_least("--retries", retries, 0)
 
 
 class Generator(Protocol):

@@ -41,6 +41,7 @@ from pipelines.redact import RENDERED_TRAJECTORY_TEXTS, RENDERED_TURN_TEXTS, red
 from pipelines.render import Group, RenderConfig, conversation
 from pipelines.side import side_info
 from pipelines.store import Corpus
+from schemas.options import at_least
 from schemas.tables import check_domains
 
 SPLITS = ("train", "validation", "test")
@@ -69,13 +70,10 @@ class QueryConfig:
 
     def __post_init__(self) -> None:
         """Reject what would select no query at all (a run that does nothing and says it finished)."""
-        if self.max_queries < 1:
-            raise ValueError(f"--max-queries must be at least 1 (got {self.max_queries})")
+        at_least("--max-queries", self.max_queries, 1)
         check_domains("--domains", self.domains)
-        if self.per_stratum < 0:
-            raise ValueError(f"--per-stratum must be at least 0 (got {self.per_stratum})")
-        if self.history_turns < 0:
-            raise ValueError(f"--history-turns must be at least 0 (got {self.history_turns})")
+        at_least("--per-stratum", self.per_stratum, 0)
+        at_least("--history-turns", self.history_turns, 0)
         if self.max_target_chars < max(1, self.min_target_chars):
             raise ValueError(f"--max-target-chars must be at least {max(1, self.min_target_chars)} (got {self.max_target_chars})")
         bad = set(self.balance) - {"domain", "source_format"}

@@ -69,6 +69,7 @@ from pipelines.traces.prompts import (
 )
 from pipelines.traces.queries import Query, QueryConfig, load_queries, select_queries
 from pipelines.traces.verify import DOMAIN_VERIFIERS, verify
+from schemas.options import at_least
 from schemas.tables import _f, check_domains, side_table_schema
 
 SFT_FORMAT = "worldline-traces/1"
@@ -104,12 +105,10 @@ class TracesConfig:
     lock_wait_s: float = 600.0
 
     def __post_init__(self) -> None:
-        if self.k < 1:
-            raise ValueError(f"-k must be at least 1 (got {self.k})")
+        at_least("-k", self.k, 1)
         choose_template(self.templates, 0, "")  # validates the names
         check_domains("--domain-threshold", (d for d, _ in self.thresholds))
-        if not self.threshold >= 0:  # NaN fails too; above 1 is allowed (selected, never kept)
-            raise ValueError(f"--threshold must be at least 0 (got {self.threshold})")
+        at_least("--threshold", self.threshold, 0)  # above 1 is allowed (selected, never kept)
         for d, t in self.thresholds:
             if not t >= 0:
                 raise ValueError(f"--domain-threshold {d}={t}: a threshold must be at least 0")
