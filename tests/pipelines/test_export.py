@@ -860,18 +860,15 @@ def test_a_huge_observation_is_cut_before_encoding_with_the_same_output(tok: ex.
     assert rows and any(r.endswith("\n" + big) for row in rows for r in row["response"])
 
 
-def test_each_split_trains_a_shared_prefix_once(tok: ex.ExportTokenizer, tmp_path: Path) -> None:
-    """Dedup gives a shared prefix to one trajectory; when the export put that one in validation or
-    test, the train split held the prefix as context only and never trained on it."""
+def _prefix_pairs(pairs: int) -> list[list[str]]:
+    """Per variant (0, 1), JSON lines of `pairs` trajectories: pair p's two variants have different
+    tasks, share their first 3 turns, then diverge."""
     import json
-
-    from pipelines.dedup import dedup
-    from pipelines.ingest import IngestConfig, ingest
 
     def call(i: int, cmd: str) -> dict:
         return {"id": f"c{i}", "type": "function", "function": {"name": "bash", "arguments": json.dumps({"cmd": cmd})}}
-    lines = []
-    for p in range(40):  # pairs with different tasks that share their first 3 turns, then diverge
+    lines: list[list[str]] = [[], []]
+    for p in range(pairs):
         prefix = [(f"git clone repo{p}", f"Cloning into 'repo{p}' " + " ".join(f"f{p}_{j}" for j in range(30))),
                   ("ls", f"README{p}.md " + " ".join(f"g{p}_{j}" for j in range(30))),
                   ("cat README.md", f"# Project {p} " + " ".join(f"h{p}_{j}" for j in range(40)))]
@@ -881,7 +878,26 @@ def test_each_split_trains_a_shared_prefix_once(tok: ex.ExportTokenizer, tmp_pat
             for k, (cmd, out) in enumerate(prefix + tail):
                 msgs += [{"role": "assistant", "content": "", "tool_calls": [call(k, cmd)]},
                          {"role": "tool", "tool_call_id": f"c{k}", "content": out}]
-            lines.append(json.dumps({"messages": msgs}))
+            lines[v].append(json.dumps({"messages": msgs}))
+    return lines
+
+
+def _prefix_trains(out: Path) -> dict[str, list[bool]]:
+    """Trajectory -> the train flags of its first three observations in the chat export."""
+    trains: dict[str, list[bool]] = {}
+    for shard in (out / "chat").rglob("*.jsonl.zst"):
+        for rec in fmt.read_chat(shard):
+            trains[rec["trajectory_id"]] = [m["train"] for m in rec["messages"] if m["role"] == "assistant"][:3]
+    return trains
+
+
+def test_each_split_trains_a_shared_prefix_once(tok: ex.ExportTokenizer, tmp_path: Path) -> None:
+    """Dedup gives a shared prefix to one trajectory; when the export put that one in validation or
+    test, the train split held the prefix as context only and never trained on it."""
+    from pipelines.dedup import dedup
+    from pipelines.ingest import IngestConfig, ingest
+
+    lines = [line for variant in _prefix_pairs(40) for line in variant]
     (tmp_path / "pairs.jsonl").write_text("\n".join(lines) + "\n")
     root = tmp_path / "corpus"
     ingest([tmp_path / "pairs.jsonl"], root, IngestConfig(domain_override="terminal"), progress=False)
@@ -891,10 +907,7 @@ def test_each_split_trains_a_shared_prefix_once(tok: ex.ExportTokenizer, tmp_pat
                               record_in_corpus=True)
     export(root, tmp_path / "out", cfg, tokenizer=tok, progress=False)
     split_of_tid = dict(run_query(root, "SELECT trajectory_id, split FROM export_assignments")[1])
-    trains: dict[str, list[bool]] = {}  # trajectory -> train flag of its first three observations
-    for shard in (tmp_path / "out" / "chat").rglob("*.jsonl.zst"):
-        for rec in fmt.read_chat(shard):
-            trains[rec["trajectory_id"]] = [m["train"] for m in rec["messages"] if m["role"] == "assistant"][:3]
+    trains = _prefix_trains(tmp_path / "out")
     pair_of = {tid: task.split(" variant")[0] for tid, task in run_query(root, "SELECT trajectory_id, task FROM trajectories")[1]}
     by_pair_split: dict[tuple[str, str], list[list[bool]]] = defaultdict(list)
     for tid, flags in trains.items():
@@ -902,3 +915,25 @@ def test_each_split_trains_a_shared_prefix_once(tok: ex.ExportTokenizer, tmp_pat
     assert len({s for _, s in by_pair_split}) == 3 and len(by_pair_split) > 40  # some pairs straddle two splits
     for members in by_pair_split.values():  # in every split, each prefix turn is trained by exactly one member
         assert [sum(f[i] for f in members) for i in range(3)] == [1, 1, 1]
+
+
+def test_a_shared_prefix_goes_to_a_member_the_mixture_exports(tok: ex.ExportTokenizer, tmp_path: Path) -> None:
+    """Under a weight of 0 the owner dedup chose may have no copy at all: then another member trains it."""
+    from pipelines.dedup import dedup
+    from pipelines.ingest import IngestConfig, ingest
+
+    v0, v1 = _prefix_pairs(20)
+    (tmp_path / "v0.jsonl").write_text("\n".join(v0) + "\n")
+    (tmp_path / "v1.jsonl").write_text("\n".join(v1) + "\n")
+    root = tmp_path / "corpus"
+    ingest([tmp_path / "v0.jsonl"], root, IngestConfig(domain_override="terminal"), progress=False)
+    ingest([tmp_path / "v1.jsonl"], root, IngestConfig(domain_override="swe"), progress=False)
+    dedup(root, progress=False)
+    owners = run_query(root, """SELECT t.domain, count(*) FROM shared_prefixes s JOIN trajectories t USING (trajectory_id)
+                                WHERE counts_for_training GROUP BY 1""")[1]
+    assert dict(owners).get("terminal", 0) > 0  # some prefixes belong to members the weight below drops
+    cfg = dataclasses.replace(small_config(seq_len=1 << 12), split=ex.SplitConfig(validation=0, test=0),
+                              domain_weights=(("terminal", 0.0),))
+    export(root, tmp_path / "out", cfg, tokenizer=tok, progress=False)
+    trains = _prefix_trains(tmp_path / "out")
+    assert len(trains) == 20 and all(flags == [True, True, True] for flags in trains.values())
