@@ -1,4 +1,5 @@
-"""tau-bench results: a JSON list of `{task_id, reward, info, traj, trial}`, one trajectory each.
+"""tau-bench results: a JSON list of `{task_id, reward, info, traj, trial}`, one trajectory each; also
+one such run on its own (a JSON line, a Parquet row of a dataset made from the results, one document).
 
 `traj` is the OpenAI-style chat the agent saw. In tau-bench the environment is two things, the
 domain tools and the simulated user, and both answer the agent:
@@ -112,9 +113,12 @@ class TauBenchImporter(Importer):
     container = "json"
 
     def sniff(self, doc: Any) -> bool:
-        return isinstance(doc, list) and any_record(doc, _is_run)
+        return _is_run(doc) or (isinstance(doc, list) and any_record(doc, _is_run))
 
-    def split(self, doc: list, ctx: ImportContext):
+    def split(self, doc: list | dict, ctx: ImportContext):
+        if isinstance(doc, dict):  # one run on its own
+            yield "$", doc
+            return
         for i, rec in enumerate(doc):
             yield f"[{i}]", rec
 

@@ -14,6 +14,7 @@ import shutil
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from itertools import chain
 from pathlib import Path
 from typing import IO, Any
 
@@ -21,6 +22,7 @@ import orjson
 
 from collectors.base import ImportContext, Importer
 from collectors.registry import IMPORTERS
+from pipelines.parquet_input import BadRows, Row, is_parquet, parquet_rows
 from pipelines.sources import (
     InputError,
     ReadLimits,
@@ -222,6 +224,9 @@ def _read_stream(stream: IO[bytes], ctx: ImportContext, limits: ReadLimits) -> I
     if is_tar(head):
         yield from _read_tar(stream, ctx, limits)
         return
+    if is_parquet(head):
+        yield from _read_parquet(stream, ctx, limits)
+        return
     imp = _sniff(_BY_CONTAINER.get("text", []), head)  # guarded: a sniffer that raises declines
     if imp is not None:
         yield from _convert_all(imp, imp.split(stream, ctx), ctx, split_locator="$")
@@ -362,6 +367,34 @@ def _read_unsniffed(parsed: Iterator[_Line | QuarantineRecord], ctx: ImportConte
     for h in held:
         yield from _unit_records(fmt, h.obj, f"line:{h.lineno}", ctx)
     yield from _read_jsonl(parsed, ctx, fmt)
+
+
+def _read_parquet(stream: IO[bytes], ctx: ImportContext, limits: ReadLimits) -> Iterator[Item]:
+    """A Parquet file's rows, each read as a JSON line with the same fields (locator `row:N`, 0-based).
+    As with JSON lines, the first recognised row of the first `SNIFF_AHEAD` names the format of all;
+    if none is, they and the rest of the file are one `unknown_format` row."""
+    rows = parquet_rows(stream, ctx, limits)
+    held: list[Row] = []
+    fmt: _LineFormat | None = None
+    for item in rows:
+        if type(item) is BadRows:
+            yield _q(ctx, item.locator, item.reason, item.detail), None
+            continue
+        held.append(item)
+        if (fmt := _sniff_unit(item.value)) is not None or len(held) >= SNIFF_AHEAD:
+            break
+    if fmt is None:
+        if held:
+            more = f", nor do the next {len(held) - 1} rows" if len(held) > 1 else ""
+            yield _q(ctx, f"row:{held[0].index}", "unknown_format",
+                     f"{ctx.source} row {held[0].index}: Parquet row matches no known trace format{more} "
+                     f"(columns: {', '.join(held[0].value)}); the rest of the input is not read", held[0].value), None
+        return
+    for row in chain(held, rows):
+        if type(row) is BadRows:
+            yield _q(ctx, row.locator, row.reason, row.detail), None
+        else:
+            yield from _unit_records(fmt, row.value, f"row:{row.index}", ctx)
 
 
 def _looks_like_lines(data: bytes) -> bool:

@@ -54,7 +54,7 @@ TRAJECTORIES = pa.schema(
         _f("domain", pa.string(), "one of " + ", ".join(DOMAINS), False),
         _f("source_format", pa.string(), "importer format name, e.g. `swe-agent`", False),
         _f("source", pa.string(), "path of the input file (archive members as `archive!member`)", False),
-        _f("locator", pa.string(), "where the record sits inside the source (`$`, `line:7`, `key:12`)", False),
+        _f("locator", pa.string(), "where the record sits inside the source (`$`, `line:7`, `key:12`, `row:3`)", False),
         _f("native_id", pa.string(), "the id the source format gives the record, if any"),
         _f("task", pa.string(), "the instruction or problem statement the agent worked on"),
         _f("action_space", pa.string(), "JSON list of tool schemas / allowed commands, if known"),

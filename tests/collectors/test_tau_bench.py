@@ -75,6 +75,20 @@ def test_airline_sample(sample: Path) -> None:
     assert last.tool_name == "transfer_to_human_agents" and last.observation == "Transfer successful"
 
 
+def test_one_run_per_json_line_or_on_its_own(sample: Path, tmp_path: Path) -> None:
+    runs = json.loads((sample / "tau-bench" / "gpt-4o-airline__tasks0-7.json").read_text())
+    lines = tmp_path / "results.jsonl"
+    lines.write_text("".join(json.dumps(r) + "\n" for r in runs))
+    trajs = _trajs(lines)
+    assert [t.locator for t in trajs] == [f"line:{i}" for i in range(1, 9)]
+    assert [len(t.turns) for t in trajs] == [15, 5, 11, 30, 12, 12, 11, 12]
+    single = tmp_path / "run6.json"
+    single.write_text(json.dumps(runs[6], indent=2))
+    (one,) = _trajs(single)
+    assert (one.locator, len(one.turns), one.reward) == ("$", 11, 1.0)
+
+
+
 def test_react_and_minimal_records() -> None:
     react, minimal = _trajs(DATA / "react_and_minimal.json")
     # ReAct: system, opening, then 5 assistant/user exchanges -> 5 turns

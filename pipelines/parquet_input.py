@@ -1,0 +1,125 @@
+"""Parquet inputs: the shards of datasets published on the Hugging Face Hub (and any other Parquet
+file of trajectories), each row one record, read as a JSON line with the same fields would be.
+
+Parquet cannot leave a field out: a struct column has every key that any row has, null where a row
+had none (a dataset made from JSON lines, as the Hub's are, turns each absent key into a null). Null
+fields are therefore read as absent, at every depth, so that a row reaches the importers as the JSON
+line it was made from most likely was; null list elements stay, their place counts.
+
+Rows are read in small batches (row group by row group, never the whole file), so memory follows the
+largest row group, not the file. A Parquet file needs random access (its footer comes last): plain
+files are read in place, compressed ones and archive members are first copied to a temporary file.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import IO, Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from collectors.base import ImportContext
+from pipelines.sources import InputError, ReadLimits, stream_problem
+
+MAGIC = b"PAR1"
+BATCH_ROWS = 64
+
+
+def is_parquet(head: bytes) -> bool:
+    return head.startswith(MAGIC)
+
+
+@dataclass(frozen=True)
+class Row:
+    """One row of a Parquet input: its 0-based index in the file and its values."""
+
+    index: int
+    value: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class BadRows:
+    """Rows that cannot be read: one quarantine row stands for `first`..`last`."""
+
+    first: int
+    last: int
+    reason: str
+    detail: str
+
+    @property
+    def locator(self) -> str:
+        return f"row:{self.first}" if self.first == self.last else f"rows:{self.first}-{self.last}"
+
+
+def parquet_rows(stream: IO[bytes], ctx: ImportContext, limits: ReadLimits) -> Iterator[Row | BadRows]:
+    """Every row of the Parquet file in `stream`, in order. A file that is not readable Parquet at all
+    raises `InputError`; rows past `--max-record-mb`, and the rest of a file that breaks off midway,
+    come as `BadRows`."""
+    with _seekable(stream, ctx) as f:
+        try:
+            pf = pq.ParquetFile(f, page_checksum_verification=True)
+        except (pa.ArrowException, OSError) as e:
+            raise InputError("corrupt_input", f"{ctx.source}: not a readable Parquet file: {e}") from e
+        total = pf.metadata.num_rows
+        done = 0
+        try:
+            for batch in pf.iter_batches(batch_size=BATCH_ROWS):
+                yield from _batch_rows(batch, done, ctx, limits)
+                done += batch.num_rows
+        except (pa.ArrowException, OSError) as e:
+            yield BadRows(done, max(done, total - 1), "corrupt_input",
+                          f"{ctx.source}: the Parquet data breaks off at row {done} of {total} "
+                          f"({type(e).__name__}: {e}); the rows before it are read")
+
+
+def _batch_rows(batch: pa.RecordBatch, start: int, ctx: ImportContext, limits: ReadLimits) -> Iterator[Row | BadRows]:
+    limit = limits.max_record_bytes
+    if batch.nbytes <= limit:
+        for i, value in enumerate(batch.to_pylist(maps_as_pydicts="lossy")):
+            yield Row(start + i, without_nulls(value))
+        return
+    for i in range(batch.num_rows):  # only a batch that holds a huge row pays for row-sized slices
+        one = batch.slice(i, 1)
+        if one.nbytes > limit:
+            yield BadRows(start + i, start + i, "record_too_large",
+                          f"{ctx.source} row {start + i}: {one.nbytes} bytes, larger than the {limit}-byte record limit")
+        else:
+            yield Row(start + i, without_nulls(one.to_pylist(maps_as_pydicts="lossy")[0]))
+
+
+def without_nulls(value: Any) -> Any:
+    """`value` with every null field of every object left out (list elements kept)."""
+    if type(value) is dict:
+        return {k: without_nulls(v) for k, v in value.items() if v is not None}
+    if type(value) is list:
+        return [without_nulls(v) for v in value]
+    return value
+
+
+class _seekable:
+    """The input as a seekable file: the plain file itself, or a temporary copy of a decompressed stream."""
+
+    def __init__(self, stream: IO[bytes], ctx: ImportContext):
+        self.stream, self.ctx = stream, ctx
+        self.copy: IO[bytes] | None = None
+
+    def __enter__(self) -> IO[bytes]:
+        if getattr(self.stream, "_worldline_raw", None) is None and self.stream.seekable():
+            self.stream.seek(0)
+            return self.stream
+        self.copy = tempfile.TemporaryFile(prefix="worldline-parquet-")
+        shutil.copyfileobj(self.stream, self.copy, 1 << 20)  # the stream's own guards bound what it gives
+        if (problem := stream_problem(self.stream)) is not None:
+            self.copy.close()
+            raise InputError("corrupt_input", f"{problem}; a Parquet file cut short cannot be read")
+        self.copy.seek(0)
+        return self.copy
+
+    def __exit__(self, *exc: object) -> None:
+        if self.copy is not None:
+            self.copy.close()
+
