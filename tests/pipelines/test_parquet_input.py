@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import subprocess
+import sys
 import tarfile
 from pathlib import Path
 
@@ -170,3 +172,24 @@ def test_ingest_counts_and_rereads_nothing(tmp_path: Path) -> None:
     assert (first.inputs, first.trajectories, first.turns, first.quarantined) == (2, 508, 1385 + 108, 0)
     again = ingest([inbox], corpus, IngestConfig(workers=1), progress=False)
     assert (again.new_inputs, again.trajectories) == (0, 0)
+
+
+def test_memory_does_not_follow_the_row_group(tmp_path: Path) -> None:
+    # one row group of ~48 MB of distinct text: read page by page, Arrow's peak stays a few MB
+    rows = [{"messages": [{"role": "user", "content": f"{i:08d}" * 250},
+                          {"role": "assistant", "content": "Thought: look.\nAction: search[x]"}]} for i in range(24_000)]
+    path = to_parquet(rows, tmp_path / "one-group.parquet", row_group_size=len(rows), compression="none")
+    assert pq.ParquetFile(path).metadata.num_row_groups == 1 and path.stat().st_size > 45e6
+    probe = (
+        "import sys, pyarrow as pa\n"
+        "from collectors.base import ImportContext\n"
+        "from pipelines.parquet_input import parquet_rows\n"
+        "from pipelines.sources import ReadLimits\n"
+        "f = open(sys.argv[1], 'rb')\n"
+        "n = sum(1 for _ in parquet_rows(f, ImportContext(sys.argv[1], 'x'), ReadLimits()))\n"
+        "print(n, pa.default_memory_pool().max_memory())\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe, str(path)], capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).resolve().parents[2]).stdout.split()
+    assert int(out[0]) == len(rows)
+    assert int(out[1]) < 8e6, f"Arrow's peak {int(out[1]) / 1e6:.1f} MB for a 48 MB row group"
