@@ -18,9 +18,11 @@ import zstandard
 from pipelines.cli import main
 from pipelines.ingest import IngestConfig, ingest
 from pipelines.query import run_query
+from pipelines.sources import MiB as MIB
 from pipelines.sources import sha256_file
 from pipelines.store import Corpus, CorpusLocked
 from schemas import validate
+from tests.support.memory import peak, reset_peak
 
 SWE = "swe-agent/function_calling_simple.traj"  # 5 steps: 5 assistant actions with tool results
 SWE2 = "swe-agent/ctf_pwn_warmup.traj"  # 7 trajectory[] steps
@@ -192,11 +194,9 @@ def test_a_single_2gb_line_is_skipped_without_holding_it(tmp_path: Path) -> None
         fh.seek(len(_chat_line(1)) + (2 << 30))  # a 2 GiB line of NUL bytes (sparse on disk)
         fh.write(b"\n" + _chat_line(3))
     out = tmp_path / "c"
-    import resource
-
-    rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    s = ingest([f], out, progress=False)
-    grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss0) / 1024
+    rss0 = reset_peak()
+    s = ingest([f], out, IngestConfig(workers=1), progress=False)  # read here, where the peak is measured
+    grown_mb = (peak() - rss0) / MIB
     assert (s.records, s.trajectories, s.quarantined) == (3, 2, 1)
     detail = _assert_quarantined(out, "record_too_large", "huge.jsonl", "line:2")
     assert "line 2: 2147483649 bytes" in detail
