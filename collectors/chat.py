@@ -93,6 +93,12 @@ _RESULT = {"tool", "function", "observation", "tool_response", "ipython", "funct
 _CALL = {"function_call", "tool_call", "tool_calls"}
 
 
+def _id_text(call_id: Any) -> Any:
+    """A call id as text: some converters write integer ids (`"id": 7`), which name the call as well as
+    "7" does; other non-text ids are left for validation to refuse."""
+    return str(call_id) if type(call_id) is int else call_id
+
+
 def _loads(value: Any) -> Any:
     """JSON text -> object; anything else (or unparsable text) unchanged."""
     if isinstance(value, str):
@@ -356,6 +362,7 @@ class _Builder:
 
     def call(self, name: str | None, args: Any, call_id: str | None, thought: str | None, loc: str,
              meta: dict | None = None) -> Turn:
+        call_id = _id_text(call_id)
         parsed = _loads(args)
         self.turns.append(
             Turn(
@@ -390,6 +397,7 @@ class _Builder:
 
     def result(self, text: str | None, call_id: str | None, name: str | None, loc: str,
                is_error: bool | None = None, meta: dict | None = None) -> Turn:
+        call_id = _id_text(call_id)
         idx = None
         same_id = [i for i in self.by_id.get(str(call_id), []) if i in self.open_calls] if call_id else []
         if same_id:

@@ -108,3 +108,21 @@ def test_sniff_accepts_any_role_message_list() -> None:
     assert not imp.sniff({"messages": []})
     assert not imp.sniff({"messages": ["x"]})
     assert not imp.sniff({"prompt": "x", "completion": "y"})
+
+
+def test_integer_call_ids_pair_as_text(tmp_path: Path) -> None:
+    # two calls with integer ids, answered in reverse order: each result goes to the call of its id
+    line = {"messages": [
+        {"role": "user", "content": "sizes?"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": 1, "type": "function", "function": {"name": "du", "arguments": '{"path": "a"}'}},
+            {"id": 2, "type": "function", "function": {"name": "du", "arguments": '{"path": "b"}'}}]},
+        {"role": "tool", "tool_call_id": 2, "content": "20K b"},
+        {"role": "tool", "tool_call_id": 1, "content": "10K a"},
+    ]}
+    path = tmp_path / "int_ids.jsonl"
+    path.write_text(json.dumps(line) + "\n")
+    (t,) = list(read_path(path))
+    assert isinstance(t, Trajectory)
+    assert [(u.kind, u.tool_call_id, json.loads(u.tool_args)["path"], u.observation) for u in t.turns] == [
+        ("env", "1", "a", "10K a"), ("env", "2", "b", "20K b")]
