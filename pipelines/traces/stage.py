@@ -217,6 +217,17 @@ def _judge_sampling(j: JudgeConfig) -> Sampling:
     return Sampling(max_tokens=j.max_tokens, temperature=0.0, top_p=1.0)
 
 
+def _no_queries(con: Any, q: QueryConfig, eligible: int) -> str:
+    """Why no turn was chosen, with what the corpus does have."""
+    have = con.sql("SELECT t.domain, count(*) FROM turns u JOIN trajectories t USING (trajectory_id) "
+                   "WHERE u.kind = 'env' AND u.observation IS NOT NULL GROUP BY 1 ORDER BY 1").fetchall()
+    corpus = ", ".join(f"{d} {n}" for d, n in have) or "none"
+    wanted = (f"env turns with an observation of {q.min_target_chars}-{q.max_target_chars} characters, "
+              f"in split(s) {', '.join(q.query_splits)}" + (f", domain(s) {', '.join(q.domains)}" if q.domains else ""))
+    return (f"no turn to ask about ({eligible} eligible: {wanted}); the corpus's env turns by domain: {corpus}; "
+            "nothing written")
+
+
 def traces(
     corpus_dir: Path | str,
     out_dir: Path | str,
@@ -234,16 +245,18 @@ def traces(
     corpus = Corpus(corpus_dir).require()  # before anything is created: a wrong path leaves nothing behind
     out = Path(out_dir)
     refuse_output_in_corpus(out, corpus.root, "traces --out")
+    con = connect(corpus.root)
+    sel = select_queries(corpus.root, config.queries, con)
+    if not sel.queries:  # before anything is written: an empty SFT set would look like a finished run
+        raise ValueError(_no_queries(con, config.queries, sel.candidates))
     created = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
     judge_model = judge.model if (judge is not None and config.judge is not None) else None
     fp = config.fingerprint(generator.model, judge_model or "")
     summary = TracesSummary(corpus=str(corpus.root), out=str(out), fingerprint=fp, generator=generator.model,
                             judge=judge_model)
-    con = connect(corpus.root)
     state = corpus_state(corpus)
 
-    sel = select_queries(corpus.root, config.queries, con)
     queries = load_queries(corpus.root, sel.queries, config.queries, con)
     summary.weighting, summary.eligible, summary.excluded_split = sel.weighting, sel.candidates, sel.excluded_split
     summary.queries, summary.candidates = len(queries), len(queries) * config.k

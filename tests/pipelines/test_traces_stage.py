@@ -336,3 +336,19 @@ def test_cli_rejects_options_that_select_or_send_nothing(args: list[str], messag
     assert main(["traces", str(small), "--out", str(out), "--endpoint", NOWHERE, "--model", "x", "--quiet", *args]) == 1
     assert capsys.readouterr().err == f"worldline traces: error: {message}\n"
     assert not out.exists()
+
+
+def test_no_turn_to_ask_about_fails_and_writes_nothing(small: Path, tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    # a valid domain the corpus does not hold: no empty SFT set, but why, and what the corpus has
+    import duckdb
+
+    env = duckdb.sql(f"SELECT count(*) FROM read_parquet('{small}/turns/**/*.parquet') "
+                     "WHERE kind = 'env' AND observation IS NOT NULL").fetchall()[0][0]
+    out = tmp_path / "traces"
+    assert main(["traces", str(small), "--out", str(out), "--endpoint", NOWHERE, "--model", "x", "--quiet",
+                 "--domains", "web"]) == 1
+    assert capsys.readouterr().err == (
+        "worldline traces: error: no turn to ask about (0 eligible: env turns with an observation of 1-4000 characters, "
+        f"in split(s) train, domain(s) web); the corpus's env turns by domain: terminal {env}; nothing written\n")
+    assert env > 0 and not out.exists() and not (small / "side" / "traces").exists()
