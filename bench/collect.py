@@ -142,14 +142,15 @@ def latency_naive(tag: str, runs: int) -> float:
 
 def workloads(only: str | None, rounds: int, replay_limit: int) -> dict[str, tuple[list[Job], list[tuple[TaskSpec, str]]]]:
     """name -> (project jobs, naive (task, command) list): the same actions on both sides."""
-    from sandboxes.replay import replay_jobs, shell_actions
+    from sandboxes.replay import plan_replay, shell_actions
 
     planned = plan_jobs(load_tasks(TASKS_DIR), only.split(",") if only else None)  # unknown ids: an error
     tasks = [j.task for j in planned if j.task.service_files is None] * rounds  # the naive baseline has no mirror network
     out = {"suite": ([Job(t) for t in tasks], [(t, a.command) for t in tasks for a in t.actions])}
     if replay_limit:
         paths = sorted((ROOT / "data/sample/corpus/intercode").glob("ic_bash_*.json"))
-        jobs, originals = replay_jobs(paths, limit=replay_limit)
+        plan = plan_replay(paths, limit=replay_limit)
+        jobs, originals = plan.jobs, plan.originals
         naive = [(j.task, a.tool_args["command"]) for j, o in zip(jobs, originals, strict=True) for a in shell_actions(o)]
         out["intercode"] = (jobs, naive)
     return out

@@ -10,12 +10,23 @@ OpenHands `execute_bash`/`bash` tool calls run their `command` argument; their o
 InterCode bash trajectories act on /testbed, so they replay in a sandbox whose work dir is
 /testbed, set up by `replay/intercode-testbed.yaml` (our own stand-in for InterCode's file system).
 Every replayed trajectory names its original in metadata `replay_of`.
+
+A replay is only as good as its environment. A trajectory that acted on files the sandbox does not
+have (a SWE task's repository, a CTF challenge's files: any `swe` trajectory, and any trajectory whose
+turns record a working directory, as OpenHands and SWE-agent do) would record "No such file or
+directory" where the original saw its repository, and a world model would learn that. Such
+trajectories are left out and counted, unless `allow_missing_env` (`--allow-missing-env`) asks for them
+anyway: they then start in the original's working directory (created empty) and say so in
+`replay_of.environment = "missing"`. `ReplayPlan.render` accounts for every trajectory read.
 """
 
 from __future__ import annotations
 
+import json
 import re
+from collections import Counter
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from collectors.policies import Action, ReplayPolicy
@@ -46,8 +57,6 @@ def shell_actions(traj: Trajectory) -> list[Action]:
             m = _EXECUTE.match(text)
             cmd = m.group(1) if m else text
         elif t.tool_name in _OPENHANDS_SHELL:
-            import json
-
             try:
                 cmd = json.loads(t.tool_args or "{}").get("command") or ""
             except ValueError:
@@ -69,47 +78,109 @@ def _fixture(name: str) -> TaskSpec:
     return load_tasks(FIXTURES / f"{name}.yaml")[0]
 
 
+def original_workdir(traj: Trajectory) -> str | None:
+    """The working directory the original recorded first (OpenHands `working_dir`, SWE-agent `state`)."""
+    for t in traj.turns:
+        if not t.state:
+            continue
+        try:
+            wd = json.loads(t.state).get("working_dir")
+        except (ValueError, AttributeError):
+            continue
+        if isinstance(wd, str) and wd.startswith("/"):
+            return wd
+    return None
+
+
+def environment_missing(traj: Trajectory, fixture: TaskSpec | None) -> bool:
+    """Whether the original acted on files a replay sandbox would not have (see the module docstring)."""
+    return fixture is None and (traj.domain == "swe" or original_workdir(traj) is not None)
+
+
 def replay_job(traj: Trajectory, fixture: TaskSpec | None = None, timeout_s: float = 10.0) -> Job | None:
     """A collection job that replays `traj`, or None when it has no shell actions."""
     actions = shell_actions(traj)
     if not actions:
         return None
     fx = fixture or (_fixture("intercode-testbed") if traj.source_format == "intercode" else None)
+    missing = environment_missing(traj, fx)
     src = Path(traj.source or ".")
+    workdir = fx.workdir if fx else ((original_workdir(traj) or "/work") if missing else "/work")
     spec = TaskSpec(
         id=f"replay-{traj.source_format}", task=traj.task or "", path=src, domain=traj.domain if traj.domain in ("terminal", "os", "swe") else "terminal",
-        image=fx.image if fx else "terminal", timeout_s=timeout_s, workdir=fx.workdir if fx else "/work",
+        image=fx.image if fx else "terminal", timeout_s=timeout_s, workdir=workdir,
         setup_files=dict(fx.setup_files) if fx else {}, setup_commands=list(fx.setup_commands) if fx else [],
         digest=traj.trajectory_id[:16],
     )
-    native = f"replay:{traj.source_format}:{src.name}:{traj.native_id}"
+    # the original's id names the replay: file names repeat (`output.jsonl`, `events.json`) and native ids may be absent
+    native = f"replay:{traj.source_format}:{traj.native_id or traj.locator}:{traj.trajectory_id[:12]}"
     return Job(task=spec, policy_factory=lambda _t, a=actions, s=f"{src}#{traj.locator}": ReplayPolicy(a, source=s),
                native_id=native,
                extra_meta={"replay_of": {"trajectory_id": traj.trajectory_id, "source": str(src), "locator": traj.locator,
                                          "source_format": traj.source_format, "native_id": traj.native_id,
-                                         "fixture": fx.id if fx else None}})
+                                         "fixture": fx.id if fx else None,
+                                         "environment": "missing" if missing else "sandbox"}})
 
 
-def replay_jobs(paths: Iterable[Path | str], limit: int | None = None) -> tuple[list[Job], list[Trajectory]]:
+@dataclass
+class ReplayPlan:
+    """The jobs of a replay, and what became of every record read (they add up to `records`)."""
+
+    jobs: list[Job] = field(default_factory=list)
+    originals: list[Trajectory] = field(default_factory=list)
+    records: int = 0
+    unreadable: int = 0  # records the reader quarantined
+    no_shell: int = 0  # trajectories without a replayable shell action
+    missing_env: Counter[str] = field(default_factory=Counter)  # left out, by original working dir
+    beyond_limit: bool = False  # reading stopped at `limit` jobs
+
+    def render(self) -> str:
+        skipped = sum(self.missing_env.values())
+        parts = [f"replay: {self.records} records read: {len(self.jobs)} to replay"]
+        if self.no_shell:
+            parts.append(f"{self.no_shell} without shell actions")
+        if skipped:
+            where = ", ".join(f"{d} ({n})" for d, n in self.missing_env.most_common(3))
+            more = ", ..." if len(self.missing_env) > 3 else ""
+            parts.append(f"{skipped} left out: they acted on files the sandbox lacks ({where}{more}; "
+                         "--allow-missing-env replays them anyway)")
+        if self.unreadable:
+            parts.append(f"{self.unreadable} unreadable (`worldline ingest` names them)")
+        return "; ".join(parts) + ("; stopped at --limit" if self.beyond_limit else "")
+
+
+def plan_replay(paths: Iterable[Path | str], limit: int | None = None, allow_missing_env: bool = False) -> ReplayPlan:
     """Jobs replaying every replayable trajectory under `paths` (imported with the ingest reader),
     at most `limit` (≥ 1) of them."""
     from pipelines.reader import read_path
 
     if limit is not None:  # 0 would still replay one: the count is checked after appending
         at_least("--limit", limit, 1)
-
-    jobs: list[Job] = []
-    originals: list[Trajectory] = []
+    plan = ReplayPlan()
     fx = _fixture("intercode-testbed")
     for p in paths:
         for rec in read_path(Path(p)):
+            plan.records += 1
             if not isinstance(rec, Trajectory):
+                plan.unreadable += 1
                 continue
-            j = replay_job(rec, fx if rec.source_format == "intercode" else None)
-            if j is None:
+            fixture = fx if rec.source_format == "intercode" else None
+            if not shell_actions(rec):
+                plan.no_shell += 1
                 continue
-            jobs.append(j)
-            originals.append(rec)
-            if limit is not None and len(jobs) >= limit:
-                return jobs, originals
-    return jobs, originals
+            if environment_missing(rec, fixture) and not allow_missing_env:
+                plan.missing_env[original_workdir(rec) or f"({rec.domain} task)"] += 1
+                continue
+            job = replay_job(rec, fixture)
+            assert job is not None
+            plan.jobs.append(job)
+            plan.originals.append(rec)
+            if limit is not None and len(plan.jobs) >= limit:
+                plan.beyond_limit = True
+                return plan
+    return plan
+
+
+def replay_jobs(paths: Iterable[Path | str], limit: int | None = None) -> tuple[list[Job], list[Trajectory]]:
+    plan = plan_replay(paths, limit)
+    return plan.jobs, plan.originals

@@ -10,7 +10,7 @@ from pipelines.query import run_query
 from pipelines.reader import read_path
 from sandboxes.collect import BASH_TOOL, Job, collect, run_task
 from sandboxes.reaper import Session
-from sandboxes.replay import replay_jobs, shell_actions
+from sandboxes.replay import plan_replay, shell_actions
 from sandboxes.tasks import TASKS_DIR, load_tasks
 from schemas.records import Trajectory
 from tests.support.openai_server import ScriptedOpenAIServer, answer, tool_call
@@ -38,7 +38,8 @@ def test_shell_actions_of_openhands_and_swe_agent() -> None:
 
 
 def test_replay_intercode_bash_sample(images, tmp_path: Path) -> None:
-    jobs, originals = replay_jobs(INTERCODE)
+    plan = plan_replay(INTERCODE)
+    jobs, originals = plan.jobs, plan.originals
     assert (len(jobs), len(originals)) == (120, 120)
     out = tmp_path / "replay"
     s = collect(jobs, out, workers=2, echo=lambda m: None)
@@ -61,6 +62,48 @@ def test_replay_intercode_bash_sample(images, tmp_path: Path) -> None:
     assert first[1][1] == ("44088a922bd1288ca67b7157fcebd369  /testbed/Hello.java\n"
                            "44088a922bd1288ca67b7157fcebd369  /testbed/Hello1.java\n"
                            "44088a922bd1288ca67b7157fcebd369  /testbed/dir1/AnotherHello.java\n")
+
+
+SAMPLE = INTERCODE[0].parents[1]
+
+
+def test_plan_accounts_for_every_record_and_leaves_out_missing_environments() -> None:
+    # the sample's working directories, as its files record them (OpenHands `working_dir`, SWE-agent `state`):
+    # every OpenHands and SWE-agent trajectory with a shell action acted on files a sandbox lacks
+    plan = plan_replay([SAMPLE / "openhands", SAMPLE / "swe-agent", SAMPLE / "intercode"])
+    assert (plan.records, len(plan.jobs), plan.no_shell, sum(plan.missing_env.values()), plan.unreadable) == (136, 124, 2, 10, 0)
+    assert {j.native_id.split(":")[1] for j in plan.jobs} == {"intercode"}
+    assert dict(plan.missing_env) == {
+        "/workspace/ponylang__ponyc__0.1": 3, "/workspace": 1, "/marshmallow-code__marshmallow": 1, "/testbed": 1,
+        "/pydicom__pydicom": 1, "(swe task)": 1,
+        "/__home__udiboy__projects__LLM_CTF__llm_ctf_automation__LLM_CTF_Dataset_Dev__2016__CSAW-Quals__pwn__WarmUp": 1,
+        "/__Users__talora__LLM_CTF_Dataset_Dev__2016__CSAW-Quals__web__I-Got-Id": 1}
+    assert plan.render().startswith("replay: 136 records read: 124 to replay; 2 without shell actions; 10 left out: "
+                                    "they acted on files the sandbox lacks (/workspace/ponylang__ponyc__0.1 (3), ")
+    allowed = plan_replay([SAMPLE / "openhands", SAMPLE / "swe-agent"], allow_missing_env=True)
+    assert (allowed.records, len(allowed.jobs), allowed.no_shell, sum(allowed.missing_env.values())) == (12, 10, 2, 0)
+    assert len({j.native_id for j in allowed.jobs}) == 10
+
+
+def test_same_file_in_two_places_gets_two_replay_ids(tmp_path: Path) -> None:
+    # OpenHands writes many files of one name; an event list has no id of its own
+    for d in ("a", "b"):
+        (tmp_path / d).mkdir()
+        (tmp_path / d / "events.json").write_bytes((SAMPLE / "openhands" / "runtime_trajs_basic_gui_mode.json").read_bytes()
+                                                   .replace(b"todo-app", f"todo-{d}".encode()))
+    plan = plan_replay([tmp_path / "a", tmp_path / "b"], allow_missing_env=True)
+    ids = [j.native_id for j in plan.jobs]
+    assert len(ids) == 2 and len(set(ids)) == 2 and all(":None" not in i for i in ids)
+
+
+def test_replay_in_a_missing_environment_starts_in_the_original_workdir(images, tmp_path: Path) -> None:
+    plan = plan_replay([SAMPLE / "openhands" / "multi_swe_bench_output.jsonl"], limit=1, allow_missing_env=True)
+    out = tmp_path / "replay"
+    s = collect(plan.jobs, out, workers=1, echo=lambda m: None)
+    assert (s.trajectories, s.quarantined) == (1, 0)
+    rows = run_query(out, "SELECT u.action, u.observation, u.exit_code, json_extract_string(t.metadata, '$.replay_of.environment') "
+                          "FROM turns u JOIN trajectories t USING (trajectory_id) ORDER BY u.turn_index LIMIT 1")[1]
+    assert rows == [("ls -l /workspace/ponylang__ponyc__0.1", "total 0\n", 0, "missing")]
 
 
 def test_agent_endpoint_completes_a_task(images) -> None:
