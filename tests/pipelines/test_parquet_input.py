@@ -199,3 +199,9 @@ def test_memory_does_not_follow_the_row_group(tmp_path: Path) -> None:
                          cwd=Path(__file__).resolve().parents[2]).stdout.split()
     assert int(out[0]) == 75_000
     assert int(out[1]) < 75e6, f"resident memory grew by {int(out[1]) / 1e6:.0f} MB reading a 150 MB row group"
+
+
+def test_a_parquet_file_without_rows_is_empty_input(tmp_path: Path) -> None:
+    path = tmp_path / "empty.parquet"
+    pq.write_table(pa.table({"messages": pa.array([], pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())])))}), path)
+    assert [(r.reason, r.locator) for r in read_path(path)] == [("empty_input", "$")]
