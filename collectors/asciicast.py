@@ -13,13 +13,32 @@ The action is the text as typed, with backspaces applied, bracketed-paste marker
 other keys written as `<Up>`, `<Tab>`, `^C`, ...; the raw keystrokes go to `metadata.input_raw`.
 Output before the first keystroke is the trajectory's `initial_state`.
 
+Full-screen programs (vim, less, htop: those on the alternate screen, `ESC[?1049h` / `47` /
+`1047`) read keys, not lines. While the alternate screen is shown, a turn is a burst of keys and
+the program's answer: a keystroke starts a new turn once output has arrived since the previous
+keystroke (keys the program did not answer, like vim's `d` before `dd`, stay in one turn). The
+action is the keys as pressed (`j`, `:`, `<Enter>`, `<BS>`, `^C`: no key submits, no backspace
+is applied), `metadata.full_screen=true`, `submitted=true` and `t_enter` is the time of its last
+keystroke. Leaving the alternate screen ends such a turn: the next keystroke, at the shell,
+starts an ordinary line turn. The turn whose command started the program keeps the output up to
+the first key (the program's first screen).
+
+Terminal replies are not keystrokes: the terminal answers a program's queries on the input
+stream (cursor position `ESC[<r>;<c>R`, device attributes `ESC[?...c` / `ESC[>...c`, status and
+window reports, mode reports, focus in / out `ESC[I` / `ESC[O`, OSC colour answers, DCS
+strings; see `_is_reply`). They are left out of the action, start no turn and go to the turn's
+`metadata.terminal_replies` (before the first keystroke: the trajectory's).
+
 Observation: `stdout` keeps the raw output (escape sequences included). `observation` is the
 text a person would see: the output is played through a small terminal emulator (cursor
 movement, carriage return, erase, scrolling, alternate screen) and the screen lines the turn
 wrote are returned, in order, without escape sequences. Plain regex stripping is not enough for
 TUIs that redraw with cursor movement (Claude Code, vim, progress bars); it interleaves frames.
+The main and the alternate screen are separate canvases: a turn's lines are those it wrote on
+the main screen before entering the alternate one, then those it drew there, then those written
+after leaving it; the main screen's rows restored on leaving are not new output.
 
-Output-only recordings (no `i` events; asciinema records input only with `--stdin`): when the
+Output-only recordings (no keystrokes in `i` events; asciinema records input only with `--stdin`): when the
 recording has markers, each marker starts a turn whose action is the marker's label (output
 before the first marker is the initial state); without markers the whole recording is one turn
 with no action (`metadata.output_only=true`), so its content is kept but it yields no
@@ -83,8 +102,11 @@ class Screen:
         self.r = 0
         self.c = 0
         self.saved = (0, 0)
-        self.alt: tuple[list[list[str]], int, int] | None = None
+        # the main screen (rows, base, top, cursor row in the viewport, column) while the alternate one is shown
+        self.alt: tuple[list[list[str]], int, int, int, int] | None = None
         self.dirty: set[int] = set()
+        self.pending: list[str] = []  # lines written before a switch of screens, not yet taken
+        self.cpr_asked = 0  # cursor position requests (`ESC[6n`) not yet answered
         self.carry = ""
 
     def resize(self, width: int, height: int) -> None:
@@ -193,6 +215,9 @@ class Screen:
     def _csi(self, tok: str) -> None:
         final = tok[-1]
         private = tok[2:3] == "?"
+        if final == "n" and _params(tok, 0)[0] == 6:  # a cursor position request: the terminal answers on input
+            self.cpr_asked += 1
+            return
         if private:
             if final in "hl" and any(p in (47, 1047, 1049) for p in _params(tok, 0)):
                 self._alt_screen(final == "h")
@@ -259,22 +284,33 @@ class Screen:
         # SGR (m), modes (h/l), scroll regions and the rest do not change the text
 
     def _alt_screen(self, enter: bool) -> None:
-        vp = [list(self._row(r)) for r in range(self.top, self.top + self.h)]
+        """Switch between the main and the alternate screen, two separate canvases (the main one is
+        kept untouched while the other is shown, as a terminal does). What was written on the screen
+        being left since the last `take()` is kept for the next one, in order; the screen switched to
+        starts with nothing written, so rows restored on leaving are not new output."""
         if enter and self.alt is None:
-            self.alt = (vp, self.r - self.top, self.c)
-            self._clear_viewport()
+            self.pending += self._written()
+            self.alt = (self.rows, self.base, self.top, self.r - self.top, self.c)
+            self.rows = [[] for _ in range(self.h)]
+            self.base = self.top = 0
+            self.r = min(self.alt[3], self.h - 1)
         elif not enter and self.alt is not None:
-            saved, r, c = self.alt
+            self.pending += self._written()
+            self.rows, self.base, self.top, r, c = self.alt
             self.alt = None
-            for i, row in enumerate(saved):
-                self._row(self.top + i)[:] = row
-                self.dirty.add(self.top + i)
-            self.r, self.c = self.top + r, c
+            self.r, self.c = self.top + min(r, self.h - 1), min(c, self.w - 1)
+            self._row(self.r)
 
-    def take(self) -> str:
-        """Text of the rows written since the last call; blank runs collapsed to one line."""
+    def _written(self) -> list[str]:
         lines = ["".join(self.rows[r - self.base]).rstrip() for r in sorted(self.dirty) if r >= self.base]
         self.dirty = set()
+        return lines
+
+    def take(self) -> str:
+        """Text of the rows written since the last call, on either screen, in the order the screens
+        were shown; blank runs collapsed to one line."""
+        lines = self.pending + self._written()
+        self.pending = []
         keep_from = min(self.top, self.r) - self.base
         if keep_from > 0:
             del self.rows[:keep_from]
@@ -304,12 +340,16 @@ _KEYS = {
 
 
 class _Input:
-    """Keystrokes of one input line, composed into the text the user meant."""
+    """Keystrokes of one input line, composed into the text the user meant; or, in a full-screen
+    program (`keys=True`), the keys as pressed: Enter is `<Enter>`, backspace `<BS>`, and no key
+    submits (each key acts at once)."""
 
-    def __init__(self) -> None:
+    def __init__(self, keys: bool = False) -> None:
         self.parts: list[tuple[bool, str]] = []  # (is_key, text): literal characters or key names
         self.raw: list[str] = []
+        self.replies: list[str] = []  # the terminal's answers to the program's queries (not typed)
         self.paste = False
+        self.keys = keys
 
     def key(self, tok: str) -> bool:
         """Feed one token; True if it submits the line (Enter, Ctrl-C, Ctrl-D outside a paste)."""
@@ -322,12 +362,17 @@ class _Input:
         if tok == "\x1b[200~":
             self.paste = True
         elif tok in ("\r", "\n"):
+            if self.keys:
+                self.parts.append((True, "<Enter>"))
+                return False
             return True
         elif tok in ("\x03", "\x04"):
             self.parts.append((True, "^" + chr(ord(tok) + 64)))
-            return True
+            return not self.keys
         elif tok in ("\x7f", "\b"):
-            if self.parts and not self.parts[-1][0]:
+            if self.keys:
+                self.parts.append((True, "<BS>"))
+            elif self.parts and not self.parts[-1][0]:
                 self.parts.pop()
             elif self.parts:  # after a key (history recall, completion) the effect is unknown
                 self.parts.append((True, "<BS>"))
@@ -351,7 +396,41 @@ class _Input:
         return "".join(t for _, t in self.parts)
 
 
-_INPUT_TOKEN = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1bO.|\x1b.?|[\x00-\x1f\x7f]|[^\x00-\x1f\x7f\x1b]", re.S)
+_INPUT_TOKEN = re.compile(
+    r"\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)"  # an OSC string, whole (only with its terminator)
+    r"|\x1b[P_^X][^\x1b]*\x1b\\"  # DCS / APC / PM / SOS, whole (only with its terminator)
+    r"|\x1b\[[0-?]*[ -/]*[@-~]|\x1bO.|\x1b.?|[\x00-\x1f\x7f]|[^\x00-\x1f\x7f\x1b]",
+    re.S,
+)
+_CSI_PARTS = re.compile(r"\x1b\[([0-?]*)([ -/]*)([@-~])")
+
+
+def _is_reply(tok: str, screen: Screen) -> bool:
+    """Whether an input token is the terminal answering a program's query, not a key anyone pressed:
+    OSC / DCS / APC strings (colour answers `ESC]11;rgb:...`, XTVERSION, DECRQSS), CSI with a `?`,
+    `>` or `=` parameter prefix (device attributes `ESC[?...c` / `ESC[>...c`, DEC mode reports
+    `ESC[?...$y`, keyboard-protocol flags `ESC[?...u`), device status / cursor position reports
+    (`ESC[...n`, `ESC[<row>;<col>R`), window reports (`ESC[...t`), ANSI mode reports (`ESC[...$y`)
+    and focus in / out (`ESC[I`, `ESC[O`). Keys never have these shapes, except `ESC[1;<m>R`, which
+    is also a modified F3 (xterm): it is a report only when the program asked for the cursor
+    position. Mouse reports (`ESC[<...M`, `ESC[M...`) are the user's input and stay."""
+    if len(tok) < 3 or tok[0] != "\x1b":
+        return False
+    if tok[1] in "]P_^X":  # a whole string with its terminator (an Alt key is two characters)
+        return True
+    m = _CSI_PARTS.fullmatch(tok)
+    if m is None:
+        return False
+    params, inter, final = m.groups()
+    if params[:1] in ("?", ">", "="):
+        return True
+    if (final == "y" and inter == "$") or final in "nt" or (final in "IO" and not params and not inter):
+        return True
+    if final == "R" and not inter and re.fullmatch(r"\d+;\d+", params):
+        asked = screen.cpr_asked > 0
+        screen.cpr_asked = max(0, screen.cpr_asked - 1)
+        return asked or not re.fullmatch(r"1;([2-9]|1[0-6])", params)
+    return False
 
 
 def _is_header(obj: Any) -> bool:
@@ -370,6 +449,7 @@ def _is_header(obj: Any) -> bool:
 class AsciicastImporter(Importer):
     name = "asciicast"
     container = "text"
+    version = "2"  # 2: full-screen programs (alternate screen) and terminal replies read as described above
 
     def sniff(self, head: bytes) -> bool:
         nl = head.find(b"\n")
@@ -500,6 +580,7 @@ class _Builder:
         self.resizes: list[dict] = []
         self.exit_status: Any = None
         self.has_input = False
+        self.replies: list[str] = []  # terminal replies before the first keystroke
         self.last_line = 1
 
     def _start(self, lineno: int, t: float) -> dict:
@@ -508,10 +589,11 @@ class _Builder:
         elif self.cur is not None:
             self._close()
         self.cur = {
-            "input": _Input(),
+            "input": _Input(keys=self.screen.alt is not None),
             "t_first": t,
             "t_enter": None,
             "t_last_out": None,
+            "answered": False,  # output arrived since the last keystroke
             "out": [],
             "first_line": lineno,
             "last_line": lineno,
@@ -527,17 +609,37 @@ class _Builder:
         self.turns.append(cur)
         self.cur = None
 
+    def _new_turn(self) -> bool:
+        """Whether the next keystroke starts a turn: see the module docstring."""
+        cur = self.cur
+        if cur is None:
+            return True
+        if cur["input"].paste:
+            return False
+        alt = self.screen.alt is not None
+        if cur["input"].keys:  # a key turn in a full-screen program: answered, or the program has left
+            return cur["answered"] or not alt
+        return cur["t_enter"] is not None or (alt and cur["answered"])
+
     def event(self, lineno: int, t: float, code: str, data: str) -> None:
         self.last_line = lineno
         if code == "i":
-            self.has_input = True
-            for tok in _INPUT_TOKEN.findall(data):
+            tokens = _INPUT_TOKEN.findall(data)
+            if not tokens:
+                self.has_input = True
+            for tok in tokens:
                 cur = self.cur
-                if cur is None or cur["t_enter"] is not None:
+                if not (cur is not None and cur["input"].paste) and _is_reply(tok, self.screen):
+                    (cur["input"].replies if cur is not None else self.replies).append(tok)
+                    continue
+                self.has_input = True
+                if self._new_turn():
                     cur = self._start(lineno, t)
+                assert cur is not None
                 cur["input"].raw.append(tok)
                 cur["last_line"] = lineno
-                if cur["input"].key(tok):
+                cur["answered"] = False
+                if cur["input"].key(tok) or cur["input"].keys:
                     cur["t_enter"] = t
         elif code == "o":
             self.screen.feed(data)
@@ -547,6 +649,7 @@ class _Builder:
                 self.cur["out"].append(data)
                 self.cur["t_last_out"] = t
                 self.cur["last_line"] = lineno
+                self.cur["answered"] = True
         elif code == "m":
             mark = {"t": t, "label": data, "line": lineno}
             (self.cur["markers"] if self.cur is not None else self.markers).append(mark)
@@ -567,7 +670,11 @@ class _Builder:
         return datetime.fromtimestamp(self.t0.timestamp() + t, UTC)
 
     def finish(self) -> tuple[list[Turn], str | None, dict]:
-        extra: dict[str, Any] = {"exit_status": self.exit_status, "resizes": self.resizes or None}
+        extra: dict[str, Any] = {
+            "exit_status": self.exit_status,
+            "resizes": self.resizes or None,
+            "terminal_replies": "".join(self.replies) or None,
+        }
         if not self.has_input:
             return self._output_only(extra)
         if self.cur is not None:
@@ -582,6 +689,8 @@ class _Builder:
                 duration = round(max(0.0, (end or cur["t_enter"]) - cur["t_enter"]), 6)
             meta = {
                 "input_raw": "".join(inp.raw),
+                "terminal_replies": "".join(inp.replies) or None,
+                "full_screen": inp.keys or None,
                 "t": cur["t_first"],
                 "t_enter": cur["t_enter"],
                 "submitted": submitted,

@@ -1,6 +1,13 @@
 """mini-swe-agent `*.traj.json` files: `{info, messages, trajectory_format: "mini-swe-agent-1*"}`.
 
 One trajectory per file; the turns are read from the chat in `messages`, the only record of what ran.
+A bare JSON array of those messages (no `info`, no `trajectory_format`: what mini's own test data
+`tests/test_data/local.traj.json` holds) is read the same way, but only when it is unmistakably
+mini's: every element a `{role, ...}` message, the first after the system prompt the user's task, and
+a mini mark in it: a user reply in mini's `<returncode>N</returncode>` form right after an assistant
+message with a ```` ```bash ```` block, a ```` ```mswea_bash_command ```` block, or the submit command
+inside an assistant's block. Generic chat lists have none of these; `metadata.bare_messages` marks
+such a trajectory (its `trajectory_format` and the `info` fields are null).
 Two output formats exist and are read alike:
 - "mini-swe-agent-1" (mini 1.x): the agent writes THOUGHT text and one ```` ```bash ```` block; the
   next user message is the harness's reply, rendered
@@ -286,6 +293,36 @@ def _from_responses(m: dict) -> dict:
     return m
 
 
+_MARK_LIMIT = 200  # messages looked at for a mini mark: a run shows one within its first exchanges
+
+
+def _is_bare_run(doc: Any) -> bool:
+    """A bare list of mini messages (see the module docstring)."""
+    if not (isinstance(doc, list) and doc and all(isinstance(m, dict) and m.get("role") in _ROLES for m in doc)):
+        return False
+    if not all(m.get("content") is None or isinstance(m.get("content"), str) for m in doc):
+        return False
+    first = next((m for m in doc if m["role"] != "system"), None)
+    if first is None or first["role"] != "user":
+        return False
+    prev_block = False
+    for m in doc[:_MARK_LIMIT]:
+        text = m.get("content") or ""
+        if m["role"] == "assistant":
+            if "```mswea_bash_command" in text:
+                return True
+            end = text.rfind("\n```")  # bounded as in `_Run._assistant`
+            blocks = [b.group(1) for b in _ACTION_PATTERN.finditer(text, 0, end + 4)] if end >= 0 else []
+            if any(s in b for b in blocks for s in _SUBMIT):
+                return True
+            prev_block = bool(blocks)
+        elif m["role"] == "user":
+            if prev_block and _OBS.match(text):
+                return True
+            prev_block = False
+    return False
+
+
 def _unix(value: Any) -> datetime | None:
     t = to_float(value)
     if t is None or isinstance(value, bool):
@@ -306,9 +343,12 @@ class MiniSweAgentImporter(Importer):
             and isinstance(doc.get("trajectory_format"), str)
             and doc["trajectory_format"].startswith("mini-swe-agent")
             and isinstance(doc.get("messages"), list)
-        )
+        ) or _is_bare_run(doc)
 
     def convert(self, doc: Any, locator: str, ctx: ImportContext) -> Trajectory:
+        bare = isinstance(doc, list)
+        if bare:  # a bare message list: the messages only
+            doc = {"messages": doc}
         expect_object(doc, locator)
         msgs = doc.get("messages")
         if not isinstance(msgs, list):
@@ -324,10 +364,11 @@ class MiniSweAgentImporter(Importer):
         image = str(env_cfg.get("image") or "")
         is_swe = instance is not None or "swebench" in image or "sweb.eval" in image
         meta = {
-            "trajectory_format": doc["trajectory_format"],  # text: sniff checked it
+            "trajectory_format": doc.get("trajectory_format"),  # text, or absent from a bare list: sniff checked it
             "mini_version": info.get("mini_version"),
             "model_stats": info.get("model_stats"),
             "submission": info.get("submission"),
+            **({"bare_messages": True} if bare else {}),
         }
         return Trajectory(
             domain=ctx.domain("swe" if is_swe else "terminal"),

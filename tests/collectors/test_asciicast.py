@@ -10,6 +10,11 @@ Expected counts were taken from the raw files independently of the importer:
 The files under tests/data/asciicast were written from the published asciicast v2/v3 spec; their
 turn counts are the Enter / Ctrl-C keystrokes in their `i` events (bash_session: ls, echo, <Up>,
 sleep, ^C, exit = 6; python_v3: 2) or their markers (output_only_markers: 2).
+vim_session.cast and less_session.cast are synthetic too (written for these tests, not copied from
+any recording), modelled on what bash 5.1, vim 9 and less emit in an xterm: the alternate screen
+`ESC[?1049h` / `ESC[?1049l`, vim's cursor-position and device-attribute queries and the terminal's
+answers to them arriving as `i` events. Their expected values are worked out from the event bytes in
+the comments of their tests.
 """
 
 from __future__ import annotations
@@ -185,3 +190,117 @@ def test_output_only_replay_resizes_where_the_recording_did(tmp_path: Path) -> N
     assert t.initial_state == "intro"
     assert [u.observation for u in t.turns] == ["0123456789ABCDEFGHIJ", "abcdefghij\nklmnopqrst"]
     assert json.loads(t.metadata)["resizes"] == [{"t": 0.7, "size": "10x5"}]
+
+
+# ---------------------------------------------------------------- full-screen programs, terminal replies
+
+
+def test_vim_session_alternate_screen_and_terminal_replies() -> None:
+    """vim_session.cast (40x10): bash prompt; `v`,`i`,`m`,Enter typed; vim enters the alternate
+    screen, clears it, asks `ESC[6n` (after writing ▽ at row 2, col 1), `ESC[>c` and `OSC 11;?`; the
+    terminal answers `ESC[2;2R`, `ESC[>0;95;0c`, `OSC 11;rgb:1e1e/1e1e/1e1e BEL` (lines 12-14, `i`
+    events nobody typed); vim draws `~` on rows 2-9, "VIM - Vi IMproved" at (4,12), "version 9.0"
+    at (6,15), the ruler "0,0-1" at (10,23) then 9 columns on "All"; `:` (vim writes ":" on row 10),
+    `q` (writes "q"), Enter (vim leaves the alternate screen: the main screen comes back with the
+    cursor below `user@host:~$ vim`), bash's prompt, then Ctrl-D (bash prints "exit")."""
+    t = one_trajectory(DATA / "vim_session.cast")
+    assert t.initial_state == "user@host:~$"
+    assert [u.action for u in t.turns] == ["vim", ":", "q", "<Enter>", "^D"]  # the replies are no keys
+    vim, colon, q, enter, ctrl_d = t.turns
+    # the echoed command line (main screen), then vim's first screen (alternate screen, row 1 empty)
+    assert vim.observation.split("\n") == [
+        "user@host:~$ vim",
+        "",
+        "~",
+        "~",
+        "~" + " " * 10 + "VIM - Vi IMproved",
+        "~",
+        "~" + " " * 13 + "version 9.0",
+        "~",
+        "~",
+        "~",
+        " " * 22 + "0,0-1" + " " * 9 + "All",
+    ]
+    assert colon.observation == ":" and q.observation == ":q"  # the rows each key changed
+    assert enter.observation == "user@host:~$"  # the restored main screen is not new output: only the prompt
+    assert ctrl_d.observation == "exit"
+    m = [json.loads(u.metadata) for u in t.turns]
+    assert m[0]["input_raw"] == "vim\r"
+    assert m[0]["terminal_replies"] == "\x1b[2;2R\x1b[>0;95;0c\x1b]11;rgb:1e1e/1e1e/1e1e\x07"
+    assert [x.get("full_screen") for x in m] == [None, True, True, True, None]
+    assert [x["input_raw"] for x in m[1:]] == [":", "q", "\r", "\x04"]
+    assert vim.duration_s == pytest.approx(1.53 - 1.5)  # Enter to vim's last drawing before `:`
+    assert enter.duration_s == pytest.approx(3.61 - 3.6) and enter.locator == "line:20-22"
+    assert vim.locator == "line:3-15"
+    assert_schema_valid([t])
+
+
+def test_less_session_keys_in_a_pager_are_turns_of_their_own() -> None:
+    """less_session.cast (20x3): `less f.txt` + Enter; less enters the alternate screen, clears it
+    and shows "line1", "line2" and its ":" prompt; `j`: less erases the prompt row, writes "line3"
+    there and scrolls, ":" on the new bottom row; `q`: less erases the prompt row and leaves the
+    alternate screen (the cursor goes back below `$ less f.txt`), bash prints "$ "; `echo hi` +
+    Enter prints "hi" and a prompt."""
+    t = one_trajectory(DATA / "less_session.cast")
+    assert t.initial_state == "$"
+    assert [(u.action, u.observation) for u in t.turns] == [
+        ("less f.txt", "$ less f.txt\nline1\nline2\n:"),  # the command line stays, the pager's screen follows
+        ("j", "line3\n:"),
+        ("q", "$"),  # the erased prompt row is blank; the restored "$ less f.txt" is not new
+        ("echo hi", "$ echo hi\nhi\n$"),  # the command after the pager starts clean
+    ]
+    assert [json.loads(u.metadata).get("full_screen") for u in t.turns] == [None, True, True, None]
+    assert [u.duration_s for u in t.turns] == pytest.approx([1.31 - 1.3, 0.0004, 0.001, 0.0003])
+    assert_schema_valid([t])
+
+
+def test_terminal_replies_are_not_keys_and_real_keys_stay(tmp_path: Path) -> None:
+    cast = tmp_path / "replies.cast"
+    events = [
+        [0.1, "o", "$ "],
+        [0.2, "i", "\x1b[I"],  # focus in, before any keystroke
+        # a, Up, b, Delete, F5, F1 (SS3), Shift-F3 (`ESC[1;2R`, no cursor position was asked), Alt-], Enter
+        [1.0, "i", "a\x1b[Ab\x1b[3~\x1b[15~\x1bOP\x1b[1;2R\x1b]\r"],
+        [1.1, "o", "\r\n\x1b[6n$ "],  # a program asks for the cursor position
+        [1.2, "i", "\x1b[1;2R"],  # so this one is the answer
+        [2.0, "i", "x\x1b[O\x1bP>|xterm(390)\x1b\\\x1b]11;rgb:0000/0000/0000\x1b\\\x1b[?62;22c"
+                   "\x1b[?2004;2$y\x1b[?1u\x1b[0n\x1b[8;24;80t\x1b[200~p\x1b[I\x1b[201~\r"],
+        [2.1, "o", "xp\r\n$ "],
+    ]
+    cast.write_text('{"version": 2, "width": 40, "height": 5}\n' + "".join(json.dumps(e) + "\n" for e in events))
+    t = one_trajectory(cast)
+    assert [u.action for u in t.turns] == [
+        "a<Up>b<Delete><ESC[15~><ESCOP><ESC[1;2R><M-]>",
+        "xp\x1b[I",  # inside a bracketed paste everything is pasted text; the markers are removed
+    ]
+    assert json.loads(t.metadata)["terminal_replies"] == "\x1b[I"
+    first, second = (json.loads(u.metadata) for u in t.turns)
+    assert first["terminal_replies"] == "\x1b[1;2R"  # answered after this turn's Enter: still this turn's
+    assert second["terminal_replies"] == (
+        "\x1b[O\x1bP>|xterm(390)\x1b\\\x1b]11;rgb:0000/0000/0000\x1b\\\x1b[?62;22c\x1b[?2004;2$y\x1b[?1u"
+        "\x1b[0n\x1b[8;24;80t"
+    )
+    assert second["input_raw"] == "x\x1b[200~p\x1b[I\x1b[201~\r"
+
+
+def test_only_terminal_replies_is_an_output_only_recording(tmp_path: Path) -> None:
+    cast = tmp_path / "replies_only.cast"
+    cast.write_text('{"version": 2, "width": 40, "height": 5}\n[0.1, "o", "\\u001b[6nhi"]\n'
+                    '[0.2, "i", "\\u001b[1;3R"]\n')
+    t = one_trajectory(cast)
+    (u,) = t.turns
+    assert u.action is None and u.observation == "hi"
+    assert json.loads(t.metadata)["terminal_replies"] == "\x1b[1;3R"
+
+
+def test_screen_alternate_screen_is_a_separate_canvas() -> None:
+    s = Screen(20, 3)
+    s.feed("$ vim\r\n\x1b[?1049h\x1b[H\x1b[2Jhello")
+    assert s.take() == "$ vim\nhello"  # rows written before entering stay, then what was drawn there
+    s.feed("\r\nworld\x1b[?1049l$ ")
+    assert s.take() == "world\n$"  # drawn on the alternate screen before leaving; the restored rows are not new
+    s.feed("\r\x1b[?1049h\x1b[?1049l")
+    assert s.take() == ""
+    assert s.cpr_asked == 0
+    s.feed("\x1b[6n\x1b[?6n")
+    assert s.cpr_asked == 2

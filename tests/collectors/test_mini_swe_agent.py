@@ -11,6 +11,7 @@ Expected values were read from the raw files with `json.load`, independently of 
   system, task, 3 assistant messages with one `bash` tool call each; the first two answered by
   `role: "tool"` messages (`extra.returncode` 0, `extra.raw_output`), the submit call by the final
   `role: "exit"` message; model "deepseek/deepseek-chat".
+- local.traj.json (mini's own test data, a bare JSON array): see `test_bare_message_list`.
 """
 
 from __future__ import annotations
@@ -349,3 +350,77 @@ def test_v2_unfinished_run_has_no_outcome(tmp_path: Path) -> None:
     t = one_trajectory(_variant(tmp_path, V2, lambda d: d["info"].update(exit_status="", submission="")))
     assert t.outcome is None
     assert one_trajectory(V2).outcome == json.loads(V2.read_text())["info"]["exit_status"] != ""
+
+
+BARE = DATA / "local.traj.json"
+
+
+def test_bare_message_list() -> None:
+    """mini-swe-agent's own tests/test_data/local.traj.json: a bare JSON array, no `info` and no
+    `trajectory_format`. Read with `json.load`: 6 messages, [0] system, [1] user (the task, starting
+    "Please solve this issue: Blah blah blah"), [2] assistant "Here be some dummy command:" + a
+    ```` ```bash ```` block `echo 'hello world'`, [3] user `<returncode>0</returncode>\n<output>\nhello
+    world\n</output>`, [4] assistant "OK, now let me end this run." + the block `echo
+    COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT`, [5] user "" (the empty submission). So: 2 env turns, the
+    first with output "hello world\n" and return code 0, the second the submit with an empty
+    observation and no exit code; no instance id, so domain "terminal"."""
+    raw = json.loads(BARE.read_text())
+    assert isinstance(raw, list) and len(raw) == 6
+    t = one_trajectory(BARE)
+    assert (t.source_format, t.agent, t.domain, t.native_id, t.model, t.outcome) == (
+        "mini-swe-agent", "mini-swe-agent", "terminal", None, None, None)
+    assert t.task == raw[1]["content"] and t.task.startswith("Please solve this issue: Blah blah blah\n")
+    assert [(u.kind, u.action, u.observation, u.exit_code, u.is_error, u.thought, u.locator) for u in t.turns] == [
+        ("env", "echo 'hello world'", "hello world\n", 0, False, "Here be some dummy command:",
+         "messages[2]+messages[3]"),
+        ("env", "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT", "", None, None, "OK, now let me end this run.",
+         "messages[4]+messages[5]"),
+    ]
+    assert t.turns[0].metadata is None and json.loads(t.turns[1].metadata) == {"submitted": True}
+    meta = json.loads(t.metadata)
+    assert meta["bare_messages"] is True and meta["trajectory_format"] is None
+    assert_schema_valid([t])
+
+
+def _bare_edit(tmp_path: Path, edit) -> list:
+    doc = json.loads(BARE.read_text())
+    edit(doc)
+    path = tmp_path / "edited.json"
+    path.write_text(json.dumps(doc))
+    return list(read_path(path))
+
+
+def _no_marks(doc: list) -> None:  # a generic chat: a bash block answered in plain text, no submit
+    doc[3]["content"] = "hello world"
+    doc[4]["content"] = "Done."
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        _no_marks,
+        lambda doc: doc.pop(1),  # the first message after the system prompt is not the user's task
+        lambda doc: doc.append({"speaker": "user", "content": "hi"}),  # an element that is no message
+        lambda doc: doc[2].update(content=[{"type": "text", "text": doc[2]["content"]}]),  # content parts: other chat formats
+    ],
+    ids=["no-mini-marks", "no-task-first", "not-a-message", "content-parts"],
+)
+def test_bare_list_without_mini_marks_is_not_claimed(tmp_path: Path, edit) -> None:
+    recs = _bare_edit(tmp_path, edit)
+    assert [(type(r).__name__, getattr(r, "source_format", None) or getattr(r, "reason", None)) for r in recs] == [
+        ("QuarantineRecord", "unknown_format")
+    ]
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        lambda doc: doc[4].update(content="OK.\n\n```bash\nls\n```"),  # only the `<returncode>` reply is left
+        lambda doc: doc[3].update(content="hello world"),  # only the submit command is left
+        lambda doc: (doc[3].update(content="hello world"), doc[4].update(content="```mswea_bash_command\nls\n```")),
+    ],
+    ids=["returncode-reply", "submit-command", "mswea-block"],
+)
+def test_bare_list_one_mini_mark_is_enough(tmp_path: Path, edit) -> None:
+    (t,) = _bare_edit(tmp_path, edit)
+    assert isinstance(t, Trajectory) and t.source_format == "mini-swe-agent" and len(t.turns) == 2
