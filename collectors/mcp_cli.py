@@ -2,7 +2,8 @@
 
 Registered through `pipelines.cli.EXTENSIONS`. Exit codes: 0 every session ran; 3 the run
 finished but some sessions failed (start, initialize, protocol, server death; the summary lists
-them); 1 a usage-level error (bad spec, locked corpus).
+them); 1 a usage-level error (bad spec, locked corpus); 130 stopped by SIGTERM or SIGINT (servers
+stopped, finished sessions written, the summary says so), as `worldline collect sandbox`.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import sys
 from pathlib import Path
 
 EXIT_SOME_FAILED = 3
+EXIT_INTERRUPTED = 130
 
 
 def _latency(text: str) -> tuple[float, float]:
@@ -28,7 +30,7 @@ def _latency(text: str) -> tuple[float, float]:
 def _cmd_collect_mcp(a: argparse.Namespace) -> int:
     import logging
 
-    from collectors.mcp.collect import collect, stderr_echo
+    from collectors.mcp.collect import CollectionInterrupted, collect, stderr_echo
 
     # after an (injected) crash the SDK warns that it could not DELETE the HTTP session: expected here
     logging.getLogger("mcp.client.streamable_http").setLevel(logging.ERROR)
@@ -38,11 +40,16 @@ def _cmd_collect_mcp(a: argparse.Namespace) -> int:
     specs = a.specs or default_specs()
     faults = FaultConfig.parse(a.faults, a.fault_rate, a.seed, a.fault_latency)
     openai = {k: v for k, v in {"base_url": a.agent_base_url, "model": a.agent_model}.items() if v}
-    summary = collect(
-        specs, a.out, faults=faults, repeat=a.repeat, concurrency=a.concurrency, only=a.session,
-        policy=a.policy, openai=openai, replay_corpus=a.replay, replay_limit=a.replay_limit,
-        call_timeout_s=a.call_timeout, echo=None if a.quiet else stderr_echo,
-    )
+    try:
+        summary = collect(
+            specs, a.out, faults=faults, repeat=a.repeat, concurrency=a.concurrency, only=a.session,
+            policy=a.policy, openai=openai, replay_corpus=a.replay, replay_limit=a.replay_limit,
+            call_timeout_s=a.call_timeout, echo=None if a.quiet else stderr_echo,
+        )
+    except CollectionInterrupted as e:
+        print(e.summary.render(), flush=True)
+        print(f"worldline collect mcp: interrupted by {e.summary.interrupted}", file=sys.stderr, flush=True)
+        return EXIT_INTERRUPTED
     print(summary.render())
     return EXIT_SOME_FAILED if summary.failed else 0
 

@@ -5,15 +5,24 @@ ends as a trajectory, committed through `CollectionSink` in small batches, and i
 goes to the `mcp_raw` side table right after the batch holding its turns is committed. A session
 that fails (the server does not start, hangs, breaks the protocol, dies) is recorded with what it
 had and the run goes on.
+
+SIGTERM (Dagster run termination, `timeout`) and SIGINT end a run the same way (in the main thread,
+where handlers can be set): no new session starts, the sessions in flight are cancelled (each stops
+its server and the server's process group) and not recorded, the finished ones are committed, and
+`collect` raises `CollectionInterrupted` (a KeyboardInterrupt) carrying the summary; the caller's
+own signal handlers are back in place by then.
 """
 
 from __future__ import annotations
 
+import signal
 import sys
+import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -67,6 +76,9 @@ class McpSummary:
     raw_bytes: int = 0
     raw_zstd_bytes: int = 0
     faults: dict[str, Any] = field(default_factory=dict)
+    interrupted: str | None = None  # the signal that ended the run early (SIGTERM, SIGINT)
+    in_flight: list[str] = field(default_factory=list)  # sessions stopped by it, not recorded
+    not_started: int = 0
 
     @property
     def failed(self) -> int:
@@ -105,7 +117,39 @@ class McpSummary:
             lines.append(f"  FAILED {f[:300]}")
         if len(self.failures) > 20:
             lines.append(f"  ... {len(self.failures) - 20} more failures")
+        if self.interrupted:
+            flight = f" ({', '.join(self.in_flight)})" if self.in_flight else ""
+            lines.append(f"  INTERRUPTED by {self.interrupted}: {self.sessions} finished sessions kept; "
+                         f"{len(self.in_flight)} in flight stopped and not recorded{flight}; {self.not_started} not started")
         return "\n".join(lines)
+
+
+class CollectionInterrupted(KeyboardInterrupt):
+    """SIGTERM or SIGINT ended the run; the finished sessions were written. `summary` counts them."""
+
+    def __init__(self, summary: McpSummary):
+        super().__init__(f"interrupted by {summary.interrupted}")
+        self.summary = summary
+
+
+_STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+@contextmanager
+def _callers_signal_handlers() -> Iterator[tuple[signal.Signals, ...]]:
+    """The signals the run watches: SIGTERM, and SIGINT unless it is ignored (a background job of a
+    script); none outside the main thread, where handlers cannot be set. The handlers in place
+    before (the caller's, e.g. Dagster's) are put back afterwards: the event loop resets them."""
+    if threading.current_thread() is not threading.main_thread():
+        yield ()
+        return
+    old = {s: signal.getsignal(s) for s in _STOP_SIGNALS}
+    try:
+        yield tuple(s for s in _STOP_SIGNALS if s == signal.SIGTERM or old[s] is not signal.SIG_IGN)
+    finally:
+        for s, h in old.items():
+            if h is not None:  # None: set outside Python, cannot be restored
+                signal.signal(s, h)
 
 
 def plan_jobs(specs: list[ServerSpec], repeat: int = 1, only: list[str] | None = None,
@@ -219,7 +263,8 @@ def collect(spec_paths: list[Path | str | ServerSpec], out: Path | str, *, fault
             replay_limit: int | None = None, call_timeout_s: float | None = None, commit_every: int = 25,
             echo: Callable[[str], None] | None = None) -> McpSummary:
     """Record every session of every spec into the corpus at `out`. A directory among `spec_paths`
-    stands for the specs in it. Options and sessions are checked before any server starts."""
+    stands for the specs in it. Options and sessions are checked before any server starts.
+    Raises `CollectionInterrupted` after SIGTERM or SIGINT, once the finished sessions are written."""
     check_options(repeat, concurrency, call_timeout_s, replay_limit, policy)
     specs: list[ServerSpec] = []
     for p in spec_paths:
@@ -232,15 +277,57 @@ def collect(spec_paths: list[Path | str | ServerSpec], out: Path | str, *, fault
             raise ValueError(f"no session to run in {', '.join(str(s.path) for s in specs)}"
                              + (" (--policy scripted leaves out sessions without steps)" if policy == "scripted" else ""))
         check_agent_endpoint(jobs, openai or {})
-    return anyio.run(lambda: _collect(specs, jobs, Path(out), faults or FaultConfig(), repeat, concurrency, openai or {},
-                                      replay_corpus, replay_limit, call_timeout_s, commit_every, echo))
+    with _callers_signal_handlers() as watch:
+        summary = anyio.run(lambda: _collect(specs, jobs, Path(out), faults or FaultConfig(), repeat, concurrency,
+                                             openai or {}, replay_corpus, replay_limit, call_timeout_s, commit_every,
+                                             echo, watch))
+    if summary.interrupted:
+        raise CollectionInterrupted(summary)
+    return summary
 
 
 async def _collect(specs: list[ServerSpec], planned: list[Job] | None, out: Path, faults: FaultConfig, repeat: int,
                    concurrency: int, openai: dict[str, Any], replay_corpus: Path | str | None,
                    replay_limit: int | None, call_timeout_s: float | None, commit_every: int,
-                   echo: Callable[[str], None] | None) -> McpSummary:
+                   echo: Callable[[str], None] | None, watch: tuple[signal.Signals, ...] = ()) -> McpSummary:
+    """The run, inside a scope that the signals in `watch` cancel."""
     run_id = time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + "-" + uuid.uuid4().hex[:8]
+    summary = McpSummary(str(out), run_id, faults=faults.as_dict())
+    state: dict[str, Any] = {"jobs": None, "running": {}}
+
+    async def run() -> None:
+        await _run_jobs(specs, planned, out, faults, repeat, concurrency, openai, replay_corpus, replay_limit,
+                        call_timeout_s, commit_every, echo, summary, state)
+
+    if not watch:
+        await run()
+        return summary
+    with anyio.open_signal_receiver(*watch) as signals:
+        async with anyio.create_task_group() as tg:
+
+            async def on_signal() -> None:
+                async for signum in signals:  # later signals while winding down: already stopping
+                    if summary.interrupted is None:
+                        summary.interrupted = signal.Signals(signum).name
+                        jobs, n = state["jobs"], len(state["running"])
+                        if echo:
+                            left = f"; {len(jobs) - summary.sessions - n} not started" if jobs is not None else ""
+                            echo(f"{summary.interrupted}: stopping {n} session{'' if n == 1 else 's'} in flight{left}")
+                        tg.cancel_scope.cancel()
+
+            tg.start_soon(on_signal)
+            try:
+                await run()
+            finally:
+                tg.cancel_scope.cancel()  # done (or interrupted): stop watching
+    return summary
+
+
+async def _run_jobs(specs: list[ServerSpec], planned: list[Job] | None, out: Path, faults: FaultConfig, repeat: int,
+                    concurrency: int, openai: dict[str, Any], replay_corpus: Path | str | None,
+                    replay_limit: int | None, call_timeout_s: float | None, commit_every: int,
+                    echo: Callable[[str], None] | None, summary: McpSummary, state: dict[str, Any]) -> None:
+    run_id = summary.run_id
     t0 = time.perf_counter()
     if planned is None:
         jobs = []
@@ -252,7 +339,8 @@ async def _collect(specs: list[ServerSpec], planned: list[Job] | None, out: Path
             jobs += [Job(spec, s, r) for s in sessions for r in range(repeat)]
     else:
         jobs = planned
-    summary = McpSummary(str(out), run_id, faults=faults.as_dict())
+    state["jobs"] = jobs
+    running: dict[str, None] = state["running"]  # job keys whose session is under way, in start order
     info = {"collector": "mcp", "faults": faults.as_dict(), "specs": [str(s.path) for s in specs]}
     sink = CollectionSink(out, run_key=f"mcp:{run_id}", source=",".join(str(s.path) for s in specs),
                           commit_every=commit_every, info=info)
@@ -275,20 +363,29 @@ async def _collect(specs: list[ServerSpec], planned: list[Job] | None, out: Path
     async def worker(job: Job) -> None:
         nonlocal done
         async with limiter:
-            pol = make_policy(job.session, **openai)
-            r = await SessionRecorder(job.spec, job.session, pol, faults=faults, run_id=run_id,
-                                      repetition=job.repetition, call_timeout_s=call_timeout_s).run()
-        async with lock:
-            await anyio.to_thread.run_sync(add, r)
-            summary.add(job.key, job.spec.name, r)
-            done += 1
-            if echo:
-                faults_seen = sorted({p for p in r.perturbations if p})
-                extra = f" faults={','.join(faults_seen)}" if faults_seen else ""
-                err = f" error: {r.error[:200]}" if r.outcome in FAILED_OUTCOMES and r.error else ""
-                echo(f"[{done}/{len(jobs)}] {job.key}: {r.outcome}, {len(r.trajectory.turns)} turns, "
-                     f"{r.seconds:.1f}s{extra}{err}")
+            running[job.key] = None
+            try:
+                pol = make_policy(job.session, **openai)
+                r = await SessionRecorder(job.spec, job.session, pol, faults=faults, run_id=run_id,
+                                          repetition=job.repetition, call_timeout_s=call_timeout_s).run()
+            except anyio.get_cancelled_exc_class():
+                running.pop(job.key, None)
+                stopped.add(job.key)  # its server is stopped (the recorder's `finally`); nothing recorded
+                raise
+        with anyio.CancelScope(shield=True):  # a finished session is written, even while the run is interrupted
+            async with lock:
+                await anyio.to_thread.run_sync(add, r)
+                summary.add(job.key, job.spec.name, r)
+                running.pop(job.key, None)
+                done += 1
+                if echo:
+                    faults_seen = sorted({p for p in r.perturbations if p})
+                    extra = f" faults={','.join(faults_seen)}" if faults_seen else ""
+                    err = f" error: {r.error[:200]}" if r.outcome in FAILED_OUTCOMES and r.error else ""
+                    echo(f"[{done}/{len(jobs)}] {job.key}: {r.outcome}, {len(r.trajectory.turns)} turns, "
+                         f"{r.seconds:.1f}s{extra}{err}")
 
+    stopped: set[str] = set()
     try:
         async with anyio.create_task_group() as tg:
             for job in jobs:
@@ -298,9 +395,10 @@ async def _collect(specs: list[ServerSpec], planned: list[Job] | None, out: Path
             await anyio.to_thread.run_sync(sink.flush)
             raw.add(pending_raw)
             await anyio.to_thread.run_sync(raw.flush)
-    summary.seconds = time.perf_counter() - t0
-    summary.raw_files, summary.raw_bytes, summary.raw_zstd_bytes = len(raw.files), raw.bytes_in, raw.bytes_out
-    return summary
+        summary.seconds = time.perf_counter() - t0
+        summary.raw_files, summary.raw_bytes, summary.raw_zstd_bytes = len(raw.files), raw.bytes_in, raw.bytes_out
+        summary.in_flight = [j.key for j in jobs if j.key in stopped]
+        summary.not_started = len(jobs) - summary.sessions - len(summary.in_flight)
 
 
 def stderr_echo(msg: str) -> None:

@@ -129,6 +129,7 @@ class SessionRecorder:
         self.notes: list[str] = []
         self.replay_map: dict[str, str] = {}
         self.closed_error: str | None = None
+        self.url: str | None = None  # streamable HTTP: the server's URL, placeholders expanded
         self._in_flight: str | None = None  # the action being executed, for errors that escape the SDK
         self.logdir = ""  # the server's stdout/stderr go to a file here (created by `run`)
 
@@ -138,12 +139,16 @@ class SessionRecorder:
         started = _now()
         self.logdir = tempfile.mkdtemp(prefix="worldline-mcp-log-")
         outcome, error = "completed", None
+        cancelled = False
         try:
             outcome = await self._run()
         except anyio.get_cancelled_exc_class():
+            cancelled = True  # the run is being interrupted: stop the server (below), record nothing
             raise
         except Exception as e:  # noqa: BLE001 - a harness bug must not end the whole run
             leaf = _leaf(e)  # the SDK's task groups wrap what we raise inside the session
+            if not isinstance(leaf, _Failure):
+                leaf = await self._unreachable(leaf) or leaf
             if isinstance(leaf, _Failure):
                 outcome, error = leaf.outcome, leaf.message
                 self._error_turn(leaf.action, leaf.message, leaf.outcome)
@@ -165,6 +170,8 @@ class SessionRecorder:
                 exit_code = await self.proc.stop(self.spec.timeouts.stop_grace_s)
             if self.workdir and not self.keep_workdir:
                 shutil.rmtree(self.workdir, ignore_errors=True)
+            if cancelled:
+                shutil.rmtree(self.logdir, ignore_errors=True)
         if error is None and self.closed_error:
             error = self.closed_error
         t = time.perf_counter()
@@ -229,7 +236,7 @@ class SessionRecorder:
         if spec.transport == "stdio":
             assert self.proc is not None
             return await stack.enter_async_context(stdio_streams(self.proc, self.log, spec.strict_jsonrpc))
-        url = expand(spec.url, values)
+        url = self.url = expand(spec.url, values)
         u = urlparse(url)
         if self.proc is not None:
             proc = self.proc
@@ -239,6 +246,24 @@ class SessionRecorder:
             except StartError as e:
                 raise _Failure("start_failed", f"{spec.path.name} ({spec.name}): {e}{self._stderr_suffix()}") from None
         return await stack.enter_async_context(http_streams(url, self.log))
+
+    async def _unreachable(self, e: BaseException) -> _Failure | None:
+        """Over HTTP, no connection to the URL before `initialize` answered, from a server that is
+        not (or no longer known to be) running here: the session could not start (`start_failed`).
+        A server process of ours that exited meanwhile is `server_died` instead (the caller's path)."""
+        from httpx2 import ConnectError, ConnectTimeout  # the SDK's HTTP client
+
+        if self.spec.transport != "http" or self.init_raw or self.url is None:
+            return None
+        if not isinstance(e, ConnectError | ConnectTimeout):
+            return None
+        if self.proc is not None and (self.proc.returncode is not None or await self.proc.wait(0.5)):
+            return None
+        return _Failure("start_failed", f"{self._who()}: cannot connect to {self.url}: {type(e).__name__}: {e}")
+
+    def _cut_off_suffix(self) -> str:
+        cut = self.proc.cut_off if self.proc else None
+        return f" (its last line on stdout was cut off: {cut})" if cut is not None else ""
 
     def _stderr_suffix(self) -> str:
         tail = self.proc.stderr_tail(600).strip() if self.proc else ""
@@ -272,7 +297,7 @@ class SessionRecorder:
             await self.proc.wait(1.0)  # EOF on stdout can come a moment before the exit status
         if self.proc is not None and self.proc.returncode is not None:
             return _Failure("server_died", f"{self._who()}: server exited with code {self.proc.returncode} during "
-                            f"{action}{self._stderr_suffix()}", action)
+                            f"{action}{self._cut_off_suffix()}{self._stderr_suffix()}", action)
         return _Failure("initialize_failed" if action == "initialize" else "connection_closed",
                         f"{self._who()}: {action} failed: JSON-RPC error {e.code}: {e.message}", action)
 
@@ -480,7 +505,8 @@ class SessionRecorder:
         if outcome == "invalid_jsonrpc" and self.proc is not None:
             return f"{self._who()}: server sent invalid JSON-RPC during {during}: {self.proc.violation}"
         if outcome == "server_died" and self.proc is not None:
-            return f"{self._who()}: server exited with code {self.proc.returncode} during {during}{self._stderr_suffix()}"
+            return (f"{self._who()}: server exited with code {self.proc.returncode} during {during}"
+                    f"{self._cut_off_suffix()}{self._stderr_suffix()}")
         return f"{self._who()}: the connection closed during {during}"
 
     def _error_turn(self, action: str, message: str, outcome: str) -> None:

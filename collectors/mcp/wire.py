@@ -89,6 +89,7 @@ class ServerProcess:
         self.proc: asyncio.subprocess.Process | None = None
         self.killed_on_purpose = False
         self.violation: str | None = None  # set by the stdio reader on invalid JSON-RPC
+        self.cut_off: str | None = None  # the last stdout line, when the server's exit cut it off
 
     @property
     def pid(self) -> int | None:
@@ -102,13 +103,15 @@ class ServerProcess:
         hint = f" ({self.install_hint})" if self.install_hint else ""
         log = open(self.log_path, "wb")  # noqa: SIM115 - handed to the child, closed below
         try:
-            self.proc = await asyncio.create_subprocess_exec(
-                *self.argv,
-                stdin=asyncio.subprocess.PIPE if self.pipes else asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE if self.pipes else log,
-                stderr=log, cwd=self.cwd, env=self.env, start_new_session=True,
-                preexec_fn=_reset_signals, limit=MAX_LINE_BYTES,
-            )
+            # shielded: a run interrupted here still learns the pid of the process it started, to stop it
+            with anyio.CancelScope(shield=True):
+                self.proc = await asyncio.create_subprocess_exec(
+                    *self.argv,
+                    stdin=asyncio.subprocess.PIPE if self.pipes else asyncio.subprocess.DEVNULL,
+                    stdout=asyncio.subprocess.PIPE if self.pipes else log,
+                    stderr=log, cwd=self.cwd, env=self.env, start_new_session=True,
+                    preexec_fn=_reset_signals, limit=MAX_LINE_BYTES,
+                )
         except FileNotFoundError as e:
             missing = self.cwd if self.cwd and not os.path.isdir(self.cwd) else self.argv[0]
             raise StartError(f"{self.label}: cannot start server: {missing!r} not found{hint}") from e
@@ -247,7 +250,9 @@ async def stdio_streams(proc: ServerProcess, log: WireLog, strict: bool = True) 
     """Newline-delimited JSON-RPC over the server's stdin/stdout, every line logged verbatim.
 
     With `strict`, a line that is not JSON-RPC ends the session: the read stream closes, pending
-    requests fail with CONNECTION_CLOSED at once, and `proc.violation` says what was received."""
+    requests fail with CONNECTION_CLOSED at once, and `proc.violation` says what was received.
+    A last line without its newline that is not JSON-RPC, written by a server that then exits, is a
+    symptom of that death, not a protocol violation: it is logged, and `proc.cut_off` keeps it."""
     assert proc.proc and proc.proc.stdout and proc.proc.stdin
     stdout, stdin = proc.proc.stdout, proc.proc.stdin
     read_w, read_r = anyio.create_memory_object_stream[SessionMessage | Exception](32)
@@ -266,6 +271,7 @@ async def stdio_streams(proc: ServerProcess, log: WireLog, strict: bool = True) 
                     return
                 if not line:
                     return  # EOF: the server exited or closed stdout
+                cut = not line.endswith(b"\n")  # EOF in the middle of a line
                 try:
                     text = line.decode("utf-8").rstrip("\r\n")
                 except UnicodeDecodeError:
@@ -278,6 +284,10 @@ async def stdio_streams(proc: ServerProcess, log: WireLog, strict: bool = True) 
                         msg, err = jsonrpc_message_adapter.validate_json(text, by_name=False), None
                     except ValidationError as e:
                         msg, err = None, str(e).splitlines()[0]
+                if msg is None and cut and await proc.wait(1.0):  # EOF can come a moment before the exit status
+                    proc.cut_off = _excerpt(text)
+                    log.add("s2c", text, None, note="cut off: no newline before the end of stdout")
+                    return
                 if msg is None:
                     note = f"invalid JSON-RPC ({err}): {_excerpt(text)}"
                     log.add("s2c", text, None, note=note)

@@ -63,3 +63,55 @@ def sessions(corpus: Path) -> dict[str, dict[str, Any]]:
 
 def obs(turn: dict[str, Any]) -> Any:
     return orjson.loads(turn["observation"])
+
+
+# A minimal stdio MCP server written into a test's directory (plain Python, starts in ~50 ms), for
+# the interrupt and failure-label tests. `--pidfile F` appends its pid to F at start. Modes:
+#   ok          echoes every call
+#   hang-call   on a call whose text is "hang": starts a child (in the server's process group), writes
+#               "SERVER_PID CHILD_PID" to `--marker F`, then never answers (sleeps)
+#   crash-mid   on the second call: writes half a JSON-RPC line and a stderr line, exits 9
+TEST_SERVER = r'''
+import json, os, subprocess, sys, time
+arg = lambda k: sys.argv[sys.argv.index(k) + 1] if k in sys.argv else None
+MODE = arg("--mode") or "ok"
+if arg("--pidfile"):
+    with open(arg("--pidfile"), "a") as f:
+        f.write(f"{os.getpid()}\n")
+def send(obj):
+    sys.stdout.write(json.dumps(obj) + "\n"); sys.stdout.flush()
+calls = 0
+for line in sys.stdin:
+    req = json.loads(line)
+    method, rid = req.get("method"), req.get("id")
+    if rid is None:
+        continue
+    if method == "initialize":
+        send({"jsonrpc": "2.0", "id": rid, "result": {"protocolVersion": req["params"]["protocolVersion"],
+              "capabilities": {"tools": {}}, "serverInfo": {"name": "test-" + MODE, "version": "0.1"}}})
+    elif method == "tools/list":
+        send({"jsonrpc": "2.0", "id": rid, "result": {"tools": [{"name": "echo",
+              "inputSchema": {"type": "object", "properties": {"text": {"type": "string"}}}}]}})
+    elif method == "tools/call":
+        calls += 1
+        text = req["params"].get("arguments", {}).get("text", "")
+        if MODE == "hang-call" and text == "hang":
+            child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+            with open(arg("--marker") + ".tmp", "w") as f:
+                f.write(f"{os.getpid()} {child.pid}\n")
+            os.rename(arg("--marker") + ".tmp", arg("--marker"))
+            time.sleep(600)
+        if MODE == "crash-mid" and calls == 2:
+            sys.stdout.write('{"jsonrpc": "2.0", "id": %d, "res' % rid); sys.stdout.flush()
+            sys.stderr.write("test-server: out of memory (simulated)\n"); sys.stderr.flush()
+            os._exit(9)
+        send({"jsonrpc": "2.0", "id": rid, "result": {"content": [{"type": "text", "text": text}], "isError": False}})
+    else:
+        send({"jsonrpc": "2.0", "id": rid, "error": {"code": -32601, "message": "Method not found"}})
+'''
+
+
+def write_test_server(d: Path) -> Path:
+    p = d / "test_server.py"
+    p.write_text(TEST_SERVER)
+    return p

@@ -269,3 +269,62 @@ def test_a_directory_of_specs_stands_for_its_specs(tmp_path: Path, capsys: pytes
     (specs / "notes.txt").write_text("not a spec")
     summary = collect([specs], tmp_path / "c")
     assert (summary.sessions, summary.failed, summary.turns, dict(summary.outcomes)) == (1, 0, 2, {"completed": 1})
+
+
+def test_http_url_with_nothing_listening_is_start_failed(tmp_path: Path) -> None:
+    """No server command, nothing on the port: the session could not connect (not a harness `error`)."""
+    p = tmp_path / "http-nolisten.yaml"
+    p.write_text("""name: http-nolisten
+transport: http
+url: "http://127.0.0.1:1/mcp"
+timeouts: {start_s: 3, initialize_s: 3, call_s: 3}
+sessions: [{name: s, task: t, steps: [{tool: echo}]}]
+""")
+    summary = collect([p], tmp_path / "c")
+    [t] = sessions(tmp_path / "c").values()
+    message = ("http-nolisten.yaml (http-nolisten): cannot connect to http://127.0.0.1:1/mcp: "
+               "ConnectError: All connection attempts failed")
+    assert (t["outcome"], t["metadata"]["error"]) == ("start_failed", message)
+    assert summary.failures == [f"http-nolisten/s#0: start_failed: {message}"]
+    [turn] = t["turns"]
+    assert (turn["action"], turn["observation_kind"], turn["is_error"]) == ("initialize", "error", True)
+    assert obs(turn) == {"error": {"message": message, "stage": "initialize"}}
+    assert turn["metadata"]["harness_error"] == "start_failed"
+    assert "notes" not in t["metadata"]  # an expected failure: no traceback
+
+
+def test_server_dying_with_half_a_line_written_is_server_died(tmp_path: Path) -> None:
+    """A line cut off by the server's exit is a symptom of the death, not invalid JSON-RPC."""
+    from tests.collectors.mcp_support import write_test_server
+
+    server = write_test_server(tmp_path)
+    p = tmp_path / "crash-mid.yaml"
+    p.write_text(f"""name: crash-mid
+command: "{sys.executable}"
+args: ["{server}", "--mode", "crash-mid", "--pidfile", "{tmp_path}/pids"]
+timeouts: {{initialize_s: 5, call_s: 5, stop_grace_s: 0.3}}
+sessions:
+  - name: s
+    task: echo thrice
+    steps: [{{tool: echo, args: {{text: one}}}}, {{tool: echo, args: {{text: two}}}}, {{tool: echo, args: {{text: three}}}}]
+""")
+    summary = collect([p], tmp_path / "c")
+    [t] = sessions(tmp_path / "c").values()
+    message = ("crash-mid.yaml (crash-mid): server exited with code 9 during tools/call echo "
+               "(its last line on stdout was cut off: {\"jsonrpc\": \"2.0\", \"id\": 4, \"res); "
+               "server stderr: test-server: out of memory (simulated)")
+    assert (t["outcome"], t["metadata"]["error"], t["metadata"]["server_exit_code"]) == ("server_died", message, 9)
+    assert summary.failures == [f"crash-mid/s#0: server_died: {message}"]
+    ok, died = t["turns"]
+    assert ok["observation"] == '{"content":[{"text":"one","type":"text"}],"isError":false}'
+    assert (died["action"], died["observation"], died["is_error"]) == (
+        'echo({"text":"two"})', '{"error":{"code":-32000,"message":"Connection closed"}}', True)
+    assert (died["metadata"]["server_exit_code"], died["metadata"]["server_stderr_tail"]) == (
+        9, "test-server: out of memory (simulated)\n")
+    assert "protocol_violation" not in died["metadata"]
+    # the cut-off line is still in the raw JSON-RPC, noted as such
+    raw = read_raw(tmp_path / "c", t["trajectory_id"], 1)
+    assert (raw[-1]["dir"], raw[-1]["raw"], raw[-1]["note"]) == (
+        "s2c", '{"jsonrpc": "2.0", "id": 4, "res', "cut off: no newline before the end of stdout")
+    [pid] = [int(x) for x in (tmp_path / "pids").read_text().split()]
+    assert not alive(pid)
