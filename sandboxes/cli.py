@@ -14,7 +14,7 @@ from schemas.options import at_least
 if TYPE_CHECKING:
     from sandboxes.tasks import TaskSpec
 
-EXIT_ENGINE = 4  # no Docker engine answers (the message says how to start one)
+EXIT_ENGINE = 4  # no Docker engine answers, or it stopped answering mid-run (the message says how to start one)
 
 
 def _echo(m: str) -> None:
@@ -77,8 +77,25 @@ def _cmd_tasks(a: argparse.Namespace) -> int:
     return 0
 
 
+def _run_collect(jobs: list, a: argparse.Namespace, **kw: object) -> int:
+    """`collect` with the summary printed, also when the engine went away mid-run (then the
+    EngineLost message follows, exit 4); 130 when interrupted, 3 with quarantined jobs."""
+    from sandboxes.collect import EngineLost, collect
+
+    try:
+        summary = collect(jobs, a.out, workers=a.workers, fresh=a.fresh, again=a.again,
+                          echo=(lambda m: None) if a.quiet else _echo, **kw)
+    except EngineLost as e:
+        print(e.summary.render(), flush=True)
+        raise
+    print(summary.render())
+    if summary.interrupted:
+        return 130
+    return 3 if summary.quarantined else 0
+
+
 def _cmd_collect(a: argparse.Namespace) -> int:
-    from sandboxes.collect import check_collect_options, collect, plan_jobs
+    from sandboxes.collect import check_collect_options, plan_jobs
     from sandboxes.perturb import parse_list
     from sandboxes.tasks import load_many
 
@@ -94,31 +111,23 @@ def _cmd_collect(a: argparse.Namespace) -> int:
         factory(tasks[0])  # fail now (not in a worker) when the endpoint settings are missing
     jobs = plan_jobs(tasks, a.only.split(",") if a.only else None, parse_list(a.perturb or []),
                      baseline=not a.no_baseline, policy_factory=factory)
-    summary = collect(jobs, a.out, workers=a.workers, seed=a.seed, fresh=a.fresh, warm=a.start_ahead,
-                      echo=(lambda m: None) if a.quiet else _echo)
-    print(summary.render())
-    if summary.interrupted:
-        return 130
-    return 3 if summary.quarantined else 0
+    return _run_collect(jobs, a, seed=a.seed, warm=a.start_ahead)
 
 
 def _cmd_replay(a: argparse.Namespace) -> int:
-    from sandboxes.collect import check_collect_options, collect
+    from sandboxes.collect import check_collect_options
     from sandboxes.replay import replay_jobs
 
     check_collect_options(a.out, a.workers)  # before reading the traces, let alone asking the engine
     jobs, _ = replay_jobs(a.paths, limit=a.limit)
     if not jobs:
         raise ValueError(f"no replayable shell actions in {', '.join(map(str, a.paths))}")
-    summary = collect(jobs, a.out, workers=a.workers, fresh=a.fresh, echo=(lambda m: None) if a.quiet else _echo)
-    print(summary.render())
-    if summary.interrupted:
-        return 130
-    return 3 if summary.quarantined else 0
+    return _run_collect(jobs, a)
 
 
 def _guard(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
-    """EngineUnavailable becomes exit 4 with its how-to-start message, an image that cannot be read
+    """EngineUnavailable (also EngineLost, the engine gone mid-run) becomes exit 4 with its
+    how-to-start message, an image that cannot be read
     or built exit 1 with the recipe named (one line each, not a traceback)."""
     from sandboxes.images import ImageError
 
@@ -173,6 +182,8 @@ def register(subparsers: argparse._SubParsersAction, collect_subparsers: argpars
     c.add_argument("--model", help="agent model (default $WORLDLINE_AGENT_MODEL)")
     c.add_argument("--max-turns", type=int, default=20)
     c.add_argument("--quiet", action="store_true", help="no per-trajectory progress lines")
+    c.add_argument("--again", action="store_true",
+                   help="also run the jobs that already have a trajectory in --out (by default a rerun skips them)")
     c.set_defaults(func=_guard(_cmd_collect))
 
     r = collect_subparsers.add_parser("replay", help="re-execute the shell actions of imported trajectories in sandboxes",
@@ -184,4 +195,5 @@ def register(subparsers: argparse._SubParsersAction, collect_subparsers: argpars
     r.add_argument("--limit", type=int, help="replay at most this many trajectories")
     r.add_argument("--fresh", action="store_true", help="a new container for every trajectory")
     r.add_argument("--quiet", action="store_true")
+    r.add_argument("--again", action="store_true", help="also replay what already has a trajectory in --out")
     r.set_defaults(func=_guard(_cmd_replay))

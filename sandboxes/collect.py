@@ -7,13 +7,22 @@ the sandbox: a hung command is a timeout turn, a container that dies ends the tr
 an error turn. `collect` runs many (task, perturbation) jobs on a pool of N workers (threads:
 the work is waiting on containers) and hands each finished trajectory to the sink at once, so a
 crash or Ctrl-C loses nothing that was finished (and the sink's batches are committed).
+
+What is not the sandbox's doing is not recorded as if it were: a trajectory cut short by Ctrl-C /
+SIGTERM, or by the Docker engine going away, is `interrupted` with the turns it completed (no
+error turn for the container that vanished), and a job that had not recorded a turn yet is "not
+run" (never quarantined). A rerun into the same corpus skips the jobs that already have a
+trajectory there (anything but `interrupted`); `again=True` collects them anew.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
+import os
 import re
 import secrets
+import signal
 import sys
 import threading
 import time
@@ -26,7 +35,7 @@ from typing import Any
 
 from collectors.policies import Action, Policy, ScriptedPolicy, Step
 from sandboxes import images, perturb
-from sandboxes.engine import client, engine_info
+from sandboxes.engine import HOW_TO_START, EngineUnavailable, client, engine_info
 from sandboxes.reaper import (
     Session,
     interruptible,
@@ -307,10 +316,47 @@ def _command_of(act: Action) -> str:
 
 @dataclass
 class Outcome:
+    """A trajectory, a quarantine record, or neither: the job was not run (or was stopped before
+    it recorded a turn) because the run was interrupted or the engine went away."""
+
     trajectory: Trajectory | None
     quarantine: QuarantineRecord | None
     seconds: float
     job: Job
+    engine_error: str | None = None  # the engine stopped answering during this job (why)
+
+
+class StopFlag(threading.Event):
+    """The collector's stop flag, with what set it ("SIGINT", "SIGTERM"), recorded as the
+    `interrupted_by` of the trajectories it cuts short."""
+
+    reason: str | None = None
+
+    def stop(self, reason: str) -> None:
+        if not self.is_set():
+            self.reason = reason
+        self.set()
+
+
+def _engine_error(timeout_s: float = 10.0) -> str | None:
+    """None when the engine answers a ping now, else why not. A fresh connection (not the cached
+    client, whose pool may hold a dead socket), asked after a sandbox failure: is it the sandbox,
+    or is the engine gone?"""
+    try:
+        import docker
+
+        c = docker.from_env(timeout=int(timeout_s))
+        try:
+            c.ping()
+        finally:
+            c.close()
+        return None
+    except Exception as e:  # noqa: BLE001 - any failure to connect means "no engine"
+        return f"{type(e).__name__}: {e}"
+
+
+def _where() -> str:
+    return os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
 
 
 _image_ids: dict[str, str] = {}
@@ -378,8 +424,14 @@ def run_task(job: Job, session: Session, seed: int = 0, stop: threading.Event | 
              cache: SandboxCache | None = None, warmer: SandboxWarmer | None = None) -> Outcome:
     """One trajectory (or, when set-up fails, a quarantine record naming the spec and field).
 
-    With a `cache`, a plain sandbox may be a reset one from this worker's previous trajectory."""
+    With a `cache`, a plain sandbox may be a reset one from this worker's previous trajectory.
+
+    Cut short by `stop` (or by the engine going away: `Outcome.engine_error`), the trajectory is
+    `interrupted` with the turns it completed and no turn for the action in flight; with no turn
+    yet, neither a trajectory nor a quarantine record comes back (the job was not run)."""
     t_start = time.monotonic()
+    if stop is not None and stop.is_set():
+        return Outcome(None, None, 0.0, job)
     task = job.task
     base, pl = _plan(job, seed)
     policy = job.policy_factory(task) if job.policy_factory else scripted(task)
@@ -393,7 +445,22 @@ def run_task(job: Job, session: Session, seed: int = 0, stop: threading.Event | 
                             "perturbation": None if pl.label is None else {"name": pl.label, "params": pl.params},
                             **job.extra_meta}
     outcome, reward, died = None, None, None
+    engine_error: str | None = None
     fingerprint: dict[str, Any] = {}
+
+    def cut_short(e: BaseException) -> bool:
+        """Whether a failure is the run's (an interrupt, the engine gone), not the sandbox's."""
+        nonlocal engine_error
+        if stop is not None and stop.is_set():
+            meta["interrupted_by"] = getattr(stop, "reason", None) or "interrupt"
+            return True
+        engine_error = _engine_error()
+        if engine_error is not None:
+            meta["interrupted_by"] = "engine"
+            meta["engine_error"] = f"{e} ({engine_error})"
+            return True
+        return False
+
     try:
         run_cfg = _run_config(pl)
         run_image = run_cfg.image
@@ -432,6 +499,7 @@ def run_task(job: Job, session: Session, seed: int = 0, stop: threading.Event | 
         while True:
             if stop is not None and stop.is_set():
                 outcome = "interrupted"
+                meta["interrupted_by"] = getattr(stop, "reason", None) or "interrupt"
                 break
             try:
                 act = policy.next_action(history)
@@ -449,7 +517,7 @@ def run_task(job: Job, session: Session, seed: int = 0, stop: threading.Event | 
                 r = sb.run(_command_of(act), timeout_s=timeout)
             except ContainerDied as e:
                 res.healthy = False
-                if stop is not None and stop.is_set():  # removed by the interrupt handler, not a failure
+                if cut_short(e):  # removed by the interrupt handler, or the engine is gone: not the sandbox's doing
                     outcome = "interrupted"
                     break
                 died = str(e)
@@ -476,16 +544,26 @@ def run_task(job: Job, session: Session, seed: int = 0, stop: threading.Event | 
             meta["error"] = died
     except (TaskSetupError, perturb.PerturbationError, images.ImageError, SandboxError) as e:
         res.healthy = False
-        if not turns:
+        if not isinstance(e, perturb.PerturbationError) and cut_short(e):
+            outcome = "interrupted"
+        elif not turns:
             key = job.key
             return Outcome(None, QuarantineRecord(source=str(task.path), locator=f"task:{key}",
                                                   reason="setup_failed" if isinstance(e, TaskSetupError) else "sandbox_failed",
                                                   detail=f"{key}: {e}", importer=IMPORTER),
                            time.monotonic() - t_start, job)
-        outcome, died = "error", str(e)
-        meta["error"] = died
+        else:
+            outcome, died = "error", str(e)
+            meta["error"] = died
+    except Exception as e:
+        res.healthy = False
+        if not cut_short(e):
+            raise  # a harness bug: `collect` quarantines it as collector_error
+        outcome = "interrupted"
     finally:
         res.close()
+    if outcome == "interrupted" and not turns:
+        return Outcome(None, None, time.monotonic() - t_start, job, engine_error)
     meta["seconds"] = round(time.monotonic() - t_start, 4)
     model = getattr(policy, "model", None)
     traj = Trajectory(
@@ -496,11 +574,17 @@ def run_task(job: Job, session: Session, seed: int = 0, stop: threading.Event | 
         outcome=outcome, reward=reward, env_fingerprint=dumps(fingerprint) if fingerprint else None,
         collected_at=collected_at, metadata=dumps(meta), locator=f"task:{job.key}", source=str(task.path),
     )
-    return Outcome(traj, None, time.monotonic() - t_start, job)
+    return Outcome(traj, None, time.monotonic() - t_start, job, engine_error)
 
 
 @dataclass
 class CollectSummary:
+    """What a collection did. Every planned job is exactly one of: collected (a trajectory,
+    `interrupted` ones included), skipped (already collected in the corpus), quarantined, or not
+    run (interrupted, or the engine went away, before it recorded a turn):
+    `planned == trajectories + skipped + quarantined + not_run`; `jobs` are those this run took on
+    (`planned - skipped`)."""
+
     jobs: int = 0
     trajectories: int = 0
     turns: int = 0
@@ -514,6 +598,12 @@ class CollectSummary:
     reaped: int = 0
     workers: int = 1
     warm: dict[str, int] = field(default_factory=dict)  # SandboxWarmer.stats()
+    planned: int = 0
+    skipped: int = 0  # already collected in the corpus (see collected_jobs)
+    not_run: int = 0
+    interrupted_by: str | None = None  # SIGINT, SIGTERM
+    engine_error: str | None = None  # the engine stopped answering during the run: why
+    cut_by_engine: int = 0  # trajectories in flight then, kept as `interrupted`
 
     def add(self, o: Outcome) -> None:
         """Count one recorded trajectory (finished, or kept after an interrupt)."""
@@ -521,9 +611,19 @@ class CollectSummary:
         assert t is not None
         self.trajectories += 1
         self.turns += len(t.turns)
+        if o.engine_error is not None and t.outcome == "interrupted":
+            self.cut_by_engine += 1
         for counts, key in ((self.by_outcome, t.outcome or "none"), (self.by_domain, t.domain),
                             (self.by_perturbation, o.job.perturbation.name if o.job.perturbation else "none")):
             counts[key] = counts.get(key, 0) + 1
+
+    def engine_message(self) -> str:
+        """What `EngineLost` says: how far the run got, and how to go on."""
+        return (f"the Docker engine at {_where()} stopped answering during the collection ({self.engine_error}): "
+                f"{_n(self.not_run, 'job')} {'was' if self.not_run == 1 else 'were'} not run (not quarantined) and "
+                f"{self.cut_by_engine} in flight {'was' if self.cut_by_engine == 1 else 'were'} kept as `interrupted`; "
+                f"{_n(self.trajectories - self.cut_by_engine, 'trajectory', 'trajectories')} finished. "
+                "Rerun the same collection once an engine answers: what was collected is skipped. " + HOW_TO_START)
 
     def render(self) -> str:
         rate = self.turns / self.seconds if self.seconds else 0.0
@@ -531,11 +631,20 @@ class CollectSummary:
             f"sandbox collection: {self.trajectories} trajectories, {self.turns} turns from {self.jobs} jobs "
             f"in {self.seconds:.1f}s ({rate:.1f} turns/s, {self.workers} workers)"
             + ("  [INTERRUPTED: finished trajectories were kept]" if self.interrupted else ""),
+            f"  jobs:          {self.planned} = {self.trajectories} collected + {self.skipped} skipped (already collected) "
+            f"+ {self.quarantined} quarantined + {self.not_run} not run",
             "  outcomes:      " + ", ".join(f"{k}={v}" for k, v in sorted(self.by_outcome.items())),
             "  domains:       " + ", ".join(f"{k}={v}" for k, v in sorted(self.by_domain.items())),
             "  perturbations: " + ", ".join(f"{k}={v}" for k, v in sorted(self.by_perturbation.items())),
             f"  quarantined:   {self.quarantined} (set-up failures, with the spec and field in the reason)",
         ]
+        if self.skipped:
+            lines.append(f"  {_n(self.skipped, 'job')} already collected, skipped "
+                         f"(--again collects {'it' if self.skipped == 1 else 'them'} anew)")
+        if self.not_run:
+            why = "interrupted" if self.interrupted or self.engine_error is None else "the Docker engine stopped answering"
+            lines.append(f"  {_n(self.not_run, 'job')} not run ({why}): rerun the same command to collect "
+                         f"{'it' if self.not_run == 1 else 'them'}")
         if self.warm.get("started"):
             w = self.warm
             lines.append(f"  started ahead: {w['started']} sandboxes, {w['taken']} used, {w['wasted']} unused")
@@ -543,6 +652,67 @@ class CollectSummary:
             lines.append(f"  reaped {self.reaped} orphaned containers of dead collectors at start")
         lines += [f"  ! {e}" for e in self.errors[:10]]
         return "\n".join(lines)
+
+
+def _n(k: int, one: str, many: str | None = None) -> str:
+    return f"{k} {one if k == 1 else (many or one + 's')}"
+
+
+class EngineLost(EngineUnavailable):
+    """The engine stopped answering during a collection. Raised by `collect` once the run has wound
+    down and its trajectories are committed; `summary` says what was collected, and the message
+    how many jobs were not run and how to start an engine."""
+
+    def __init__(self, summary: CollectSummary):
+        super().__init__(summary.engine_message())
+        self.summary = summary
+
+
+def _identity(native_id: str, spec_digest: str | None, image: str | None, policy: str | None, model: str | None,
+              perturbation: Any) -> str:
+    return dumps([native_id, spec_digest or "", image, policy, model, perturbation]) or ""
+
+
+def job_identity(job: Job, seed: int = 0) -> str | None:
+    """What makes a job the same job: its key (task id, or the replayed trajectory, and the
+    perturbation), the task spec's digest, the image recipe, the perturbation's resolved
+    parameters (the seed among them) and the policy with its model. None when its policy cannot
+    be made (the run reports that)."""
+    try:
+        _, pl = _plan(job, seed)
+        policy = job.policy_factory(job.task) if job.policy_factory else scripted(job.task)
+    except Exception:  # noqa: BLE001
+        return None
+    model = getattr(policy, "model", None)
+    pert = None if pl.label is None else json.loads(dumps({"name": pl.label, "params": pl.params}) or "null")
+    return _identity(job.key, job.task.digest, job.task.image, getattr(policy, "name", type(policy).__name__),
+                     model if isinstance(model, str) else None, pert)
+
+
+def collected_jobs(out: Path | str, keys: Iterable[str]) -> set[str]:
+    """Identities (`job_identity`) of the jobs, among those with these keys, that already have a
+    sandbox trajectory in the corpus `out` other than an `interrupted` one."""
+    from pipelines.query import connect
+    from pipelines.store import Corpus
+
+    keys = sorted(set(keys))
+    if not keys or not Corpus(out).exists():
+        return set()
+    con = connect(out)
+    try:
+        rows = con.execute("""SELECT native_id, model, metadata FROM trajectories
+            WHERE source_format = ? AND coalesce(outcome, '') <> 'interrupted' AND native_id IN (SELECT unnest(?))""",
+                           [SOURCE_FORMAT, keys]).fetchall()
+    finally:
+        con.close()
+    found = set()
+    for native_id, model, metadata in rows:
+        try:
+            m = json.loads(metadata or "{}")
+        except ValueError:
+            continue
+        found.add(_identity(native_id, m.get("spec_digest"), m.get("image"), m.get("policy"), model, m.get("perturbation")))
+    return found
 
 
 def check_collect_options(out: Path | str, workers: int) -> None:
@@ -557,13 +727,20 @@ def check_collect_options(out: Path | str, workers: int) -> None:
 
 def collect(jobs: Iterable[Job], out: Path | str, workers: int = 2, seed: int = 0,
             echo: Callable[[str], None] | None = None, run_key: str | None = None,
-            commit_every: int = 20, fresh: bool = False, warm: bool = False) -> CollectSummary:
+            commit_every: int = 20, fresh: bool = False, warm: bool = False, again: bool = False) -> CollectSummary:
     """Run jobs on `workers` sandboxes at a time and write the trajectories to the corpus `out`.
 
+    Jobs that already have a trajectory in `out` (see `collected_jobs`) are skipped, so a rerun
+    after an interrupted or failed run collects only what is missing; `again=True` collects them
+    anew. When nothing is left to run, the engine is not asked anything.
     `fresh=True`: a new container for every trajectory (no reset-and-reuse, see SandboxCache).
     `warm=True`: start upcoming trajectories' sandboxes ahead of time (see SandboxWarmer; off by
     default: on 2 cores the engine's start work competes with the running trajectories, and the
-    collection benchmark measured no consistent gain)."""
+    collection benchmark measured no consistent gain).
+
+    Ctrl-C / SIGTERM: the trajectories in flight are kept as `interrupted`, the rest is not run,
+    and `summary.interrupted` is set. The engine going away: no new job is started, and once the
+    run has wound down (what was collected committed) `EngineLost` is raised, with the summary."""
     from pipelines.sink import CollectionSink
 
     check_collect_options(out, workers)
@@ -574,24 +751,38 @@ def collect(jobs: Iterable[Job], out: Path | str, workers: int = 2, seed: int = 
         except perturb.PerturbationError as e:
             raise perturb.PerturbationError(f"task {j.task.id}: {e}") from None
     say = echo or (lambda m: print(m, file=sys.stderr))
+    t0 = time.monotonic()
+    done_before = set() if again else collected_jobs(out, (j.key for j in jobs))
+    todo = [j for j in jobs if not done_before or job_identity(j, seed) not in done_before]
+    summary = CollectSummary(jobs=len(todo), planned=len(jobs), skipped=len(jobs) - len(todo), workers=workers)
+    if summary.skipped:
+        say(f"{_n(summary.skipped, 'job')} already collected in {out}, skipped (--again collects them anew)")
+    if not todo:
+        summary.seconds = time.monotonic() - t0
+        return summary
+    key = run_key or "sandbox:" + hashlib.sha256("\0".join(sorted(j.key for j in jobs)).encode()).hexdigest()[:16]
+    jobs = todo
     client()  # fail early, with the how-to-start message, when no engine answers
     reaped = reap_orphans()
+    summary.reaped = len(reaped.containers)
     for name in sorted({j.task.image for j in jobs}):
         images.build(name, echo=lambda m: say(m))
     session = Session()
-    summary = CollectSummary(jobs=len(jobs), reaped=len(reaped.containers), workers=workers)
-    key = run_key or "sandbox:" + hashlib.sha256("\0".join(sorted(j.key for j in jobs)).encode()).hexdigest()[:16]
-    stop = threading.Event()
+    stop = StopFlag()
+    engine_lost = threading.Event()
     t0 = time.monotonic()
     done = 0
     caches: list[SandboxCache] = []
     local = threading.local()
     lock = threading.Lock()
+    committing = False  # the main thread is handing a result to the sink: an interrupt waits for it
 
     warm_for = warm_configs(jobs, seed, workers, fresh) if warm else []
     warmer: SandboxWarmer | None = None  # started inside the try below, so that its finally removes what it started
 
     def work(index: int, j: Job) -> Outcome:
+        if stop.is_set() or engine_lost.is_set():
+            return Outcome(None, None, 0.0, j)  # not run
         cache = getattr(local, "cache", None)
         if cache is None and not fresh:
             cache = local.cache = SandboxCache()
@@ -600,13 +791,46 @@ def collect(jobs: Iterable[Job], out: Path | str, workers: int = 2, seed: int = 
         if warmer is not None:
             warmer.began(index)
         try:
-            return run_task(j, session, seed, stop, cache, warmer)
+            o = run_task(j, session, seed, stop, cache, warmer)
         except Exception as e:  # noqa: BLE001 - a harness bug must not stop the other workers
+            if stop.is_set():
+                return Outcome(None, None, 0.0, j)
             return Outcome(None, QuarantineRecord(source=str(j.task.path), locator=f"task:{j.key}", reason="collector_error",
                                                   detail=f"{j.key}: {type(e).__name__}: {e}", importer=IMPORTER), 0.0, j)
+        if o.engine_error is not None:
+            with lock:
+                if summary.engine_error is None:
+                    summary.engine_error = o.engine_error
+            engine_lost.set()  # no new job starts; those queued return at once, not run
+        return o
+
+    def on_interrupt(signum: int) -> bool:
+        first = not stop.is_set()
+        stop.stop(signal.Signals(signum).name)  # before the handler removes the containers
+        return committing and first  # True: KeyboardInterrupt after the sink call, not inside it (a second signal: now)
+
+    def record(o: Outcome, tag: str) -> None:
+        nonlocal committing
+        committing = True
+        try:
+            if o.trajectory is not None:
+                t = o.trajectory
+                sink.add(t, IMPORTER, IMPORTER_VERSION)
+                summary.add(o)
+                say(f"{tag} {o.job.key}: {len(t.turns)} turns, {t.outcome} ({o.seconds:.2f}s)")
+            elif o.quarantine is not None:
+                sink.quarantine(o.quarantine)
+                summary.quarantined += 1
+                summary.errors.append(o.quarantine.detail or o.quarantine.reason)
+                say(f"{tag} {o.job.key}: QUARANTINED: {o.quarantine.detail}")
+            elif o.engine_error is not None or engine_lost.is_set():
+                say(f"{tag} {o.job.key}: not run (the Docker engine stopped answering)")
+        finally:
+            committing = False
 
     with CollectionSink(out, run_key=key, source="sandbox", commit_every=commit_every,
-                        info={"collector": "sandbox", "session": session.id, "seed": seed}) as sink, interruptible():
+                        info={"collector": "sandbox", "session": session.id, "seed": seed}) as sink, \
+            interruptible(on_interrupt):
         pool = ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="sandbox")
         pending: set[Future] = set()
         it = iter(enumerate(jobs))
@@ -621,22 +845,16 @@ def collect(jobs: Iterable[Job], out: Path | str, workers: int = 2, seed: int = 
                 for f in finished:
                     o: Outcome = f.result()
                     done += 1
-                    if o.trajectory is not None:
-                        t = o.trajectory
-                        sink.add(t, IMPORTER, IMPORTER_VERSION)
-                        summary.add(o)
-                        say(f"[{done}/{len(jobs)}] {o.job.key}: {len(t.turns)} turns, {t.outcome} ({o.seconds:.2f}s)")
-                    if o.quarantine is not None:
-                        sink.quarantine(o.quarantine)
-                        summary.quarantined += 1
-                        summary.errors.append(o.quarantine.detail or o.quarantine.reason)
-                        say(f"[{done}/{len(jobs)}] {o.job.key}: QUARANTINED: {o.quarantine.detail}")
-                    nxt = next(it, None)
+                    record(o, f"[{done}/{len(jobs)}]")
+                    if stop.is_set():  # a signal came while the sink was busy
+                        raise KeyboardInterrupt(stop.reason)
+                    nxt = next(it, None) if not engine_lost.is_set() else None
                     if nxt is not None:
                         pending.add(pool.submit(work, *nxt))
         except KeyboardInterrupt:
             summary.interrupted = True
-            stop.set()
+            stop.stop("SIGINT")  # already set by the handler (with the signal's name), unless a plain KeyboardInterrupt
+            summary.interrupted_by = stop.reason
             if warmer is not None:
                 warmer.close()  # no new starts while the workers wind down
             from sandboxes.reaper import remove_all_live
@@ -647,9 +865,9 @@ def collect(jobs: Iterable[Job], out: Path | str, workers: int = 2, seed: int = 
                     o = f.result(timeout=30)
                 except Exception:  # noqa: BLE001
                     continue
-                if o.trajectory is not None and o.trajectory.turns:
-                    sink.add(o.trajectory, IMPORTER, IMPORTER_VERSION)
-                    summary.add(o)
+                if o.trajectory is not None or o.quarantine is not None:
+                    done += 1
+                    record(o, f"[{done}/{len(jobs)}]")
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
             if warmer is not None:
@@ -659,7 +877,11 @@ def collect(jobs: Iterable[Job], out: Path | str, workers: int = 2, seed: int = 
                 c.close()
             drain_removals()
     summary.seconds = time.monotonic() - t0
+    summary.not_run = summary.planned - summary.skipped - summary.trajectories - summary.quarantined
+    if summary.engine_error is not None and not summary.interrupted:
+        raise EngineLost(summary)
     return summary
 
 
-__all__ = ["BASH_TOOL", "USER", "CollectSummary", "Job", "Outcome", "collect", "run_task", "scripted"]
+__all__ = ["BASH_TOOL", "USER", "CollectSummary", "EngineLost", "Job", "Outcome", "collect", "collected_jobs",
+           "job_identity", "run_task", "scripted"]

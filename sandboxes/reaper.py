@@ -6,6 +6,8 @@ How each way of dying is covered:
 - Ctrl-C / SIGTERM: `interruptible()` turns SIGTERM into KeyboardInterrupt in the main thread and
   removes every container in this process's registry at once (workers blocked in an exec see
   their container vanish and return), then `finally` blocks run as usual; atexit does the same.
+  The caller's `on_interrupt` runs before the removal: a collector sets its stop flag there, so
+  that a worker whose container vanishes knows it was interrupted (not a container failure).
 - SIGKILL (nothing in the process runs): the container's main process is a watchdog reading
   stdin from an attach socket only the collector holds (`stdin_once`); the kernel closes that
   socket when the collector dies, the watchdog reads EOF and exits, and the engine removes the
@@ -26,7 +28,7 @@ import secrets
 import signal
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from sandboxes.engine import client
@@ -170,8 +172,13 @@ def containers_of(session_id: str | None = None, pid: int | None = None) -> list
 
 
 @contextlib.contextmanager
-def interruptible() -> Iterator[None]:
+def interruptible(on_interrupt: Callable[[int], bool | None] | None = None) -> Iterator[None]:
     """SIGTERM behaves like Ctrl-C, and either removes this process's containers at once.
+
+    `on_interrupt(signum)` runs first, before any container is removed (a collector sets its stop
+    flag there: a worker that then sees its container vanish knows why). When it returns True the
+    handler does not raise KeyboardInterrupt: the caller is in a step that must not be cut in two
+    (committing a batch) and raises it itself afterwards.
 
     Only in the main thread (signal handlers can only be set there); elsewhere a no-op."""
     if threading.current_thread() is not threading.main_thread():
@@ -179,8 +186,10 @@ def interruptible() -> Iterator[None]:
         return
 
     def on_signal(signum: int, frame: object) -> None:
+        defer = on_interrupt(signum) if on_interrupt is not None else False
         remove_all_live()
-        raise KeyboardInterrupt(f"signal {signum}")
+        if not defer:
+            raise KeyboardInterrupt(f"signal {signum}")
 
     old = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
     for s in old:

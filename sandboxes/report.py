@@ -16,7 +16,10 @@ _SB = "source_format = 'sandbox'"
 
 def section_sandbox(con: duckdb.DuckDBPyConnection) -> str:
     """Sandbox collection: trajectories per domain and image, outcomes, and per perturbation the
-    error/timeout rates, typical exit codes and durations next to the unperturbed baseline."""
+    error/timeout rates, typical exit codes and durations next to the unperturbed baseline.
+
+    Trajectories cut short by the collector (outcome `interrupted`: Ctrl-C, SIGTERM, the engine
+    gone) are counted apart and left out of the success rates: a rerun collects those jobs anew."""
     n = con.sql(f"SELECT count(*) FROM trajectories WHERE {_SB}").fetchall()[0][0]
     if not n:
         return "<h2>Docker sandboxes</h2><p class=empty>no sandbox trajectories in this corpus</p>"
@@ -26,6 +29,7 @@ def section_sandbox(con: duckdb.DuckDBPyConnection) -> str:
                json_extract_string(metadata, '$.policy') AS policy, count(*) AS trajectories,
                sum(num_turns) AS turns, count(*) FILTER (WHERE outcome = 'success') AS success,
                count(*) FILTER (WHERE outcome = 'failure') AS failure, count(*) FILTER (WHERE outcome = 'error') AS error,
+               count(*) FILTER (WHERE outcome = 'interrupted') AS interrupted,
                round(median(CAST(json_extract(metadata, '$.seconds') AS DOUBLE)), 2) AS median_s
         FROM trajectories WHERE {_SB} GROUP BY ALL ORDER BY ALL""")
     pcols, prows = query_table(con, f"""
@@ -37,8 +41,11 @@ def section_sandbox(con: duckdb.DuckDBPyConnection) -> str:
         FROM {turns} GROUP BY 1 ORDER BY (coalesce(perturbation, 'none') != 'none'), 1""")
     ocols, orows = query_table(con, f"""
         SELECT coalesce(json_extract_string(metadata, '$.perturbation.name'), 'none') AS perturbation,
-               count(*) AS trajectories, round(100.0 * count(*) FILTER (WHERE outcome = 'success') / count(*), 1) AS success_pct,
-               count(*) FILTER (WHERE outcome = 'error') AS ended_by_error
+               count(*) AS trajectories,
+               round(100.0 * count(*) FILTER (WHERE outcome = 'success')
+                     / nullif(count(*) FILTER (WHERE outcome IS DISTINCT FROM 'interrupted'), 0), 1) AS success_pct,
+               count(*) FILTER (WHERE outcome = 'error') AS ended_by_error,
+               count(*) FILTER (WHERE outcome = 'interrupted') AS interrupted
         FROM trajectories WHERE {_SB} GROUP BY 1
         ORDER BY (coalesce(json_extract_string(metadata, '$.perturbation.name'), 'none') != 'none'), 1""")
     return (

@@ -1,0 +1,81 @@
+"""Collecting into a corpus that already holds the jobs' trajectories is a no-op (rerun-safe, like
+`worldline ingest`); `--again` collects them anew. A job is its task (id and spec digest), image,
+perturbation with its parameters (the seed among them) and policy."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from dagster_project.resources import CorpusResource
+from dagster_project.sandbox_assets import SandboxPoolResource, sandbox_contract_checks, sandbox_trajectories
+from pipelines.cli import main
+from pipelines.contracts import run_contracts
+from pipelines.query import run_query
+from sandboxes.tasks import TASKS_DIR
+
+ONLY = "text-csv-sum,git-find-commit"
+
+
+def _collect(out: Path, *extra: str) -> int:
+    return main(["collect", "sandbox", str(TASKS_DIR), "--only", ONLY, "--out", str(out), "--workers", "2", "--quiet", *extra])
+
+
+def _rows(out: Path) -> list[tuple]:
+    return run_query(out, "SELECT native_id, outcome, count(*) FROM trajectories GROUP BY ALL ORDER BY ALL")[1]
+
+
+def test_rerun_skips_what_is_collected_and_again_collects_anew(images, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "c"
+    assert _collect(out) == 0
+    first = capsys.readouterr().out.splitlines()
+    assert first[0].startswith("sandbox collection: 2 trajectories, 5 turns from 2 jobs in ")
+    assert first[1] == "  jobs:          2 = 2 collected + 0 skipped (already collected) + 0 quarantined + 0 not run"
+    assert _rows(out) == [("git-find-commit", "success", 1), ("text-csv-sum", "success", 1)]
+
+    # the same jobs again: nothing to run, so not even an engine is needed
+    with monkeypatch.context() as m:
+        m.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-engine.sock")
+        assert _collect(out) == 0
+    again = capsys.readouterr().out.splitlines()
+    assert again[0].startswith("sandbox collection: 0 trajectories, 0 turns from 0 jobs in ")
+    assert again[1] == "  jobs:          2 = 0 collected + 2 skipped (already collected) + 0 quarantined + 0 not run"
+    assert "  2 jobs already collected, skipped (--again collects them anew)" in again
+    assert _rows(out) == [("git-find-commit", "success", 1), ("text-csv-sum", "success", 1)]
+
+    # other jobs over the same tasks are not the same jobs: a perturbation, then its other seed
+    assert _collect(out, "--perturb", "read_only_fs", "--seed", "3") == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1] == "  jobs:          4 = 2 collected + 2 skipped (already collected) + 0 quarantined + 0 not run"
+    assert _collect(out, "--perturb", "read_only_fs", "--seed", "4", "--no-baseline") == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1] == "  jobs:          2 = 2 collected + 0 skipped (already collected) + 0 quarantined + 0 not run"
+    assert _collect(out, "--perturb", "read_only_fs", "--seed", "4") == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1] == "  jobs:          4 = 0 collected + 4 skipped (already collected) + 0 quarantined + 0 not run"
+
+    assert _collect(out, "--again") == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1] == "  jobs:          2 = 2 collected + 0 skipped (already collected) + 0 quarantined + 0 not run"
+    assert _rows(out) == [("git-find-commit", "success", 2), ("git-find-commit@read_only_fs", "failure", 2),
+                          ("text-csv-sum", "success", 2), ("text-csv-sum@read_only_fs", "failure", 2)]
+    assert all(r.passed for r in run_contracts(out)), [r.line() for r in run_contracts(out) if not r.passed]
+
+
+def test_rerun_of_the_dagster_asset_is_a_no_op(images, tmp_path: Path) -> None:
+    corpus = CorpusResource(root=str(tmp_path / "corpus"), inbox=str(tmp_path / "inbox"))
+    pool = SandboxPoolResource(only=["text-csv-sum"], perturbations=["read_only_fs"])
+    mds = []
+    for _ in range(2):
+        res = dg.materialize([sandbox_trajectories, sandbox_contract_checks], resources={"corpus": corpus, "sandbox_pool": pool},
+                             instance=dg.DagsterInstance.ephemeral())
+        assert res.success
+        [mat] = res.asset_materializations_for_node("sandbox_trajectories")
+        mds.append({k: mat.metadata[k].value for k in ("jobs", "trajectories", "turns", "quarantined")})
+        assert all(e.passed for e in res.get_asset_check_evaluations())
+    assert mds == [{"jobs": 2, "trajectories": 2, "turns": 6, "quarantined": 0},
+                   {"jobs": 0, "trajectories": 0, "turns": 0, "quarantined": 0}]
+    assert _rows(tmp_path / "corpus") == [("text-csv-sum", "success", 1), ("text-csv-sum@read_only_fs", "failure", 1)]
