@@ -116,13 +116,14 @@ def _cmd_collect(a: argparse.Namespace) -> int:
 
 def _cmd_replay(a: argparse.Namespace) -> int:
     from sandboxes.collect import check_collect_options
-    from sandboxes.replay import replay_jobs
+    from sandboxes.replay import plan_replay
 
     check_collect_options(a.out, a.workers)  # before reading the traces, let alone asking the engine
-    jobs, _ = replay_jobs(a.paths, limit=a.limit)
-    if not jobs:
-        raise ValueError(f"no replayable shell actions in {', '.join(map(str, a.paths))}")
-    return _run_collect(jobs, a)
+    plan = plan_replay(a.paths, limit=a.limit, allow_missing_env=a.allow_missing_env)
+    if not plan.jobs:
+        raise ValueError(f"nothing to replay in {', '.join(map(str, a.paths))}: {plan.render()}")
+    print(plan.render(), file=sys.stderr)
+    return _run_collect(plan.jobs, a)
 
 
 def _guard(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
@@ -196,4 +197,7 @@ def register(subparsers: argparse._SubParsersAction, collect_subparsers: argpars
     r.add_argument("--fresh", action="store_true", help="a new container for every trajectory")
     r.add_argument("--quiet", action="store_true")
     r.add_argument("--again", action="store_true", help="also replay what already has a trajectory in --out")
+    r.add_argument("--allow-missing-env", action="store_true",
+                   help="also replay trajectories that acted on files the sandbox lacks (SWE repositories, recorded "
+                        "working dirs); they start in the original's working dir, created empty")
     r.set_defaults(func=_guard(_cmd_replay))

@@ -180,7 +180,3 @@ def plan_replay(paths: Iterable[Path | str], limit: int | None = None, allow_mis
                 return plan
     return plan
 
-
-def replay_jobs(paths: Iterable[Path | str], limit: int | None = None) -> tuple[list[Job], list[Trajectory]]:
-    plan = plan_replay(paths, limit)
-    return plan.jobs, plan.originals

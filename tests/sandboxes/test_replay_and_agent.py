@@ -151,3 +151,14 @@ def test_agent_endpoint_failing_midway_keeps_the_turns(images) -> None:
     meta = json.loads(t.metadata)
     assert t.outcome == "error" and meta["error"].startswith("policy openai-chat: EndpointError: http://127.0.0.1:")
     assert "HTTP 500" in meta["error"] and "checks" not in meta
+
+
+def test_cli_says_what_it_left_out_when_nothing_is_left(tmp_path: Path, capsys) -> None:
+    from pipelines.cli import main
+
+    assert main(["collect", "replay", str(SAMPLE / "openhands"), "--out", str(tmp_path / "c")]) == 1
+    assert capsys.readouterr().err == (
+        f"worldline collect: error: nothing to replay in {SAMPLE / 'openhands'}: replay: 6 records read: 0 to replay; "
+        "2 without shell actions; 4 left out: they acted on files the sandbox lacks (/workspace/ponylang__ponyc__0.1 (3), "
+        "/workspace (1); --allow-missing-env replays them anyway)\n")
+    assert not (tmp_path / "c").exists()
