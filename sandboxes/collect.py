@@ -44,6 +44,7 @@ from sandboxes.reaper import (
     unregister_volume,
 )
 from sandboxes.sandbox import (
+    SHELL_SERVER_DIGEST,
     USER,
     ContainerDied,
     Limits,
@@ -490,7 +491,7 @@ def run_task(job: Job, session: Session, seed: int = 0, stop: threading.Event | 
             sb.baseline()  # the server has not listed the work dir since it changed
         fingerprint = {"image": run_image, "image_id": _image_id(run_image), "recipe": task.image, **engine_info(),
                        "limits": vars(run_cfg.limits), "network": "mirror" if run_cfg.network_mode not in ("none",) else "none",
-                       "action_timeout_s": run_cfg.action_timeout_s}
+                       "action_timeout_s": run_cfg.action_timeout_s, "shell_server": SHELL_SERVER_DIGEST}
         initial = {"cwd": sb.cfg.workdir, "files": sorted(sb.listing)}
         meta["start_s"] = round(sb.start_s or 0.0, 4)
         meta["setup_s"] = round(time.monotonic() - t_start, 4)

@@ -3,9 +3,11 @@
 Why one container and a server: starting a container costs as much as a whole `docker run`
 (start to first output, in docs/benchmarks.md), and a `docker exec` also has runc join the
 namespaces each time; the container's main process here is a bash loop that reads actions from
-the attached stdin and runs each one in a child shell, which costs a few milliseconds (one
-action once started, same page). A shell session's state (cwd, files, background jobs, whose later output shows up
-in later observations as it would in a terminal) survives from one action to the next.
+the attached stdin and runs each one in a child `bash -c`, which costs a few milliseconds (one
+action once started, same page). A shell session's state survives from one action to the next as
+in the persistent shell an agent drives: the cwd, exported variables, aliases and functions,
+files, and background jobs, whose later output shows up in later observations as it would in a
+terminal.
 
 Locked down: no network (`network_mode=none`), read-only root, writable tmpfs at the work dir,
 /tmp, $HOME and the harness state dir /run/wl, all capabilities dropped, no-new-privileges,
@@ -13,15 +15,17 @@ uid 1000, pids/memory/CPU limits, no log driver, and a per-action timeout (coreu
 the sandbox, which kills the action's whole process group; a host-side read deadline is the
 backstop for a process that escaped the group).
 
-Per action the server restores the cwd the previous action left, runs the command with `eval`
-in a shell whose EXIT trap saves the new cwd, and then reports after a random per-action nonce
-that the command cannot guess: the exit code, the cwd, a listing of the work dir (type, size,
-mtime, mode, path) and the md5 of every file whose ctime moved during the action. The host
-diffs consecutive listings into files created, modified and deleted (`.git/` internals are not
-listed). stdout and stderr come back as Docker's multiplexed attach frames: kept separately and,
-in arrival order, as the combined text the agent saw (the engine reads the two pipes
-independently, so writes to both streams close together may arrive in either order, even split
-mid-line — which is also all that an agent reading `docker exec`/attach output ever sees).
+Per action the server runs the command as `bash -c COMMAND` under `timeout`, with BASH_ENV
+restoring the shell state the previous action left and an EXIT trap saving the new one, and then
+reports after a random per-action nonce that the command cannot guess: the exit code, the cwd, a
+listing of the work dir (type, size, mtime, mode, path) and the md5 of every file whose ctime
+moved during the action. The host diffs consecutive listings into files created, modified and
+deleted (`.git/` internals are not listed). stdout and stderr come back as Docker's multiplexed
+attach frames; each stream is decoded on its own (UTF-8, invalid bytes as U+FFFD) and kept
+separately (the first MAX_OUTPUT bytes of each) and, in arrival order, as the combined text the
+agent saw (the engine reads the two pipes independently, so writes to both streams close together
+may arrive in either order, even split mid-line — which is also all that an agent reading
+`docker exec`/attach output ever sees). Nothing the harness itself prints reaches them.
 
 Cleanup, in layers (see `reaper.py`): `close()` in `finally`; a registry of live containers that
 the interrupt handler and atexit remove; the server itself as a watchdog — it reads stdin from
@@ -35,6 +39,8 @@ killed between create and attach).
 from __future__ import annotations
 
 import base64
+import codecs
+import hashlib
 import io
 import secrets
 import tarfile
@@ -51,61 +57,116 @@ from sandboxes.reaper import Session, register, unregister
 WORKDIR = "/work"
 STATE_DIR = "/run/wl"
 USER = "1000:1000"
-MAX_OUTPUT = 32 * 1024 * 1024  # bytes of output per stream and action kept; more kills the action
+MAX_OUTPUT = 32 * 1024 * 1024  # bytes of output per stream and action kept, exactly; more kills the action
 PATH = "/run/wl/shim:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
-# The container's main process (pid 1): a shell server. It reads one action per line from stdin
-# (`nonce timeout truncate-bytes workdir command`, workdir and command \xHH-escaped so a line is
-# a line), runs it through `timeout` in a child bash (_INNER) and writes end markers: the nonce
-# on stdout, then on stderr the nonce, exit code, cwd, a work-dir listing, the md5 of files whose
-# ctime moved, and `<nonce>-end`. Only absolute paths and builtins: PATH may hold perturbation
-# wrappers, and perturbations may delete ordinary commands. EOF on stdin (the collector is gone,
-# even by SIGKILL) ends the loop, the container stops and the engine removes it.
-# One line, with `eval` on it, so that the shell's own messages read like those of `bash -c CMD`
-# ("bash: line 1: foo: command not found"), which is what an agent running commands sees.
+# The container's main process (pid 1) is a plain `/bin/bash` that reads its program, the shell
+# server below, from the attached stdin (`start()` sends it first; bash reads a pipe or socket
+# byte by byte, so the loop's `read` gets the lines that follow), which is why `ps` shows pid 1
+# as `/bin/bash` and nothing of the harness. The server reads one action per line
+# (`nonce timeout truncate-bytes mode workdir command`, workdir and command \xHH-escaped so a line
+# is a line; mode `a` an agent action, `h` a harness step, `r` a reset) and runs the command as
+# `timeout -k 1 T /bin/bash -c -- COMMAND bash`, exactly what an agent running `bash -c` gets
+# (messages like "bash: line 1: foo: command not found", `$0` is bash, no positional
+# parameters), with BASH_ENV pointing at _RC, which that shell reads first. Then it writes end
+# markers: the nonce on stdout, then on stderr the nonce, exit code, cwd, a work-dir listing, the
+# md5 of files whose ctime moved, and `<nonce>-end`. The server's own stderr is /dev/null (the
+# markers and the action's stderr use a copy of the real one, fd 4), so bash's reports about
+# its children ("wl-server: line 30: 8 Killed  /usr/bin/timeout ...", when `timeout -k` or the
+# output cap SIGKILLs an action) never reach the recorded output. Only absolute paths and
+# builtins: PATH may hold perturbation wrappers, and perturbations may delete ordinary commands.
+# EOF on stdin (the collector is gone, even by SIGKILL) ends the loop, the container stops and
+# the engine removes it.
+#
+# Shell state, as in the persistent shell an agent drives: _RC restores the cwd and, for agent
+# actions, the exported variables, aliases and functions that the previous action's shell left
+# (`export -p`, `alias -p`, `declare -f`, saved by its EXIT trap, also after `exit` or the
+# SIGTERM of a timeout), first unsetting the variables the shell got from the server's
+# environment (@ENV@: their names, filled in once at start), so that an `unset` also carries
+# over. Not carried over, as after a shell restart: unexported variables, shell options (`set`,
+# `shopt`), traps, and anything when the agent replaced the EXIT trap. The state files alternate (/run/wl/env.0, env.1) and one counts only if
+# it ends with the completion line, so an action killed while saving, or gone by `exec`, leaves
+# the state before it. Harness steps (set-up, checks) neither see nor change that state; a reset
+# drops it. In the trap, which runs after the agent's command, builtins are called as
+# `\builtin NAME`, past the agent's aliases and functions (`exec` as `\exec`: through `builtin`,
+# its redirections would not stay).
+#
 # With truncation, stdout goes through `dd iflag=count_bytes count=N` in a process substitution:
 # it passes on whatever each read returns at once, even while a background job keeps the pipe
-# open (`head` would hold it until end of file), and stops after N bytes. Bash does not wait for a process substitution, so
-# the EXIT trap closes stdout and waits a moment (at most 0.5 s) for `dd` to pass on the rest
-# before the server writes the end markers; a background job's later output shows up later, as
-# in a terminal.
-_INNER = (r"""cd -- "$(< /run/wl/cwd)" 2>/dev/null || cd -- "$3"; trap 'exit 143' TERM; __wl_cut=; """
-          r"""trap 'printf %s "$PWD" > /run/wl/cwd; if [ -n "$__wl_cut" ]; then exec >&-; for _ in {1..50}; do """
-          r"""kill -0 "$__wl_cut" 2>/dev/null || break; /usr/bin/sleep 0.01; done; fi' EXIT; """
-          r"""if [ "$2" -gt 0 ]; then exec > >(exec /usr/bin/dd bs=64K iflag=count_bytes count="$2" status=none); __wl_cut=$!; fi; """
-          'eval "$1"')
+# open (`head` would hold it until end of file), and stops after N bytes. Bash does not wait for a
+# process substitution, so the EXIT trap closes stdout and waits a moment (at most 0.5 s) for
+# `dd` to pass on the rest before the server writes the end markers; a background job's later
+# output shows up later, as in a terminal.
+_SAVE = (r"""{ \builtin printf %s "$PWD" >| /run/wl/cwd; """
+         r"""if [[ -n $__wl_out ]]; then { \builtin export -p; [[ -v OLDPWD ]] && \builtin declare -p OLDPWD; """
+         r"""\builtin alias -p; \builtin declare -f; \builtin printf '%s\n' '# wl-state-ok'; } >| "$__wl_out"; fi; """
+         r"""if [[ -n $__wl_cut ]]; then \exec >&-; for _ in {1..50}; do """
+         r"""\builtin kill -0 "$__wl_cut" || break; /usr/bin/sleep 0.01; done; fi; } 2>/dev/null""")
+_RC = r"""\builtin unset BASH_ENV
+__wl_t=$__wl_a __wl_in=$__wl_b __wl_out=$__wl_c __wl_wd=$__wl_d __wl_cut=
+\builtin unset __wl_a __wl_b __wl_c __wl_d
+\builtin trap '\builtin exit 143' TERM
+\builtin trap '@SAVE@' EXIT
+if [[ $__wl_t -gt 0 ]]; then exec > >(exec /usr/bin/dd bs=64K iflag=count_bytes count="$__wl_t" status=none); __wl_cut=$!; fi
+if [[ -n $__wl_in ]]; then
+  \builtin unset -v @ENV@ SHLVL PWD OLDPWD 2>/dev/null
+  \builtin . "$__wl_in" 2>/dev/null
+fi
+[[ -v OLDPWD ]] && __wl_v=$OLDPWD || \builtin unset __wl_v
+__wl_t=; IFS= \builtin read -r -d '' __wl_t < /run/wl/cwd 2>/dev/null
+\builtin cd -- "$__wl_t" 2>/dev/null || \builtin cd -- "$__wl_wd"
+if [[ -v __wl_v ]]; then OLDPWD=$__wl_v; else \builtin unset OLDPWD; fi
+\builtin unset __wl_t __wl_wd __wl_in __wl_v
+\builtin shopt -s expand_aliases
+""".replace("@SAVE@", _SAVE.replace("'", "'\\''"))
 
-_SERVER = r"""
-INNER=$1
+_SERVER = r"""exec 4>&2 2>/dev/null
+st= names=$(compgen -e)
+RC=${RC//@ENV@/${names//$'\n'/ }}
 printf %s "$PWD" > /run/wl/cwd
-while IFS=' ' read -r nonce t trunc wd cmd; do
+while IFS=' ' read -r nonce t trunc mode wd cmd; do
   printf -v wd '%b' "$wd"
-  if [ "$nonce" = @@RESET ]; then
-    nonce=$cmd
-    kill -KILL -1 2>/dev/null; wait
+  if [[ $mode == r ]]; then
+    kill -KILL -1; wait
     shopt -s dotglob nullglob
-    /usr/bin/rm -rf -- "$wd"/* /tmp/* /home/agent/* /dev/shm/* /run/wl/shim/* /run/wl/py /run/wl/chk.*
+    /usr/bin/rm -rf -- "$wd"/* /tmp/* /home/agent/* /dev/shm/* /run/wl/shim/* /run/wl/py /run/wl/chk.* /run/wl/env.*
     shopt -u dotglob nullglob
     printf %s "$wd" > /run/wl/cwd
     : > /run/wl/mark
-    rc=0
+    st= rc=0
   else
     printf -v cmd '%b' "$cmd"
     # one second early: a file changed in the same clock tick as the mark must still be -cnewer
     /usr/bin/touch -d "@$((EPOCHSECONDS - 1))" /run/wl/mark
-    /usr/bin/timeout -k 1 "$t" /bin/bash -c "$INNER" bash "$cmd" "$trunc" "$wd" </dev/null
+    printf %s "$RC" > /run/wl/rc
+    in= out=
+    if [[ $mode == a ]]; then
+      in=$st out=/run/wl/env.0
+      [[ $st == "$out" ]] && out=/run/wl/env.1
+      : > "$out"
+    fi
+    __wl_a=$trunc __wl_b=$in __wl_c=$out __wl_d=$wd BASH_ENV=/run/wl/rc \
+      /usr/bin/timeout -k 1 "$t" /bin/bash -c -- "$cmd" bash </dev/null 2>&4 4>&-
     rc=$?
+    if [[ -n $out ]]; then
+      mapfile -t lines < "$out"
+      (( ${#lines[@]} )) && [[ ${lines[-1]} == '# wl-state-ok' ]] && st=$out
+    fi
   fi
   printf '\n%s\n' "$nonce"
-  printf '\n%s\nrc=%s\ncwd=%s\n' "$nonce" "$rc" "$(< /run/wl/cwd)" >&2
+  printf '\n%s\nrc=%s\ncwd=%s\n' "$nonce" "$rc" "$(< /run/wl/cwd)" >&4
   : > /run/wl/changed
   /usr/bin/find "$wd" -mindepth 1 -xdev -name .git -prune -o -printf '%y %s %T@ %m %P\0' \
-    -type f -cnewer /run/wl/mark -size -1025k -fprint0 /run/wl/changed >&2
-  printf '\n%s-md5\n' "$nonce" >&2
-  [ -s /run/wl/changed ] && /usr/bin/xargs -0 /usr/bin/md5sum -z -- < /run/wl/changed >&2
-  printf '\n%s-end\n' "$nonce" >&2
+    -type f -cnewer /run/wl/mark -size -1025k -fprint0 /run/wl/changed >&4
+  printf '\n%s-md5\n' "$nonce" >&4
+  [[ -s /run/wl/changed ]] && /usr/bin/xargs -0 /usr/bin/md5sum -z -- < /run/wl/changed >&4
+  printf '\n%s-end\n' "$nonce" >&4
 done
 """
+# What start() sends: the _RC text as a variable, then the server.
+_BOOT = "RC='" + _RC.replace("'", "'\\''") + "'\n" + _SERVER
+# Which shell server recorded a trajectory (the image does not hold it): in every environment fingerprint
+SHELL_SERVER_DIGEST = hashlib.sha256(_BOOT.encode()).hexdigest()[:16]
 
 _SAFE = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_./-")
 
@@ -208,6 +269,87 @@ def _decode(b: bytes) -> str:
     return b.decode("utf-8", "replace")
 
 
+class _Output:
+    """One stream of one action, up to the server's marker: the first MAX_OUTPUT bytes of the
+    command's output are kept, the rest only counted; the marker is found even when split
+    across frames."""
+
+    def __init__(self, marker: bytes):
+        self.marker = marker
+        self.kept = bytearray()
+        self.seen = 0  # bytes fed while the marker was not found yet
+        self.tail = b""  # the last len(marker) - 1 of them
+        self.size: int | None = None  # bytes of output, once the marker is found
+
+    def over(self) -> bool:
+        """More than MAX_OUTPUT bytes of output for certain (not a marker's first bytes)."""
+        return (self.size if self.size is not None else self.seen - len(self.marker) + 1) > MAX_OUTPUT
+
+    def feed(self, d: bytes) -> bytes | None:
+        """Take a frame's bytes: None while the marker is not complete, else what follows it."""
+        m, w = self.marker, len(self.marker) - 1
+        i = (self.tail + d[:w]).find(m)  # a marker that began in an earlier frame
+        if i < 0:
+            k = d.find(m)
+            i = -1 if k < 0 else len(self.tail) + k
+        end = len(d) if i < 0 else i - len(self.tail)  # output bytes of this frame (< 0: the marker began before)
+        room = MAX_OUTPUT - len(self.kept)
+        if room > 0 and end > 0:
+            self.kept += d[:min(room, end)] if min(room, end) < len(d) else d
+        if i < 0:
+            self.seen += len(d)
+            self.tail = d[-w:] if len(d) >= w else (self.tail + d)[-w:]
+            return None
+        self.size = self.seen + end
+        del self.kept[self.size:]
+        return d[end + len(m):]
+
+
+class _Utf8:
+    """Incremental UTF-8 decoding, invalid bytes as U+FFFD exactly as `bytes.decode(errors=
+    "replace")` gives them, of a buffer in place (codecs' incremental decoder copies its input)."""
+
+    def __init__(self) -> None:
+        self.left = b""  # an incomplete character at the end of the last piece
+
+    def decode(self, mv: memoryview, final: bool) -> list[str]:
+        out: list[str] = []
+        if self.left:  # four more bytes settle it: completed, or replaced
+            head = self.left + bytes(mv[:4])
+            text, used = codecs.utf_8_decode(head, "replace", final and len(head) - len(self.left) == len(mv))
+            out.append(text)
+            if len(head) - len(self.left) == len(mv):
+                self.left = head[used:]
+                return out
+            mv = mv[used - len(self.left):]
+        text, used = codecs.utf_8_decode(mv, "replace", final)
+        out.append(text)
+        self.left = bytes(mv[used:])
+        return out
+
+
+def _texts(order: list[list[int]], out: bytearray, err: bytearray) -> tuple[str, str, str]:
+    """(stdout, stderr, combined): each stream decoded on its own, the pieces interleaved in
+    arrival order (`order`: [stream, end offset]) for `combined`."""
+    kept = {1: out, 2: err}
+    dec = {1: _Utf8(), 2: _Utf8()}
+    last = {s: i for i, (s, _) in enumerate(order)}
+    pos = {1: 0, 2: 0}
+    parts: list[str] = []
+    own: dict[int, list[str]] = {1: [], 2: []}
+    for i, (s, end) in enumerate(order):
+        end = min(end, len(kept[s]))
+        with memoryview(kept[s]) as mv:
+            texts = dec[s].decode(mv[pos[s]:end], final=i == last[s])
+        pos[s] = end
+        for text in texts:
+            if text:
+                parts.append(text)
+                own[s].append(text)
+    # one piece is the same string in both (''.join of one str returns it): no second copy
+    return "".join(own[1]), "".join(own[2]), "".join(parts)
+
+
 class Sandbox:
     """`with Sandbox(cfg, session) as sb: sb.run("ls -la")`; `close()` always removes it."""
 
@@ -218,8 +360,8 @@ class Sandbox:
         self.container: str | None = None  # the container id
         self._sock: Any = None  # the attach socket: stdin in, multiplexed stdout/stderr out
         self._raw: Any = None
-        self._frames: list[tuple[int, bytes]] = []  # received, not yet attributed to an action
-        self._pending = b""
+        self._frames: list[tuple[int, bytes]] = []  # received past an action's markers: the next one's
+        self._pending = bytearray()  # a frame not yet whole
         self._listing: dict[str, FileEntry] = {}
         self._lock = threading.Lock()
         self.start_s: float | None = None
@@ -262,7 +404,8 @@ class Sandbox:
     def start(self) -> Sandbox:
         t0 = time.monotonic()
         api = client().api
-        env = {"PATH": PATH, "HOME": "/home/agent", "LANG": "C.UTF-8", "TERM": "dumb", **self.cfg.env}
+        env = {"PATH": PATH, "HOME": "/home/agent", "USER": "agent", "LOGNAME": "agent", "LANG": "C.UTF-8", "TERM": "dumb",
+               **self.cfg.env}
         name = f"wl-{self.session.id}-{self.name_hint}-{secrets.token_hex(3)}"
         try:
             hc = api.create_host_config(**self._host_config())
@@ -272,7 +415,7 @@ class Sandbox:
                     {self.cfg.network_mode: api.create_endpoint_config(aliases=list(self.cfg.aliases))})
             # detach=False + stdin_open: the engine sets StdinOnce, which the watchdog relies on.
             self.container = api.create_container(
-                self.cfg.image, command=["/bin/bash", "-c", _SERVER, "wl-server", _INNER], name=name,
+                self.cfg.image, command=["/bin/bash"], name=name,
                 labels=self.session.labels(), user=USER, working_dir=self.cfg.workdir, environment=env,
                 stdin_open=True, detach=False, hostname="sandbox", host_config=hc, networking_config=net,
             )["Id"]
@@ -283,6 +426,7 @@ class Sandbox:
             self._sock = api.attach_socket(self.container, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1})
             self._raw = getattr(self._sock, "_sock", self._sock)
             api.start(self.container)
+            self._raw.sendall(_BOOT.encode())  # the server: pid 1 reads its program from stdin
         except Exception:
             self.close()
             raise
@@ -414,8 +558,7 @@ class Sandbox:
 
     # actions -------------------------------------------------------------------------------
     def _recv(self, deadline: float) -> list[tuple[int, bytes]] | None:
-        """Receive once: the whole frames that completed (appended to self._frames too), or None
-        on EOF (the container is gone)."""
+        """Receive once: the whole frames that completed, or None on EOF (the container is gone)."""
         left = deadline - time.monotonic()
         if left <= 0:
             raise TimeoutError
@@ -423,58 +566,90 @@ class Sandbox:
         data = self._raw.recv(262144)
         if not data:
             return None
-        p = self._pending + data
-        i = 0
+        buf = self._pending
+        buf += data
+        i, n = 0, len(buf)
         new: list[tuple[int, bytes]] = []
-        while len(p) - i >= 8:
-            size = int.from_bytes(p[i + 4:i + 8], "big")
-            if len(p) - i < 8 + size:
-                break
-            new.append((p[i], p[i + 8:i + 8 + size]))
-            i += 8 + size
-        self._pending = p[i:]
-        self._frames.extend(new)
+        with memoryview(buf) as mv:
+            while n - i >= 8:
+                size = int.from_bytes(mv[i + 4:i + 8], "big")
+                if n - i < 8 + size:
+                    break
+                new.append((buf[i], bytes(mv[i + 8:i + 8 + size])))
+                i += 8 + size
+        del buf[:i]
         return new
 
     def run(self, command: str, timeout_s: float | None = None, harness: bool = False, _reset: bool = False) -> ActionResult:
         """Execute one action; never raises for what the command does (non-zero exit, timeout,
         output on stderr); raises ContainerDied when the sandbox itself is gone. `harness`: a
-        step of the collector (set-up, checks), exempt from output truncation.
+        step of the collector (set-up, checks), exempt from output truncation and from the
+        agent's shell state (exported variables, aliases, functions).
 
-        An action whose output passes MAX_OUTPUT bytes on a stream is killed (the collector's
-        memory is bounded); the result says so (`output_capped`)."""
+        Of each stream the first MAX_OUTPUT bytes are kept; an action that writes more is
+        killed and the rest dropped unread into memory (the collector's memory is bounded); the
+        result says so (`output_capped`). stdout and stderr are decoded (UTF-8, invalid bytes
+        as U+FFFD) each on its own, and `combined` interleaves the two texts in arrival order: a
+        character split across writes shows up where its last byte arrived, so `combined` is
+        always exactly the characters of stdout and stderr."""
         if self.closed or self._raw is None:
             raise ContainerDied("the sandbox is closed")
         timeout = float(timeout_s if timeout_s is not None else self.cfg.action_timeout_s)
         nonce = "@@WL-" + secrets.token_hex(12)
         if _reset:
-            line = f"@@RESET 0 0 {_escape(self.cfg.workdir)} {nonce}\n"
+            line = f"{nonce} 0 0 r {_escape(self.cfg.workdir)} \n"
         else:
             trunc = 0 if harness else int(self.cfg.truncate_bytes)
-            line = f"{nonce} {timeout:g} {trunc} {_escape(self.cfg.workdir)} {_escape(command)}\n"
+            line = f"{nonce} {timeout:g} {trunc} {'h' if harness else 'a'} {_escape(self.cfg.workdir)} {_escape(command)}\n"
         started = datetime.now(UTC)
         t0 = time.monotonic()
         try:
             self._raw.sendall(line.encode())
         except OSError as e:
             raise ContainerDied(f"cannot send the action: {e}; {self.state_reason()}") from e
-        out_mark = f"\n{nonce}\n".encode()
+        out, err = _Output(f"\n{nonce}\n".encode()), _Output(f"\n{nonce}\n".encode())
         err_end = f"\n{nonce}-end\n".encode()
+        meta = bytearray()  # stderr past its marker: exit code, cwd, listing, md5s
+        meta_done = False
+        order: list[list[int]] = []  # [stream, end offset of its output so far], in arrival order
+        later: list[tuple[int, bytes]] = []  # bytes past the markers (a background job's): the next action's
+
+        def feed(st: int, d: bytes) -> None:
+            nonlocal meta_done
+            o = out if st == 1 else err
+            if st in (1, 2) and o.size is None:
+                rest = o.feed(d)
+                end = o.seen if o.size is None else o.size
+                if order and order[-1][0] == st:
+                    order[-1][1] = end
+                else:
+                    order.append([st, end])
+                if not rest:
+                    return
+                if st == 1:
+                    later.append((1, rest))
+                    return
+                d = rest
+            elif st != 2 or meta_done:
+                later.append((st, d))
+                return
+            n0 = len(meta)
+            meta.extend(d)
+            k = meta.find(err_end, max(0, n0 - len(err_end) + 1))
+            if k >= 0:
+                meta_done = True
+                if len(meta) > k + len(err_end):
+                    later.append((2, bytes(meta[k + len(err_end):])))
+                del meta[k:]
+
+        queued, self._frames = self._frames, []
+        for st, d in queued:  # output of background jobs that arrived between actions
+            feed(st, d)
         deadline = t0 + timeout + 10.0
         killed = capped = False
         first: float | None = None
-        out_b, err_b = bytearray(), bytearray()
-        for st, d in self._frames:  # output of background jobs that arrived between actions
-            (out_b if st == 1 else err_b).extend(d)
-        out_cut = end_at = -1
-        while True:
-            if out_cut < 0:
-                out_cut = out_b.find(out_mark, max(0, len(out_b) - len(out_mark) - 262144 - 8))
-            if end_at < 0:
-                end_at = err_b.find(err_end, max(0, len(err_b) - len(err_end) - 262144 - 8))
-            if out_cut >= 0 and end_at >= 0:
-                break
-            if not capped and (len(out_b) > MAX_OUTPUT or len(err_b) > MAX_OUTPUT + 16 * 1024 * 1024):
+        while out.size is None or not meta_done:
+            if not capped and (out.over() or err.over()):
                 capped = True
                 self._kill_actions()
             try:
@@ -493,42 +668,21 @@ class Sandbox:
             if new and first is None:
                 first = time.monotonic() - t0
             for st, d in new:
-                (out_b if st == 1 else err_b).extend(d)
+                feed(st, d)
+        self._frames = later
         duration = time.monotonic() - t0
-        err_mark = f"\n{nonce}\n".encode()
-        err_cut = err_b.rindex(err_mark, 0, end_at + 1)
-        meta = err_b[err_cut + len(err_mark):end_at]
-        combined = self._take(out_cut, out_cut + len(out_mark), err_cut, end_at + len(err_end))
-        head, _, md5s = meta.partition(f"\n{nonce}-md5\n".encode())
+        stdout, stderr, combined = _texts(order, out.kept, err.kept)
+        head, _, md5s = bytes(meta).partition(f"\n{nonce}-md5\n".encode())
         lines = head.split(b"\n", 2)
         rc = int(lines[0].removeprefix(b"rc="))
         cwd = _decode(lines[1].removeprefix(b"cwd="))
         listing = _parse_listing(_decode(lines[2]) if len(lines) > 2 else "")
         hashes = _parse_md5(_decode(md5s), self.cfg.workdir)
-        res = ActionResult(command, _decode(out_b[:out_cut]), _decode(err_b[:err_cut]), _decode(combined), rc, duration,
-                           started, cwd, timed_out=killed or (rc in (124, 137) and duration >= timeout),
-                           first_output_s=first, output_capped=capped)
+        res = ActionResult(command, stdout, stderr, combined, rc, duration, started, cwd,
+                           timed_out=killed or (rc in (124, 137) and duration >= timeout), first_output_s=first,
+                           output_capped=max(out.size or 0, err.size or 0) > MAX_OUTPUT)
         self._diff(listing, hashes, res)
         return res
-
-    def _take(self, out_content: int, out_used: int, err_content: int, err_used: int) -> bytes:
-        """Consume this action's bytes from the frame queue (per stream: `*_used` bytes, of which
-        the first `*_content` are command output) and return the command output of both
-        streams merged in frame arrival order. Bytes past the markers (output of background
-        jobs that raced the markers) stay queued for the next action."""
-        keep: list[tuple[int, bytes]] = []
-        used = {1: out_used, 2: err_used}
-        content = {1: out_content, 2: err_content}
-        merged = bytearray()
-        for st, d in self._frames:
-            u, c = used.get(st, 0), content.get(st, 0)
-            take = min(u, len(d))
-            merged.extend(d[:min(c, take)])
-            used[st], content[st] = u - take, max(0, c - take)
-            if take < len(d):
-                keep.append((st, d[take:]))
-        self._frames = keep
-        return bytes(merged)
 
     def _kill_actions(self) -> None:
         """Backstop for an action that outlived its in-sandbox timeout (it left the process

@@ -17,6 +17,7 @@ from pipelines.query import run_query
 from sandboxes.collect import Job, collect, run_task
 from sandboxes.perturb import PerturbationSpec
 from sandboxes.reaper import Session, containers_of
+from sandboxes.sandbox import SHELL_SERVER_DIGEST
 from sandboxes.tasks import TASKS_DIR, load_tasks
 
 TASKS = {t.id: t for t in load_tasks(TASKS_DIR)}
@@ -46,6 +47,8 @@ def test_suite_unperturbed(images, tmp_path: Path) -> None:
     assert run_query(out, "SELECT count(*) FROM turns WHERE perturbation IS NOT NULL OR stdout IS NULL OR duration_s IS NULL")[1] == [(0,)]
     rows = run_query(out, "SELECT DISTINCT json_extract_string(env_fingerprint, '$.image_id') FROM trajectories ORDER BY 1")[1]
     assert sorted(r[0] for r in rows) == sorted({engine_id(images[n]) for n in ("terminal", "swe")})
+    assert run_query(out, "SELECT DISTINCT json_extract_string(env_fingerprint, '$.shell_server') FROM trajectories")[1] == [
+        (SHELL_SERVER_DIGEST,)]
     assert all(r.passed for r in run_contracts(out)), [r.line() for r in run_contracts(out) if not r.passed]
     # what the SWE image's test suite says before and after the fix, as recorded
     assert _turns(out, "swe-fix-all")[4][1] == "8 passed in " + _turns(out, "swe-fix-all")[4][1].split(" in ")[1]
