@@ -28,6 +28,7 @@ class CleanRunConfig(dg.Config):
     ngram: int = 8
     min_overlap: float = 0.5
     ip_addresses: bool = False
+    memory_limit: str = "512MB"
 
 
 class DedupRunConfig(dg.Config):
@@ -57,7 +58,7 @@ def cleaning_verdicts(context: dg.AssetExecutionContext, corpus: CorpusResource,
         min_turns=config.min_turns, retry_identical=config.retry_identical,
         redact=RedactConfig(ip_addresses=config.ip_addresses),
         decontam=DecontamConfig(eval_set=config.eval_set, n=config.ngram, min_overlap=config.min_overlap),
-        lock_wait_s=corpus.lock_wait_seconds,
+        memory_limit=config.memory_limit, lock_wait_s=corpus.lock_wait_seconds,
     )
     s = clean(corpus.root, cfg, progress=True, echo=context.log.info)
     context.log.info(s.render())

@@ -25,7 +25,9 @@ Python. Patterns are RE2 syntax.
 from __future__ import annotations
 
 import hashlib
+import os
 import re
+import shutil
 import sys
 import time
 from collections import Counter
@@ -37,9 +39,12 @@ from typing import Any
 import duckdb
 import orjson
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from pipelines.canonical import canonical_sql
 from pipelines.decontam import DecontamConfig, EvalIndex, load_eval_set, scan_trajectory
+from pipelines.dedup import check_memory_limit
+from pipelines.progress import StatusLine
 from pipelines.query import connect
 from pipelines.redact import TRAJECTORY_TEXT_COLUMNS, TURN_TEXT_COLUMNS, RedactConfig, Redactor, rules_digest
 from pipelines.side import corpus_state, write_side_table
@@ -129,11 +134,16 @@ class CleanConfig:
     scan_redactions: bool = True
     redact: RedactConfig = RedactConfig()
     decontam: DecontamConfig = DecontamConfig()
+    memory_limit: str = "512MB"  # DuckDB's limit: its sorts and window partitions spill to disk beyond it
     lock_wait_s: float = 600.0
+
+    def __post_init__(self) -> None:
+        check_memory_limit(self.memory_limit)
 
     def fingerprint(self, eval_digest: str = "") -> str:
         d = asdict(self)
         d.pop("lock_wait_s")
+        d.pop("memory_limit")  # where DuckDB works, not what it finds
         d["decontam"] = self.decontam.fingerprint(eval_digest)
         d["redact"] = self.redact.fingerprint()
         d["patterns"] = hashlib.sha256("\n".join((CAPTCHA_RE, HTTP_ERROR_RE, SANDBOX_CRASH_RE, MALFORMED_RE)).encode()).hexdigest()[:12]
@@ -230,16 +240,24 @@ def _in_list(values: tuple[str, ...]) -> str:
 
 
 class _Steps:
-    def __init__(self, total: int, enabled: bool, echo: Callable[[str], None]):
-        self.total, self.n, self.enabled, self.echo = total, 0, enabled, echo
-        self.t = time.monotonic()
+    """Numbered steps, each shown when it ends with the time it took: `step(name)` starts a step
+    (ending the one before), `step.end()` ends the last."""
+
+    def __init__(self, total: int, enabled: bool, echo: Callable[[str], None],
+                 clock: Callable[[], float] = time.monotonic):
+        self.total, self.n, self.enabled, self.echo, self.clock = total, 0, enabled, echo, clock
+        self.name: str | None = None
+        self.t = clock()
 
     def __call__(self, name: str) -> None:
+        self.end()
         self.n += 1
-        now = time.monotonic()
-        if self.enabled:
-            self.echo(f"clean [{self.n}/{self.total}] {name} (+{now - self.t:.1f} s)")
-        self.t = now
+        self.name, self.t = name, self.clock()
+
+    def end(self) -> None:
+        if self.name is not None and self.enabled:
+            self.echo(f"clean [{self.n}/{self.total}] {self.name} ({self.clock() - self.t:.1f} s)")
+        self.name = None
 
 
 def _trajectory_verdicts(con: duckdb.DuckDBPyConnection, cfg: CleanConfig, summary: CleanSummary,
@@ -279,10 +297,12 @@ def _trajectory_verdicts(con: duckdb.DuckDBPyConnection, cfg: CleanConfig, summa
             WITH u AS (
                 SELECT u.trajectory_id, u.turn_index, u.tool_name,
                        coalesce(nullif(u.tool_name, ''), regexp_extract(u.action, '^[ \\t\\n]*([A-Za-z_][A-Za-z0-9_.-]*)', 1)) AS name,
-                       md5(t.action_space) AS h
-                FROM turns u JOIN trajectories t USING (trajectory_id)
-                WHERE u.kind = 'env' AND t.action_space IS NOT NULL
-                  AND (u.action IS NOT NULL OR u.tool_name IS NOT NULL))
+                       t.h
+                FROM turns u
+                -- the hash, not the declaration, in the join's table (memory)
+                JOIN (SELECT trajectory_id, md5(action_space) AS h FROM trajectories WHERE action_space IS NOT NULL) t
+                  USING (trajectory_id)
+                WHERE u.kind = 'env' AND (u.action IS NOT NULL OR u.tool_name IS NOT NULL))
             SELECT u.trajectory_id, 'action_outside_space',
                    'turn ' || arg_min(u.turn_index, u.turn_index) || ': `' || arg_min(u.name, u.turn_index)
                    || '` is not one of the ' || any_value(f.size) || ' declared actions'
@@ -354,14 +374,14 @@ def _turn_verdicts(con: duckdb.DuckDBPyConnection, cfg: CleanConfig, step: _Step
                        regexp_matches(left(coalesce(observation, ''), 400), {_q(MALFORMED_RE)}) AS malformed,
                        CASE WHEN {err} THEN md5_number_lower({canonical_sql('action')}) END AS ah,
                        CASE WHEN {err} THEN md5_number_lower({canonical_sql('observation')}) END AS oh,
-                       observation
+                       left(observation, 80) AS excerpt
                 FROM turns u WHERE kind = 'env' AND NOT EXISTS (SELECT 1 FROM _tdrop d WHERE d.trajectory_id = u.trajectory_id)),
             w AS (
                 SELECT *, lead(turn_index) OVER w AS next_turn, lead(err) OVER w AS next_err,
                        lead(ah) OVER w AS next_ah, lead(oh) OVER w AS next_oh
                 FROM u WINDOW w AS (PARTITION BY trajectory_id ORDER BY turn_index))
             SELECT trajectory_id, turn_index, 'retry_cycle',
-                   CASE WHEN malformed THEN 'malformed action rejected: ' || replace(left(observation, 80), chr(10), ' ')
+                   CASE WHEN malformed THEN 'malformed action rejected: ' || replace(excerpt, chr(10), ' ')
                         ELSE 'same failed action repeated at turn ' || next_turn END
             FROM w WHERE next_turn IS NOT NULL AND (malformed OR {identical})""")
     step("GUI turns without change")
@@ -385,30 +405,46 @@ def _turn_verdicts(con: duckdb.DuckDBPyConnection, cfg: CleanConfig, step: _Step
               AND NOT EXISTS (SELECT 1 FROM _udrop r WHERE r.trajectory_id = w.trajectory_id AND r.turn_index = w.turn_index)""")
 
 
-def _scan_redactions(con: duckdb.DuckDBPyConnection, cfg: CleanConfig, summary: CleanSummary) -> pa.Table:
+def _scan_redactions(con: duckdb.DuckDBPyConnection, cfg: CleanConfig, summary: CleanSummary,
+                     progress: bool = False) -> pa.Table:
+    """The `redactions` table: `Redactor.redact` on every text DuckDB's pre-filter picks, one text
+    column at a time, with the needles each text holds found by DuckDB too (`needles_sql`)."""
     red = Redactor(cfg.redact)
-    def q(c: str) -> str:
-        return f'"{c}"'
-
-    selects = [f"SELECT trajectory_id, turn_index, '{c}' AS col, {q(c)} AS text FROM turns WHERE {red.candidates_sql(q(c))}"
-               for c in TURN_TEXT_COLUMNS]
-    selects += [f"SELECT trajectory_id, NULL::INTEGER, '{c}', {q(c)} FROM trajectories WHERE {red.candidates_sql(q(c))}"
-                for c in TRAJECTORY_TEXT_COLUMNS]
+    columns = [("turns", c) for c in TURN_TEXT_COLUMNS] + [("trajectories", c) for c in TRAJECTORY_TEXT_COLUMNS]
     cols: dict[str, list] = {"trajectory_id": [], "turn_index": [], "column": [], "kind": [], "count": []}
     totals: Counter[str] = Counter()
-    reader = con.sql(" UNION ALL ".join(selects)).to_arrow_reader(2048)
-    for batch in reader:
-        for tid, ti, col, text in zip(*(batch.column(i).to_pylist() for i in range(4)), strict=True):
-            _, counts = red.redact(text)
-            if counts:
-                summary.redacted_texts += 1
-            for kind, n in sorted(counts.items()):
-                cols["trajectory_id"].append(tid)
-                cols["turn_index"].append(ti)
-                cols["column"].append(col)
-                cols["kind"].append(kind)
-                cols["count"].append(n)
-                totals[kind] += n
+    line = StatusLine(progress)
+    texts = size = 0
+
+    def show(at: str, force: bool = False) -> None:
+        if line.due(force):
+            line.show(f"clean: scanning for secrets and PII: {at} · {texts:,} texts ({size / 1e6:,.1f} MB) checked, "
+                      f"{summary.redacted_texts:,} with some · {line.elapsed:,.0f} s")
+
+    for i, (table, c) in enumerate(columns, 1):
+        qc = f'"{c}"'
+        turn = "turn_index" if table == "turns" else "NULL::INTEGER"
+        at = f"column {i}/{len(columns)} ({table}.{c})"
+        show(at)
+        reader = con.sql(f"SELECT trajectory_id, {turn}, {qc}, {red.needles_sql(qc)} FROM {table} "
+                         f"WHERE {red.candidates_sql(qc)}").to_arrow_reader(2048)
+        for batch in reader:
+            for tid, ti, text, needles in zip(*(batch.column(j).to_pylist() for j in range(4)), strict=True):
+                _, counts = red.redact(text, needles)
+                if counts:
+                    summary.redacted_texts += 1
+                for kind, n in sorted(counts.items()):
+                    cols["trajectory_id"].append(tid)
+                    cols["turn_index"].append(ti)
+                    cols["column"].append(c)
+                    cols["kind"].append(kind)
+                    cols["count"].append(n)
+                    totals[kind] += n
+            texts += batch.num_rows
+            size += pc.sum(pc.binary_length(batch.column(2))).as_py() or 0
+            show(at)
+    show("done", force=True)
+    line.finish()
     summary.redactions = dict(totals)
     t = pa.table(cols, schema=REDACTIONS_SCHEMA)
     return t.sort_by([("trajectory_id", "ascending"), ("turn_index", "ascending"), ("column", "ascending"), ("kind", "ascending")])
@@ -423,6 +459,20 @@ def clean(corpus_dir: Path | str, config: CleanConfig = CleanConfig(), progress:
     corpus = Corpus(corpus_dir)
     state = corpus_state(corpus) if corpus.exists() else None
     con = connect(corpus.root)
+    work = corpus.root / f".clean-work-{os.getpid()}-{os.urandom(3).hex()}"
+    work.mkdir(parents=True)  # DuckDB creates its spill folder in it, not the folders above
+    try:
+        return _clean(con, corpus, state, work, config, progress, echo, t0)
+    finally:
+        con.close()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _clean(con: duckdb.DuckDBPyConnection, corpus: Corpus, state: dict | None, work: Path, config: CleanConfig,
+           progress: bool, echo: Callable[[str], None], t0: float) -> CleanSummary:
+    # bounded: window partitions and sorts beyond the limit spill to `work` (removed afterwards)
+    con.execute(f"SET memory_limit = {_q(config.memory_limit)}")
+    con.execute(f"SET temp_directory = {_q(str(work / 'duckdb'))}")
     eval_items, eval_digest = [], ""
     if config.decontam.eval_set:  # read once: its digest goes into the fingerprint, its items into the scan
         eval_items, eval_digest = load_eval_set(config.decontam.eval_set, config.decontam)
@@ -439,6 +489,10 @@ def clean(corpus_dir: Path | str, config: CleanConfig = CleanConfig(), progress:
         flags = _decontaminate(con, eval_items, config, summary)
     _turn_verdicts(con, config, step)
 
+    step("scanning for secrets and PII")
+    redactions = _scan_redactions(con, config, summary, progress) if config.scan_redactions else None
+
+    step("writing side tables")
     cleaning = con.sql("""
         SELECT trajectory_id, NULL::INTEGER AS turn_index, reason, detail FROM _tdrop
         UNION ALL SELECT trajectory_id, turn_index, reason, detail FROM _udrop
@@ -456,10 +510,6 @@ def clean(corpus_dir: Path | str, config: CleanConfig = CleanConfig(), progress:
     summary.kept_trajectories = kept[0]
     summary.kept_turns = kept[1] - sum(summary.dropped_turns.values())
 
-    step("scanning for secrets and PII")
-    redactions = _scan_redactions(con, config, summary) if config.scan_redactions else None
-
-    step("writing side tables")
     common = {"stage": "clean", "fingerprint": fp, "config": cfg_dict, "state": state}
     write_side_table(corpus, "cleaning", cleaning, CLEANING_SCHEMA, summary={
         "trajectories": summary.trajectories, "kept_trajectories": summary.kept_trajectories,
@@ -478,5 +528,6 @@ def clean(corpus_dir: Path | str, config: CleanConfig = CleanConfig(), progress:
         }, schema=CONTAMINATION_SCHEMA)
         write_side_table(corpus, "contamination", ct, CONTAMINATION_SCHEMA,
                          summary={"eval_items": summary.eval_items, "flagged": summary.contaminated}, **common)
+    step.end()
     summary.seconds = time.monotonic() - t0
     return summary

@@ -104,6 +104,7 @@ def _cmd_clean(a: argparse.Namespace) -> int:
         retry_identical=not a.no_retry_identical,
         redact=RedactConfig(ip_addresses=a.ip_addresses),
         decontam=DecontamConfig(eval_set=str(a.eval_set) if a.eval_set else None, n=a.ngram, min_overlap=a.min_overlap),
+        memory_limit=a.memory_limit,
     )
     summary = clean(a.corpus, cfg, progress=not a.quiet)
     print(summary.render())
@@ -206,6 +207,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--min-overlap", type=float, default=0.5, help="share of an eval item's n-grams that flags a trajectory")
     s.add_argument("--ip-addresses", action="store_true", help="also count public IP addresses as PII")
     s.add_argument("--no-retry-identical", action="store_true", help="retry cycles: only harness-rejected actions")
+    s.add_argument("--memory-limit", default="512MB", help="DuckDB memory limit (sorts and windows spill to disk beyond it)")
     s.add_argument("--quiet", action="store_true", help="no progress lines")
     s.set_defaults(func=_cmd_clean)
 

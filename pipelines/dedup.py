@@ -224,8 +224,9 @@ class DedupSummary:
             + f"; verdicts: {self.seconds_verdicts:.1f} s",
             f"  LSH: threshold {self.threshold}, {self.bands} bands x {self.rows} rows; "
             f"{self.candidate_pairs} candidate pairs, {self.verified_pairs} verified",
-            f"  clusters {self.clusters} ({self.exact_groups} with exact copies); dropped as duplicates: "
-            f"{self.exact_duplicates} exact, {self.near_duplicates} near; kept {self.kept}",
+            # two different counts: a cluster (near or exact) can hold several groups of identical copies
+            f"  {self.clusters} duplicate clusters, holding {self.exact_groups} groups of identical trajectories; "
+            f"dropped as duplicates: {self.exact_duplicates} exact, {self.near_duplicates} near; kept {self.kept}",
             f"  shared prefixes: {self.shared_prefix_turns} turns kept as context, counted for training once elsewhere",
         ]
         if self.largest:

@@ -11,6 +11,13 @@ records which turns and columns contain what in the side table `redactions`. It 
 to run the patterns on in DuckDB with the redactor's own pre-filter (`Redactor.candidates_sql`:
 the same lower-case needles `redact` checks before anything else), so the table lists every text
 `redact` would change: export may then redact only those (`pipelines.export.scan_usable`).
+
+Speed without other findings: past the needles, a kind may name a `gate`, a pattern every match
+of the kind contains, searched (without flags) in the lower-cased text of an ASCII text first;
+the kind's own pattern runs only where the gate matches, and for `keyed` kinds (`key = value`)
+only at the starts of the keys the gate found. Each is an exact necessary condition, so the
+output is the same as running every pattern over the whole text (`tests/pipelines/test_redact_speed.py`
+checks it against that reference).
 """
 
 from __future__ import annotations
@@ -71,7 +78,15 @@ class Kind:
     validates a match before it is replaced; `needs`: lower-case literals one of which every match
     contains (the pre-filter, in Python and, through `Redactor.candidates_sql`, in DuckDB);
     `probe`, only for a kind without `needs`: an RE2 pattern that finds every text the Python
-    pattern could match (it may find more)."""
+    pattern could match (it may find more).
+
+    `gate`: a Python pattern, no flags, over the lower-cased text of an ASCII text (where lower
+    casing maps A-Z to a-z and nothing else, so any match of `pattern` there, whatever its
+    flags, is a match of the lower-case sub-pattern written here) that every match of `pattern`
+    contains: a text without it is skipped. `keyed`: every match of `pattern` starts at a run
+    of key characters `[A-Za-z0-9_.-]`, or at most two characters (a quote, an escaped quote)
+    before it, and a match of `gate` starts inside that run; `pattern` is then tried only
+    there (see `_sub_keyed`)."""
 
     name: str
     pattern: str
@@ -81,10 +96,14 @@ class Kind:
     label: str | None = None  # the kind counted and shown in the placeholder (default: name)
     needs: tuple[str, ...] | None = None  # lower-case literals one of which any match contains
     probe: str | None = None
+    gate: str | None = None  # lower-case pattern every match contains (ASCII texts), see above
+    keyed: bool = False  # the gate starts inside the key every match starts with (see above)
 
     def __post_init__(self) -> None:
         if (self.needs is None) == (self.probe is None):
             raise ValueError(f"kind {self.name}: give `needs` or, without them, a `probe`")
+        if self.keyed and self.gate is None:
+            raise ValueError(f"kind {self.name}: `keyed` needs a `gate`")
 
     @property
     def kind(self) -> str:
@@ -102,12 +121,15 @@ def _value_group(m: re.Match[str]) -> str | None:
     return None
 
 
+_PASSWORD_WORD = re.compile(r"(?i)pass|pwd")
+
+
 def _check_config(m: re.Match[str]) -> bool:
     key = m.group("key").strip("\\\"'")
     g = _value_group(m)
     if g is None or _REFERENCE_KEY.search(key):
         return False
-    is_password = re.search(r"(?i)pass|pwd", key) is not None
+    is_password = _PASSWORD_WORD.search(key) is not None
     return _plausible_value(m.group(g), key, 1 if is_password else 8, bare=g == "v_bare")
 
 
@@ -123,6 +145,10 @@ _Q = r"\\?[\"']"  # a quote, possibly escaped (JSON inside a JSON string)
 # A config value: inside escaped quotes, inside double quotes (with escapes), single quotes, or bare.
 _VALUE = (r"(?:\\\"(?P<v_esc>[^\"\\\n]*)\\\"|\"(?P<v_dq>(?:[^\"\\\n]|\\.)*)\"|'(?P<v_sq>[^'\n]*)'"
           r"|(?P<v_bare>[^\s\"',;}#=\\][^\s\"',;}#\\]*))")
+# The end of a key in a gate: the rest of the key, a closing quote (escaped or not), `:` or `=`;
+# the gate's own start is the end of the key's keyword (`token` of `access_token`), lower case.
+_KEY_TAIL = r"[a-z0-9_.-]*(?:\\?[\"'])?[ \t]*[:=]"
+_KEY_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_.-")
 
 KINDS: tuple[Kind, ...] = (
     Kind("private_key",
@@ -130,19 +156,20 @@ KINDS: tuple[Kind, ...] = (
          flags=re.S, needs=("private key",)),
     Kind("jwt", rf"{_B}eyJ[A-Za-z0-9_-]{{8,}}\.eyJ[A-Za-z0-9_-]{{8,}}\.[A-Za-z0-9_-]{{8,}}", needs=("eyj",)),
     Kind("url_password", rf"{_B}[a-zA-Z][a-zA-Z0-9+.-]*://[^\s:/@'\"<>]+:(?P<value>[^\s@/'\"<>]+)@",
-         group="value", needs=("://",)),
+         group="value", needs=("://",), gate=r"://[^\s:/@'\"<>]+:[^\s@/'\"<>]+@"),
     Kind("aws_access_key", rf"{_B}{_AWS_PREFIX}[A-Z0-9]{{16}}\b",
          needs=("akia", "asia", "abia", "acca", "agpa", "aida", "aipa", "anpa", "anva", "aroa", "apka")),
     Kind("aws_secret_key",
          r"(?i)(?:aws_?secret_?(?:access_?)?key|secret_?access_?key)\\?[\"']?\s*[:=]\s*\\?[\"']?(?P<value>[A-Za-z0-9/+=]{40})(?![A-Za-z0-9/+=])",
-         group="value", needs=("secret",)),
+         group="value", needs=("secret",), gate=r"(?:aws_?secret_?(?:access_?)?key|secret_?access_?key)\\?[\"']?\s*[:=]"),
     Kind("github_token", rf"{_B}(?:gh[pousr]_[A-Za-z0-9]{{36,255}}|github_pat_[A-Za-z0-9_]{{22,255}})\b",
          needs=("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_")),
     Kind("slack_token", rf"{_B}xox[abposr]-[A-Za-z0-9-]{{10,}}|https://hooks\.slack\.com/services/[A-Za-z0-9/_-]+",
          needs=("xox", "hooks.slack.com")),
     Kind("openai_key", rf"{_B}sk-(?:proj-|svcacct-|admin-|ant-(?:api03-)?)?[A-Za-z0-9_-]{{20,}}",
          check=_check_openai, needs=("sk-",)),
-    Kind("stripe_key", rf"{_B}(?:sk|rk)_(?:live|test)_[0-9A-Za-z]{{16,}}\b", needs=("_live_", "_test_")),
+    Kind("stripe_key", rf"{_B}(?:sk|rk)_(?:live|test)_[0-9A-Za-z]{{16,}}\b", needs=("_live_", "_test_"),
+         gate=r"[sr]k_(?:live|test)_[0-9a-z]{16}"),
     Kind("google_api_key", rf"{_B}AIza[0-9A-Za-z_-]{{35}}\b", needs=("aiza",)),
     Kind("huggingface_token", rf"{_B}hf_[A-Za-z0-9]{{30,}}\b", needs=("hf_",)),
     Kind("bearer_token",
@@ -151,13 +178,15 @@ KINDS: tuple[Kind, ...] = (
     # key = value in env files, INI, YAML, TOML, shell (`export DB_PASSWORD=...`), code and JSON
     # ("password": "..."), including JSON inside a JSON string (escaped quotes); and CLI flags.
     Kind("config_password", rf"(?i)(?<![<\w.-])(?P<key>{_Q}?{_PASSWORD_KEY}{_Q}?)[ \t]*[:=][ \t]*(?!=){_VALUE}",
-         check=_check_config, needs=("pass", "pwd")),
+         check=_check_config, needs=("pass", "pwd"), gate=rf"(?:password|passwd|passphrase|pwd){_KEY_TAIL}", keyed=True),
     Kind("config_password_flag", rf"(?i)(?<![\w-])(?P<key>--?[A-Za-z0-9_-]*(?:password|passwd|pwd)[A-Za-z0-9_-]*)(?:=|[ \t]+){_VALUE}",
-         check=_check_config, label="config_password", needs=("pass", "pwd")),
+         check=_check_config, label="config_password", needs=("pass", "pwd"),
+         gate=r"-[a-z0-9_-]*(?:password|passwd|pwd)[a-z0-9_-]*[= \t]"),
     Kind("config_secret", rf"(?i)(?<![<\w.-])(?P<key>{_Q}?{_SECRET_KEY}{_Q}?)[ \t]*[:=][ \t]*(?!=){_VALUE}",
-         check=_check_config, needs=("secret", "api", "token", "private")),
+         check=_check_config, needs=("secret", "api", "token", "private"),
+         gate=rf"(?:secret|token|api[_-]?key|private[_-]?key){_KEY_TAIL}", keyed=True),
     Kind("email", rf"{_B}[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{{2,}}\b",
-         needs=("@",)),
+         needs=("@",), gate=r"@[a-z0-9-]+\.[a-z0-9-]"),
     Kind("ip_address",
          rf"{_B}(?:(?:25[0-5]|2[0-4][0-9]|1[0-9]{{2}}|[1-9]?[0-9])\.){{3}}(?:25[0-5]|2[0-4][0-9]|1[0-9]{{2}}|[1-9]?[0-9])\b",
          probe=r"[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}"),
@@ -183,8 +212,12 @@ class Redactor:
         kinds = [k for k in KINDS if (k.name != "email" or config.emails) and (k.name != "ip_address" or config.ip_addresses)]
         self.kinds = kinds
         self._compiled = [(k, re.compile(k.pattern, k.flags)) for k in kinds]
+        self._gates = [re.compile(k.gate) if k.gate is not None else None for k in kinds]
         self._needles = tuple(dict.fromkeys(n for k in kinds for n in (k.needs or ())))
         self._unfiltered = any(k.needs is None for k in kinds)  # a kind without needles runs on every text
+        if len(self._needles) > 63:
+            raise ValueError(f"{len(self._needles)} needles: `needles_sql` packs them into 63 bits")
+        self._needle_bits = {n: 1 << i for i, n in enumerate(self._needles)}
 
     def candidates_sql(self, column: str) -> str:
         """A DuckDB condition on `column` true for every text `redact` would not skip at once: one
@@ -228,20 +261,90 @@ class Redactor:
             return not ip.is_unspecified
         return ip.is_global
 
-    def redact(self, text: str | None) -> tuple[str | None, Counter[str]]:
+    def needles_sql(self, column: str) -> str:
+        """A DuckDB BIGINT: bit i set when the i-th needle is in `lower(column)`, for `redact(text,
+        needles=...)` (clean's scan finds the needles of every text in one multi-threaded pass)."""
+        if not self._needles:
+            return "0::BIGINT"
+        return " | ".join(f"(contains(lower({column}), '{n.replace(chr(39), chr(39) * 2)}')::BIGINT << {i})"
+                          for i, n in enumerate(self._needles))
+
+    def redact(self, text: str | None, needles: int | None = None) -> tuple[str | None, Counter[str]]:
+        """The text with every kind replaced, and the counts. `needles`: `needles_sql` of the text,
+        when known; it stands for looking for the needles here in an ASCII text (the lower case
+        is the same), and is not used for another."""
         counts: Counter[str] = Counter()
         if not text:
             return text, counts
         low = text.lower()
-        if not any(map(low.__contains__, self._needles)) and not self._unfiltered:
+        is_ascii = text.isascii()
+        has: Callable[[str], bool]
+        if needles is not None and is_ascii:  # DuckDB's lower case is Python's on ASCII text
+            bits = self._needle_bits
+            def has(n: str) -> bool:
+                return bool(needles & bits[n])
+        else:
+            has = low.__contains__
+        if not any(map(has, self._needles)) and not self._unfiltered:
             return text, counts  # most texts: no kind's needle, nothing to do
-        for kind, rx in self._compiled:
-            if kind.needs is None or any(map(low.__contains__, kind.needs)):
-                text = rx.sub(self._replace(kind, counts), text)
+        # the gates read the text as it is now (an earlier kind may have replaced part of it);
+        # the needles, as ever, the text as it came
+        ascii_low = low if is_ascii else None  # placeholders are ASCII: it stays so
+        for (kind, rx), gate in zip(self._compiled, self._gates, strict=True):
+            if kind.needs is not None and not any(map(has, kind.needs)):
+                continue
+            if gate is not None and ascii_low is not None:
+                if kind.keyed:
+                    new = _sub_keyed(rx, gate, self._replace(kind, counts), text, ascii_low)
+                elif gate.search(ascii_low) is None:
+                    continue
+                else:
+                    new = rx.sub(self._replace(kind, counts), text)
+            else:
+                new = rx.sub(self._replace(kind, counts), text)
+            if new != text:
+                text = new
+                if ascii_low is not None:
+                    ascii_low = new.lower()
         return text, counts
 
     def __call__(self, text: str | None) -> str | None:
         return self.redact(text)[0]
+
+
+def _sub_keyed(rx: re.Pattern[str], gate: re.Pattern[str], repl: Callable[[re.Match[str]], str], text: str,
+               low: str) -> str:
+    """`rx.sub(repl, text)` for a `keyed` kind, `low` being `text.lower()` of an ASCII text.
+
+    Every match of `rx` holds a gate match that starts inside the match's key run (a maximal run
+    of `_KEY_CHARS`), and starts at that run or one or two characters before it (a quote, an
+    escaped quote). Each run holds at most one reported gate match: a gate match ends past the run
+    with `:` or `=`, and one overlapping it could only start inside the same run (what follows a
+    run in a gate match is no letter). Trying `rx.match` (which, like a search, sees the text
+    before its start through look-behinds) at those starts, in increasing order and from where the
+    last match ended, finds the same leftmost non-overlapping matches `rx.sub` finds; no match is
+    empty (the key holds its keyword)."""
+    out: list[str] = []
+    pos = 0  # the end of the last match: where `rx.sub` would search on from
+    tried = -1  # starts are tried in increasing order, each once
+    for g in gate.finditer(low):
+        q = g.start()
+        while q > 0 and low[q - 1] in _KEY_CHARS:
+            q -= 1
+        for s in (q - 2, q - 1, q):
+            if s < pos or s <= tried:
+                continue
+            tried = s
+            m = rx.match(text, s)
+            if m is not None:
+                out.append(text[pos:s])
+                out.append(repl(m))
+                pos = m.end()
+                break
+    if not out:
+        return text
+    out.append(text[pos:])
+    return "".join(out)
 
 
 def rules_digest() -> str:

@@ -235,7 +235,7 @@ def test_cli_and_report(sample_corpus: Path, tmp_path: Path, capsys: pytest.Capt
     assert "too_few_turns               169 trajectories" in out and "retry_cycle                  53 turns" in out
     assert main(["dedup", str(corpus), "--quiet"]) == 0
     out = capsys.readouterr().out
-    assert "clusters 4 (2 with exact copies); dropped as duplicates: 2 exact, 3 near; kept 939" in out
+    assert "  4 duplicate clusters, holding 2 groups of identical trajectories; dropped as duplicates: 2 exact, 3 near; kept 939\n" in out
     assert "largest clusters: 3a02a691d1ea… 3 (near)" in out
     assert main(["dedup", str(corpus), "--quiet", "--threshold", "0.5"]) == 0
     assert "signatures: reused" in capsys.readouterr().out
