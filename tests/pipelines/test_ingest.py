@@ -407,7 +407,7 @@ def test_file_names_that_are_not_utf8(tmp_path: Path) -> None:
 
 
 def test_a_record_arrow_cannot_hold_is_quarantined_and_the_rest_kept(tmp_path: Path) -> None:
-    # an integer tool-call id (valid JSON, not text): the batch Arrow refuses is read again with every
+    # a tool-call id that is an object (valid JSON, not text): the batch Arrow refuses is read again with every
     # record checked; that record goes to quarantine naming its turn, the group's other records stay
     from pipelines.query import connect
 
@@ -416,8 +416,8 @@ def test_a_record_arrow_cannot_hold_is_quarantined_and_the_rest_kept(tmp_path: P
                              {"id": "a", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
                          {"role": "tool", "tool_call_id": "a", "content": "ok"}]}
     bad = json.loads(json.dumps(good))
-    bad["messages"][1]["tool_calls"][0]["id"] = 7
-    bad["messages"][2]["tool_call_id"] = 7
+    bad["messages"][1]["tool_calls"][0]["id"] = {"n": 7}
+    bad["messages"][2]["tool_call_id"] = {"n": 7}
     src = tmp_path / "in"
     src.mkdir()
     (src / "chat.jsonl").write_text("\n".join(json.dumps(x) for x in (good, bad, good | {"id": "g2"})) + "\n")
@@ -426,7 +426,7 @@ def test_a_record_arrow_cannot_hold_is_quarantined_and_the_rest_kept(tmp_path: P
     con = connect(tmp_path / "corpus")
     ((locator, reason, detail),) = con.sql("SELECT locator, reason, detail FROM quarantine").fetchall()
     assert (locator, reason) == ("line:2", "bad_value")
-    assert detail.endswith("line:2: turn 0 (messages[1].tool_calls[0]+messages[2]): tool_call_id must be text, got int 7")
+    assert detail.endswith("line:2: turn 0 (messages[1].tool_calls[0]+messages[2]): tool_call_id must be text, got dict {'n': 7}")
     assert con.sql("SELECT count(*) FROM turns").fetchall() == [(2,)]
     # the first attempt's files are gone: every file in the corpus is in the manifest
     assert sorted(str(p.relative_to(tmp_path / "corpus")) for p in (tmp_path / "corpus").rglob("*.parquet")) == sorted(
