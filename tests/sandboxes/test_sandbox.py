@@ -8,17 +8,7 @@ import time
 import pytest
 
 from sandboxes.reaper import Session, containers_of
-from sandboxes.sandbox import MAX_OUTPUT, ContainerDied, Limits, Sandbox, SandboxConfig
-
-
-@pytest.fixture
-def sb(images):
-    s = Session()
-    box = Sandbox(SandboxConfig(image=images["terminal"], action_timeout_s=5, limits=Limits(memory_mb=256, pids=64)), s)
-    box.start()
-    yield box
-    box.close()
-    assert containers_of(session_id=s.id) == []
+from sandboxes.sandbox import MAX_OUTPUT, ContainerDied, Sandbox, SandboxConfig
 
 
 def test_locked_down(sb: Sandbox) -> None:

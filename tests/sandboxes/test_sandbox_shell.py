@@ -4,20 +4,7 @@ aliases, functions) that carries over from one action to the next like in a pers
 
 from __future__ import annotations
 
-import pytest
-
-from sandboxes.reaper import Session, containers_of
-from sandboxes.sandbox import MAX_OUTPUT, Limits, Sandbox, SandboxConfig
-
-
-@pytest.fixture
-def sb(images):
-    s = Session()
-    box = Sandbox(SandboxConfig(image=images["terminal"], action_timeout_s=5, limits=Limits(memory_mb=256, pids=64)), s)
-    box.start()
-    yield box
-    box.close()
-    assert containers_of(session_id=s.id) == []
+from sandboxes.sandbox import MAX_OUTPUT, Sandbox
 
 
 def _streams(r) -> tuple:
