@@ -26,9 +26,11 @@ from __future__ import annotations
 
 import hashlib
 import math
+import os
+import shutil
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,7 +41,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from pipelines.progress import CountProgress
+from pipelines.progress import StatusLine
 from pipelines.query import connect, views
 from pipelines.render import cut_bound
 from pipelines.score_model import MODEL_FIELDS, MODEL_SCHEMA, Plan  # no torch at import time
@@ -78,12 +80,20 @@ class ScoreConfig:
     skip_dropped: bool = True  # model tier scores only `kept_trajectories` (cleaning, dedup) when that view exists
     chunk_batches: int = 64  # plan this many batches' worth of tokens at a time (length sorting within)
     lock_wait_s: float = 600.0
+    batch_rows: int = 8_192  # turns per batch read for the surface tier: the stage's memory follows these two,
+    batch_bytes: int = 8 << 20  # and at most this much action and observation text scored at once (not the corpus)
+    memory_limit: str = "128MB"  # DuckDB's limit: its sorts, joins and groupings spill to a temporary directory beyond it
+    threads: int = 0  # DuckDB threads (0: its default)
+    sort_bytes: int = 32 << 20  # model tier: trajectories are sorted by priority in ranges of about this much data
 
     def __post_init__(self) -> None:
         if self.tier not in TIERS:
             raise ValueError(f"--tier {self.tier!r}: use one of {', '.join(TIERS)}")
         if self.max_tokens is not None and self.max_tokens <= 0:
             raise ValueError(f"--max-tokens {self.max_tokens}: must be positive")
+        if min(self.batch_rows, self.batch_bytes, self.sort_bytes) <= 0:
+            raise ValueError(f"batch_rows {self.batch_rows}, batch_bytes {self.batch_bytes}, sort_bytes {self.sort_bytes}: "
+                             "must be positive")
 
     def model_config(self) -> Any:
         from pipelines.score_model import ModelScoreConfig
@@ -125,17 +135,35 @@ def apply_policy(t: pa.Table, policy: MaskPolicy, keep_ratios: dict[str, float])
 # summary and progress
 
 
+class _Hist:
+    """Counts of values in the half-open bins between `edges` (the last bin open above, a `< first`
+    bin only when something falls there; NaN left out), added up batch by batch."""
+
+    def __init__(self, edges: list[float]):
+        self.edges = edges
+        self.counts = np.zeros(len(edges) - 1, dtype=np.int64)
+        self.below = 0
+
+    def add(self, values: np.ndarray) -> None:
+        v = values[~np.isnan(values)]
+        e = self.edges
+        for i in range(len(e) - 1):
+            self.counts[i] += int(((v >= e[i]) & (v < e[i + 1])).sum()) if i < len(e) - 2 else int((v >= e[i]).sum())
+        self.below += int((v < e[0]).sum())
+
+    def result(self) -> list[tuple[str, int]]:
+        e = self.edges
+        out = [(f"[{e[i]:g}, {e[i + 1]:g})" if i < len(e) - 2 else f"≥ {e[i]:g}", int(self.counts[i]))
+               for i in range(len(e) - 1)]
+        if self.below:
+            out.insert(0, (f"< {e[0]:g}", self.below))
+        return out
+
+
 def _hist(values: np.ndarray, edges: list[float]) -> list[tuple[str, int]]:
-    v = values[~np.isnan(values)]
-    out = []
-    for i in range(len(edges) - 1):
-        lo, hi = edges[i], edges[i + 1]
-        n = int(((v >= lo) & (v < hi)).sum()) if i < len(edges) - 2 else int((v >= lo).sum())
-        out.append((f"[{lo:g}, {hi:g})" if i < len(edges) - 2 else f"≥ {lo:g}", n))
-    below = int((v < edges[0]).sum())
-    if below:
-        out.insert(0, (f"< {edges[0]:g}", below))
-    return out
+    h = _Hist(edges)
+    h.add(values)
+    return h.result()
 
 
 @dataclass
@@ -200,43 +228,106 @@ class ScoreSummary:
 # the stage
 
 
-def _existing(corpus: Corpus) -> pa.Table | None:
+def _existing(corpus: Corpus) -> pa.Schema | None:
+    """The schema (columns and metadata) of the table written last; its rows are read by DuckDB,
+    column by column and streaming, never as a whole."""
     p = side_path(corpus, TABLE)
-    return pq.read_table(p) if p.exists() else None
+    return pq.read_schema(p) if p.exists() else None
 
 
-def _surface_all(con: Any, cfg: SurfaceConfig) -> pa.Table:
-    reader = con.sql("""SELECT trajectory_id, turn_index, domain, kind, action, observation FROM turns
-                        ORDER BY trajectory_id, turn_index""").to_arrow_reader(65_536)
-    parts = [score_surface(b, cfg) for b in reader]
-    return pa.concat_tables(parts) if parts else SURFACE_SCHEMA.empty_table()
+def _sql_str(s: str) -> str:
+    return "'" + s.replace("'", "''") + "'"
+
+
+class _Status:
+    """One phase's progress line (`pipelines.progress.StatusLine`, as the other stages): redrawn in
+    place on a terminal, a plain line every 10 s in a log, and a last line when the phase ends."""
+
+    def __init__(self, phase: str, enabled: bool):
+        self.phase = phase
+        self.line = StatusLine(enabled, width=110)
+
+    def __call__(self, msg: str | Callable[[], str], force: bool = False) -> None:
+        if self.line.due(force):
+            self.line.show(f"score ({self.phase}) {msg() if callable(msg) else msg} · {self.line.elapsed:,.0f} s")
+
+    def finish(self, msg: str | Callable[[], str]) -> None:
+        self(msg, force=True)
+        self.line.finish()
+
+
+def _surface_pass(con: Any, cfg: ScoreConfig, path: Path, progress: bool) -> int:
+    """Surface scores of every turn into the Parquet file `path`, `cfg.batch_rows` turns at a time
+    in the order DuckDB reads them (the scores of a turn depend on that turn only; the rows are
+    sorted when the table is written). Returns the number of rows."""
+    total = con.sql("SELECT count(*) FROM turns").fetchall()[0][0]
+    st = _Status("surface", progress)
+    reader = con.sql("SELECT trajectory_id, turn_index, domain, kind, action, observation FROM turns").to_arrow_reader(
+        cfg.batch_rows)
+    done = 0
+
+    def line() -> str:
+        return f"{done:,}/{total:,} turns · {done / st.line.elapsed:,.0f} turns/s"
+
+    st(line())
+    with pq.ParquetWriter(path, SURFACE_SCHEMA, compression="lz4") as w:
+        for b in reader:
+            for part in _text_slices(b, cfg.batch_bytes):
+                w.write_table(score_surface(part, cfg.surface))
+                done += part.num_rows
+                st(line)
+    st.finish(line)
+    return done
+
+
+def _text_slices(b: pa.RecordBatch, budget: int) -> list[pa.RecordBatch]:
+    """`b` cut into consecutive slices of at most `budget` bytes of action and observation text
+    each (a longer single turn alone): word sets take several times their text in memory, and a
+    batch of long observations would otherwise set the stage's peak."""
+    n = b.num_rows
+    size = np.zeros(n, dtype=np.int64)
+    for c in ("action", "observation"):
+        size += np.asarray(pc.fill_null(pc.binary_length(b.column(c)), 0).to_numpy(zero_copy_only=False), dtype=np.int64)
+    cum = np.cumsum(size)
+    out, start = [], 0
+    while start < n:
+        before = cum[start - 1] if start else 0
+        end = max(int(np.searchsorted(cum, before + budget, side="right")), start + 1)
+        out.append(b.slice(start, end - start))
+        start = end
+    return out
 
 
 def _model_scores(con: Any, cfg: ScoreConfig, summary: ScoreSummary, scorer: Any, progress: bool,
-                  echo: Callable[[str], None]) -> pa.Table:
-    """Model-tier rows for every scored turn (up to the token cap), in priority order."""
-    seed = cfg.surface.seed
+                  echo: Callable[[str], None], sink: Callable[[pa.Table], None], work: Path, ranges: int = 1) -> None:
+    """Model-tier rows for every scored turn (up to the token cap), in priority order, handed to
+    `sink` a chunk at a time; the trajectories are read sorted in `ranges` parts (`_prioritized`)."""
+    seed = int(cfg.surface.seed)
     skip = ""
+    kept = None
     if cfg.skip_dropped and "kept_trajectories" in views(con):
         # model compute only where training can use it: not on trajectories cleaning or dedup drop
-        # (their turns keep surface scores and get no loss anyway)
-        skip = "WHERE tr.trajectory_id IN (SELECT trajectory_id FROM kept_trajectories)"
+        # (their turns keep surface scores and get no loss anyway); the view's joins run once, into
+        # a file (a table would stay in DuckDB's memory)
+        path = _sql_str(str(work / "kept.parquet"))
+        con.execute(f"COPY (SELECT DISTINCT trajectory_id, md5('{seed}:' || trajectory_id) AS prio FROM kept_trajectories) "
+                    f"TO {path} (FORMAT parquet)")
+        kept = f"read_parquet({path})"
+        skip = f"WHERE tr.trajectory_id IN (SELECT trajectory_id FROM {kept})"
         summary.skipped_dropped = con.sql(
-            "SELECT count(*) FROM trajectories WHERE trajectory_id NOT IN (SELECT trajectory_id FROM kept_trajectories)"
+            f"SELECT count(*) FROM trajectories WHERE trajectory_id NOT IN (SELECT trajectory_id FROM {kept})"
         ).fetchall()[0][0]
     total = con.sql(f"SELECT count(*) FROM trajectories tr {skip}").fetchall()[0][0]
     summary.model_trajectories_total = total
-    # priority = md5(seed:trajectory_id): under a token cap, a deterministic sample of the corpus
-    reader = con.sql(f"""
-        SELECT md5('{int(seed)}:' || tr.trajectory_id) AS prio, tr.trajectory_id, tr.domain, tr.task,
-               tr.action_space, tr.initial_state,
-               list({{'turn_index': u.turn_index, 'kind': u.kind, 'action': u.action, 'tool_name': u.tool_name,
-                      'tool_args': u.tool_args, 'thought': u.thought, 'observation': u.observation}}
-                    ORDER BY u.turn_index) AS turns
-        FROM trajectories tr JOIN turns u ON u.trajectory_id = tr.trajectory_id {skip}
-        GROUP BY ALL ORDER BY prio""").to_arrow_reader(256)
-    bar = CountProgress("score (model)", total, "trajectories", progress)
-    out: list[pa.Table] = []
+    st = _Status("model", progress)
+    seen = scored = tokens = 0
+
+    def line() -> str:
+        return (f"{seen:,}/{total:,} trajectories · {scored:,} scored · {tokens:,} tokens · "
+                f"{tokens / st.line.elapsed:,.0f} tokens/s")
+
+    st(f"sorting the turns of {total:,} trajectories by md5(seed:trajectory_id)")
+    rows = _prioritized(con, seed, kept, ranges)
     chunk: list[Plan] = []
     chunk_tokens = chunk_slots = 0  # result slots of the chunk's plans so far
     used = 0
@@ -244,11 +335,20 @@ def _model_scores(con: Any, cfg: ScoreConfig, summary: ScoreSummary, scorer: Any
     t0 = time.monotonic()
     stop = False
 
+    def on_batch(n: int, tok: int) -> None:
+        nonlocal tokens
+        tokens += tok
+        st(line)
+
     def flush() -> None:
-        nonlocal chunk, chunk_tokens, chunk_slots
+        nonlocal chunk, chunk_tokens, chunk_slots, scored
         if chunk:
-            out.append(scorer.score_plans(chunk, lambda n, tok: bar(0, tok)))
-            bar(len(chunk))
+            t = scorer.score_plans(chunk, on_batch)
+            summary.model_turns += t.num_rows
+            summary.truncated_turns += int(pc.sum(t["truncated"]).as_py() or 0) if t.num_rows else 0
+            sink(t)
+            scored += len(chunk)
+            st(line)
         chunk, chunk_tokens, chunk_slots = [], 0, 0
 
     windows0, shared0, run0 = scorer.stats["windows"], scorer.stats["uncond_shared"], scorer.stats["real_tokens"]
@@ -256,45 +356,103 @@ def _model_scores(con: Any, cfg: ScoreConfig, summary: ScoreSummary, scorer: Any
     # (the sample used to end at the first one)
     misses = 0
     bound = text_bound(scorer)
-    for batch in reader:
-        for row in batch.to_pylist():
-            row = cut_long_texts(row, bound)
-            counted = dict(scorer.stats) if cfg.max_tokens is not None else None
-            p = scorer.plan(row, row["turns"], chunk_slots)
-            if counted is not None:
-                if p.tokens > cfg.max_tokens - used:
-                    scorer.stats.update(counted)  # planning counts windows: not for a trajectory left out
-                    summary.passed_over += 1
-                    misses += 1
-                    stop = misses >= MAX_CAP_MISSES  # nothing of the usual size fits any more
-                    if stop:
-                        break
-                    continue
-                misses = 0
-            used += p.tokens
-            chunk.append(p)
-            chunk_tokens += p.tokens
-            chunk_slots += len(p.turns)
-            summary.model_trajectories += 1
-            if chunk_tokens >= chunk_limit:
-                flush()
-        if stop:
-            break
+    for row in rows:
+        seen += 1
+        st(line)
+        row = cut_long_texts(row, bound)
+        counted = dict(scorer.stats) if cfg.max_tokens is not None else None
+        p = scorer.plan(row, row["turns"], chunk_slots)
+        if counted is not None:
+            if p.tokens > cfg.max_tokens - used:
+                scorer.stats.update(counted)  # planning counts windows: not for a trajectory left out
+                summary.passed_over += 1
+                misses += 1
+                stop = misses >= MAX_CAP_MISSES  # nothing of the usual size fits any more
+                if stop:
+                    break
+                continue
+            misses = 0
+        used += p.tokens
+        chunk.append(p)
+        chunk_tokens += p.tokens
+        chunk_slots += len(p.turns)
+        summary.model_trajectories += 1
+        if chunk_tokens >= chunk_limit:
+            flush()
+    rows.close()
     flush()
-    bar.finish()
+    st.finish(line)
     summary.model_seconds = time.monotonic() - t0
     summary.model_tokens = scorer.stats["real_tokens"] - run0  # forwarded: shared observation-alone rows run once
     summary.windowed_trajectories = scorer.stats["windows"] - windows0
     summary.uncond_shared = scorer.stats["uncond_shared"] - shared0
-    t = pa.concat_tables(out) if out else MODEL_SCHEMA.empty_table()
-    summary.model_turns = t.num_rows
-    summary.truncated_turns = int(pc.sum(t["truncated"]).as_py() or 0) if t.num_rows else 0
     if cfg.max_tokens is not None and summary.model_trajectories < total:
         how = (f"stopped after {MAX_CAP_MISSES} in a row did not fit" if stop else "went through them all")
         echo(f"score: model tier capped at {cfg.max_tokens:,} tokens: {summary.model_trajectories} of {total} trajectories "
              f"scored, in md5(seed:trajectory_id) order ({summary.passed_over} too large for what was left passed over; "
              f"{how}); the rest have null model columns")
-    return t
+
+
+_TRAJ_COLS = ("domain", "task", "action_space", "initial_state")
+_TURN_COLS = ("turn_index", "kind", "action", "tool_name", "tool_args", "thought", "observation")
+
+
+def _ranges(corpus: Corpus, con: Any, sort_bytes: int) -> int:
+    """How many md5 ranges to sort the trajectories and turns in: their data (Parquet, uncompressed)
+    over `sort_bytes`."""
+    size = 0
+    for name in ("trajectories", "turns"):
+        if corpus.has_table(name):
+            glob = _sql_str(corpus.table_glob(name))
+            size += con.sql(f"SELECT coalesce(sum(total_uncompressed_size), 0) FROM parquet_metadata({glob})").fetchall()[0][0]
+    return max(1, min(4096, -(-int(size) // sort_bytes)))
+
+
+def _prioritized(con: Any, seed: int, kept: str | None = None, ranges: int = 1) -> Iterator[dict[str, Any]]:
+    """Each trajectory that has turns (and, with `kept`, is in that relation of (trajectory_id,
+    prio)), in md5(seed:trajectory_id) order, as {prio, trajectory_id, domain, task,
+    action_space, initial_state, turns: [{turn_index, kind, action, tool_name, tool_args, thought,
+    observation}, ...] by turn_index}.
+
+    Sorted streams, one per range of md5 prefixes (`ranges` of them, each about as large: the md5
+    is uniform): a trajectory's row, then its turns, grouped here one trajectory at a time. DuckDB
+    sorts one range in memory (and reads only what falls in it; `kept` filters the trajectories'
+    rows, and their turns go with them: a semi-join of the turns had DuckDB build its hash table
+    on the turns' text, over its memory limit); sorting a whole corpus's text at
+    once failed under a memory limit, and grouping every trajectory's turns into lists in one query
+    held all of it in memory before the first row came out. Under a token cap the first range
+    usually suffices."""
+    prio = f"md5('{int(seed)}:' || trajectory_id)"
+    nulls_t = ", ".join(f"NULL AS {c}" for c in _TRAJ_COLS)
+    nulls_u = ", ".join(f"NULL AS {c}" for c in _TURN_COLS)
+    bounds = [f"{(i * 65536) // ranges:04x}" for i in range(ranges)] + [None]
+    for lo, hi in zip(bounds, bounds[1:], strict=False):
+        def within(x: str, lo: str = lo, hi: str | None = hi) -> str:
+            return f"{x} >= '{lo}'" + (f" AND {x} < '{hi}'" if hi else "")
+
+        skip = f"AND trajectory_id IN (SELECT trajectory_id FROM {kept} WHERE {within('prio')})" if kept else ""
+        reader = con.sql(f"""
+            SELECT {prio} AS prio, trajectory_id, 0 AS part, {", ".join(_TRAJ_COLS)}, {nulls_u}
+            FROM trajectories WHERE {within(prio)} {skip}
+            UNION ALL BY NAME
+            SELECT {prio} AS prio, trajectory_id, 1 AS part, {nulls_t}, {", ".join(_TURN_COLS)}
+            FROM turns WHERE {within(prio)}
+            ORDER BY prio, trajectory_id, part, turn_index""").to_arrow_reader(1024)
+        head: dict[str, Any] | None = None
+        turns: list[dict[str, Any]] = []
+        for batch in reader:
+            for r in batch.to_pylist():
+                if r["part"] == 0:
+                    if head is not None and turns:
+                        yield {**head, "turns": turns}
+                    head = {"prio": r["prio"], "trajectory_id": r["trajectory_id"], **{c: r[c] for c in _TRAJ_COLS}}
+                    turns = []
+                elif head is not None and r["trajectory_id"] == head["trajectory_id"]:
+                    turns.append({c: r[c] for c in _TURN_COLS})
+                # else: turns of a trajectory not in `trajectories` (the join left them out) or not kept
+        reader.close()
+        if head is not None and turns:
+            yield {**head, "turns": turns}
 
 
 def text_bound(scorer: Any) -> int:
@@ -337,26 +495,57 @@ def score(
     """Score every turn of the corpus and (re)write the `turn_scores` side table.
 
     `scorer` may be a `TurnScorer` already set up (Dagster resources, tests); otherwise one is
-    built from `config.model` and torn down at the end."""
+    built from `config.model` and torn down at the end.
+
+    Memory does not follow the corpus: the surface tier scores `batch_rows` turns (at most
+    `batch_bytes` of text) at a time into a temporary file; the model tier reads the trajectories
+    in priority order one md5 range (about `sort_bytes` of data) at a time and writes each scored
+    chunk to another file; the table is written from DuckDB's join of the two (or of the columns
+    carried over from the previous table, read by DuckDB, never whole) in (trajectory_id,
+    turn_index) order, a batch at a time, the summary counted on the way. DuckDB works under
+    `memory_limit`, spilling to a temporary directory in the corpus (removed at the end)."""
     t0 = time.monotonic()
     echo = echo or (lambda m: print(m, file=sys.stderr))
     corpus = Corpus(corpus_dir)
     con = connect(corpus.root)
+    work = corpus.root / f".score-work-{os.getpid()}-{os.urandom(3).hex()}"
+    work.mkdir(parents=True)
+    try:
+        if config.threads:
+            con.execute(f"SET threads = {int(config.threads)}")
+        con.execute(f"SET memory_limit = {_sql_str(config.memory_limit)}")
+        con.execute(f"SET temp_directory = {_sql_str(str(work / 'duckdb'))}")
+        # a scan's batches as they come (the order is ORDER BY's); kept in order, they queue up in memory
+        con.execute("SET preserve_insertion_order = false")
+        con.execute("SET enable_progress_bar = false")  # the stage's own line says how far it got
+        return _score(corpus, con, work, config, progress, echo, scorer, t0)
+    finally:
+        con.close()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _score(corpus: Corpus, con: Any, work: Path, config: ScoreConfig, progress: bool, echo: Callable[[str], None],
+           scorer: Any, t0: float) -> ScoreSummary:
     state = corpus_state(corpus)
     summary = ScoreSummary(corpus=str(corpus.root), tier=config.tier, max_tokens=config.max_tokens)
     old = _existing(corpus)
+    old_sql = f"read_parquet({_sql_str(str(side_path(corpus, TABLE)))})"
+    old_names = old.names if old is not None else []
     schema = turn_scores_schema()
     surface_names = [f.name for f in SURFACE_FIELDS]
     model_names = [f.name for f in MODEL_FIELDS]
     keys = ["trajectory_id", "turn_index"]
-    meta_old = (old.schema.metadata or {}) if old is not None else {}
+    meta_old = (old.metadata or {}) if old is not None else {}
     old_cfg = orjson.loads(meta_old.get(b"worldline.config", b"{}"))
 
-    if config.tier in ("surface", "both") or old is None or "category" not in (old.column_names if old is not None else []):
-        surf = _surface_all(con, config.surface)
+    if config.tier in ("surface", "both") or "category" not in old_names:
+        path = work / "surface.parquet"
+        rows = _surface_pass(con, config, path, progress)
+        surf = f"read_parquet({_sql_str(str(path))})"
         surface_cfg = asdict(config.surface)
     else:
-        surf = old.select(keys + surface_names)
+        surf = f"(SELECT {', '.join(keys + surface_names)} FROM {old_sql})"
+        rows = pq.ParquetFile(side_path(corpus, TABLE)).metadata.num_rows
         surface_cfg = old_cfg.get("surface", asdict(config.surface))
         summary.carried.append("surface")
     if config.tier in ("model", "both"):
@@ -366,8 +555,11 @@ def score(
 
             scorer = TurnScorer(config.model_config())
             scorer.setup()
+        path = work / "model.parquet"
         try:
-            model = _model_scores(con, config, summary, scorer, progress, echo)
+            with pq.ParquetWriter(path, MODEL_SCHEMA, compression="lz4") as mw:
+                _model_scores(con, config, summary, scorer, progress, echo, mw.write_table, work,
+                              _ranges(corpus, con, config.sort_bytes))
         finally:
             if own:
                 scorer.teardown()
@@ -376,35 +568,53 @@ def score(
         model_cfg = {**orjson.loads(orjson.dumps(asdict(scorer.config), default=str)), "fingerprint": scorer.fingerprint,
                      "model_id": scorer.model_id, "dtype": scorer.dtype_name, "max_tokens": config.max_tokens,
                      "kept_from": kept_verdicts(corpus) if config.skip_dropped else "all trajectories"}
-    elif old is not None and "cond_nll" in old.column_names:
-        model = old.select(keys + model_names).filter(pc.is_valid(old["cond_nll"]))
+        model = f"read_parquet({_sql_str(str(path))})" if summary.model_turns else None
+    elif "cond_nll" in old_names:
+        model = f"(SELECT {', '.join(keys + model_names)} FROM {old_sql} WHERE cond_nll IS NOT NULL)"
         model_cfg = old_cfg.get("model")
         summary.carried.append("model")
     else:
         model = None
         model_cfg = None
 
-    if model is not None and model.num_rows:
-        t = surf.join(model, keys=keys, join_type="left outer")
-    else:
-        t = surf
-        for f in MODEL_FIELDS:
-            t = t.append_column(f, pa.nulls(t.num_rows, f.type))
-    t = t.sort_by([("trajectory_id", "ascending"), ("turn_index", "ascending")])
-    t = apply_policy(t, config.policy, config.surface.keep_ratio if "surface" not in summary.carried
-                     else dict(tuple(x) for x in surface_cfg.get("keep_ratios", config.surface.keep_ratios)))
-    t = t.select(schema.names).cast(schema)
-    _summarize(t, summary)
+    keep_ratios = config.surface.keep_ratio if "surface" not in summary.carried else \
+        dict(tuple(x) for x in surface_cfg.get("keep_ratios", config.surface.keep_ratios))
     cfg_doc = {"tier": config.tier, "surface": orjson.loads(orjson.dumps(surface_cfg, default=str)), "model": model_cfg,
                "policy": orjson.loads(orjson.dumps(asdict(config.policy), default=str)),
                "surface_fingerprint": config.surface.fingerprint(), "policy_fingerprint": config.policy.fingerprint()}
-    summary.seconds = time.monotonic() - t0
     summary.fingerprint = config.fingerprint()
+    cols = ", ".join([f"s.{c}" for c in keys + surface_names] + ([f"m.{c}" for c in model_names] if model else []))
+    join = f"LEFT JOIN {model} m ON m.trajectory_id = s.trajectory_id AND m.turn_index = s.turn_index" if model else ""
+    tally = _Tally(summary)
+    st = _Status("write", progress)
+    done = 0
+
+    def line() -> str:
+        return f"{done:,}/{rows:,} turns"
+
+    st(f"sorting {rows:,} turns")
+    reader = con.sql(f"SELECT {cols} FROM {surf} s {join} ORDER BY s.trajectory_id, s.turn_index").to_arrow_reader(
+        WRITE_ROWS)
     with SideTableWriter(corpus, TABLE, schema, "score", summary.fingerprint, cfg_doc, state) as w:
-        w.write(t)
+        for b in reader:
+            t = pa.Table.from_batches([b])
+            if not model:
+                for f in MODEL_FIELDS:
+                    t = t.append_column(f, pa.nulls(t.num_rows, f.type))
+            t = apply_policy(t, config.policy, keep_ratios).select(schema.names).cast(schema)
+            tally.add(t)
+            w.write(t)
+            done += t.num_rows
+            st(line)
+        st.finish(line)
+        tally.finish()
+        summary.seconds = time.monotonic() - t0
         w.commit(_manifest_summary(summary), lock_wait_s=config.lock_wait_s)
     summary.seconds = time.monotonic() - t0
     return summary
+
+
+WRITE_ROWS = 65_536  # rows per batch (and Parquet row group) of the written table
 
 
 def _manifest_summary(s: ScoreSummary) -> dict[str, Any]:
@@ -413,30 +623,65 @@ def _manifest_summary(s: ScoreSummary) -> dict[str, Any]:
     return d
 
 
+class _Tally:
+    """The summary's counts and histograms, added up over the batches of the table as it is written."""
+
+    def __init__(self, summary: ScoreSummary):
+        self.summary = summary
+        self.novelty = _Hist([0, 0.2, 0.4, 0.6, 0.8, 1.0])
+        self.model = {"cond_nll (nats/token)": ("cond_nll", _Hist([0, 0.5, 1, 2, 3, 4, 6])),
+                      "info_gain (nats/token)": ("info_gain", _Hist([0, 0.25, 0.5, 1, 2, 4])),
+                      "ifd": ("ifd", _Hist([0, 0.1, 0.25, 0.5, 0.75, 1.0, 1.25]))}
+        self.model_rows = 0
+
+    @staticmethod
+    def _groups(col: pa.ChunkedArray) -> list[tuple[Any, np.ndarray]]:
+        """(value, rows holding it) for each distinct value, in the order of first appearance."""
+        out = []
+        for v in pc.unique(col).to_pylist():
+            eq = pc.is_null(col) if v is None else pc.fill_null(pc.equal(col, v), False)
+            out.append((v, np.asarray(eq.to_numpy(zero_copy_only=False), dtype=bool)))
+        return out
+
+    def add(self, t: pa.Table) -> None:
+        s = self.summary
+        s.turns += t.num_rows
+        keep = np.asarray(pc.fill_null(t["keep"], False).to_numpy(zero_copy_only=False), dtype=bool)
+        mask = np.asarray(pc.fill_null(t["loss_mask"], False).to_numpy(zero_copy_only=False), dtype=bool)
+        for c, rows in self._groups(t["category"]):
+            e = s.categories.setdefault(c, [0, 0, 0])
+            e[0] += int(rows.sum())
+            e[1] += int((keep & rows).sum())
+            e[2] += int((mask & rows).sum())
+        for d, rows in self._groups(t["domain"]):
+            dd = s.domains.setdefault(d, [0, 0])
+            dd[0] += int(rows.sum())
+            dd[1] += int((mask & rows).sum())
+
+        def arr(name: str) -> np.ndarray:
+            return np.asarray(pc.fill_null(t[name].cast(pa.float64()), np.nan).to_numpy(zero_copy_only=False),
+                              dtype=np.float64)
+
+        scored = np.asarray(pc.fill_null(pc.not_equal(t["category"], "context"), True).to_numpy(zero_copy_only=False),
+                            dtype=bool)
+        self.novelty.add(arr("novelty")[scored])
+        self.model_rows += t.num_rows - t["cond_nll"].null_count
+        for name, h in self.model.values():
+            h.add(arr(name))
+
+    def finish(self) -> None:
+        s = self.summary
+        s.histograms["novelty (surface)"] = self.novelty.result()
+        if s.model_turns or self.model_rows:
+            for title, (_, h) in self.model.items():
+                s.histograms[title] = h.result()
+
+
 def _summarize(t: pa.Table, summary: ScoreSummary) -> None:
-    summary.turns = t.num_rows
-    cats = t["category"].to_pylist()
-    keep = t["keep"].to_pylist()
-    mask = t["loss_mask"].to_pylist()
-    doms = t["domain"].to_pylist()
-    for c, k, m, d in zip(cats, keep, mask, doms, strict=True):
-        e = summary.categories.setdefault(c, [0, 0, 0])
-        e[0] += 1
-        e[1] += bool(k)
-        e[2] += bool(m)
-        dd = summary.domains.setdefault(d, [0, 0])
-        dd[0] += 1
-        dd[1] += bool(m)
-
-    def arr(name: str) -> np.ndarray:
-        return np.asarray(pc.fill_null(t[name].cast(pa.float64()), np.nan).to_numpy(zero_copy_only=False), dtype=np.float64)
-
-    scored = np.array([c != "context" for c in cats], dtype=bool)
-    summary.histograms["novelty (surface)"] = _hist(arr("novelty")[scored], [0, 0.2, 0.4, 0.6, 0.8, 1.0])
-    if summary.model_turns or pc.sum(pc.is_valid(t["cond_nll"]).cast(pa.int64())).as_py():
-        summary.histograms["cond_nll (nats/token)"] = _hist(arr("cond_nll"), [0, 0.5, 1, 2, 3, 4, 6])
-        summary.histograms["info_gain (nats/token)"] = _hist(arr("info_gain"), [0, 0.25, 0.5, 1, 2, 4])
-        summary.histograms["ifd"] = _hist(arr("ifd"), [0, 0.1, 0.25, 0.5, 0.75, 1.0, 1.25])
+    """The summary of a whole table at once (what `score` counts batch by batch)."""
+    tally = _Tally(summary)
+    tally.add(t)
+    tally.finish()
 
 
 # ---------------------------------------------------------------------------------------------
