@@ -39,16 +39,10 @@ def test_surface_tier_materializes_with_checks(corpus: CorpusResource) -> None:
 
 
 def test_model_tier_uses_the_resource_model(corpus: CorpusResource, tmp_path: Path) -> None:
-    torch = pytest.importorskip("torch")
-    from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel
+    pytest.importorskip("torch")
+    from tests.support.tiny_model import save_tiny_gpt2
 
-    from pipelines.score_model import resolve_model
-
-    tok = AutoTokenizer.from_pretrained(resolve_model("smollm2"), local_files_only=True)
-    torch.manual_seed(0)
-    d = tmp_path / "tiny"
-    GPT2LMHeadModel(GPT2Config(vocab_size=len(tok), n_positions=1024, n_embd=32, n_layer=2, n_head=2)).save_pretrained(d)
-    tok.save_pretrained(d)
+    d = save_tiny_gpt2(tmp_path / "tiny")
     res = dg.materialize([turn_scores, turn_scores_checks], resources={
         "corpus": corpus, "scoring_model": ScoringModelResource(model=str(d), tier="both", max_tokens=2000, dtype="float32")})
     assert res.success

@@ -29,22 +29,6 @@ def corpus(tmp_path: Path) -> Path:
     return out
 
 
-@pytest.fixture(scope="module")
-def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A 2-layer GPT-2 with seeded random weights and SmolLM2's tokenizer, saved as a local HF
-    model directory: exercises the `--model PATH` route in a second."""
-    torch = pytest.importorskip("torch")
-    from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel
-
-    from pipelines.score_model import resolve_model
-
-    tok = AutoTokenizer.from_pretrained(resolve_model("smollm2"), local_files_only=True)
-    torch.manual_seed(0)
-    m = GPT2LMHeadModel(GPT2Config(vocab_size=len(tok), n_positions=1024, n_embd=32, n_layer=2, n_head=2))
-    d = tmp_path_factory.mktemp("tiny") / "gpt2-tiny"
-    m.save_pretrained(d)
-    tok.save_pretrained(d)
-    return d
 
 
 def test_surface_tier_via_cli(corpus: Path, capsys: pytest.CaptureFixture) -> None:
