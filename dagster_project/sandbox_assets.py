@@ -37,6 +37,7 @@ class SandboxPoolResource(dg.ConfigurableResource):
     workers: int = 2
     seed: int = 0
     fresh: bool = False
+    again: bool = False  # also collect jobs that already have a trajectory in the corpus (`--again`)
 
     def jobs(self) -> list["Job"]:
         from sandboxes.collect import plan_jobs
@@ -50,7 +51,7 @@ class SandboxPoolResource(dg.ConfigurableResource):
         from sandboxes.collect import collect
 
         return collect(self.jobs(), corpus_root, workers=self.workers, seed=self.seed, fresh=self.fresh,
-                       echo=log or (lambda m: None))
+                       again=self.again, echo=log or (lambda m: None))
 
 
 @dg.asset(
@@ -77,6 +78,9 @@ def sandbox_trajectories(context: dg.AssetExecutionContext, corpus: CorpusResour
              f"WHERE source_format = 'sandbox' ORDER BY collected_at DESC LIMIT 50\"")
     return dg.MaterializeResult(metadata={
         "jobs": summary.jobs,
+        "planned": summary.planned,
+        "skipped_already_collected": summary.skipped,
+        "not_run": summary.not_run,
         "trajectories": summary.trajectories,
         "turns": summary.turns,
         "quarantined": summary.quarantined,

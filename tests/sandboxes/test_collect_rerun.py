@@ -68,14 +68,15 @@ def test_rerun_skips_what_is_collected_and_again_collects_anew(images, tmp_path:
 def test_rerun_of_the_dagster_asset_is_a_no_op(images, tmp_path: Path) -> None:
     corpus = CorpusResource(root=str(tmp_path / "corpus"), inbox=str(tmp_path / "inbox"))
     pool = SandboxPoolResource(only=["text-csv-sum"], perturbations=["read_only_fs"])
+    keys = ("jobs", "planned", "skipped_already_collected", "not_run", "trajectories", "turns", "quarantined")
     mds = []
-    for _ in range(2):
-        res = dg.materialize([sandbox_trajectories, sandbox_contract_checks], resources={"corpus": corpus, "sandbox_pool": pool},
+    again = SandboxPoolResource(only=["text-csv-sum"], perturbations=["read_only_fs"], again=True)
+    for p in (pool, pool, again):
+        res = dg.materialize([sandbox_trajectories, sandbox_contract_checks], resources={"corpus": corpus, "sandbox_pool": p},
                              instance=dg.DagsterInstance.ephemeral())
         assert res.success
         [mat] = res.asset_materializations_for_node("sandbox_trajectories")
-        mds.append({k: mat.metadata[k].value for k in ("jobs", "trajectories", "turns", "quarantined")})
+        mds.append(tuple(mat.metadata[k].value for k in keys))
         assert all(e.passed for e in res.get_asset_check_evaluations())
-    assert mds == [{"jobs": 2, "trajectories": 2, "turns": 6, "quarantined": 0},
-                   {"jobs": 0, "trajectories": 0, "turns": 0, "quarantined": 0}]
-    assert _rows(tmp_path / "corpus") == [("text-csv-sum", "success", 1), ("text-csv-sum@read_only_fs", "failure", 1)]
+    assert mds == [(2, 2, 0, 0, 2, 6, 0), (0, 2, 2, 0, 0, 0, 0), (2, 2, 0, 0, 2, 6, 0)]  # the third with `again`
+    assert _rows(tmp_path / "corpus") == [("text-csv-sum", "success", 2), ("text-csv-sum@read_only_fs", "failure", 2)]
