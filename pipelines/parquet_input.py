@@ -16,6 +16,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import IO, Any
 
@@ -56,17 +57,19 @@ class BadRows:
 
 
 def parquet_rows(stream: IO[bytes], ctx: ImportContext, limits: ReadLimits) -> Iterator[Row | BadRows]:
-    """Every row of the Parquet file in `stream`, in order. A file that is not readable Parquet at all
-    raises `InputError`; rows past `--max-record-mb`, and the rest of a file that breaks off midway,
+    """Every row of the Parquet file in `stream`, in order. A file that is not readable Parquet at all, or
+    holds no rows, raises `InputError`; rows past `--max-record-mb`, and the rest of a file that breaks off midway,
     come as `BadRows`."""
-    with _seekable(stream, ctx) as f:
+    with _seekable(stream) as f:
         try:
             # buffered, not pre-buffered: column chunks are read a page at a time, so a row group of any
-            # size costs a few pages of memory (one 300 MB row group: 107 MB peak, against 395 MB read whole)
+            # size costs a few pages of memory (docs/benchmarks.md, "Parquet input")
             pf = pq.ParquetFile(f, page_checksum_verification=True, buffer_size=1 << 20, pre_buffer=False)
         except (pa.ArrowException, OSError) as e:
             raise InputError("corrupt_input", f"{ctx.source}: not a readable Parquet file: {e}") from e
         total = pf.metadata.num_rows
+        if total == 0:
+            raise InputError("empty_input", f"{ctx.source}: the Parquet file holds no rows")
         done = 0
         try:
             for batch in pf.iter_batches(batch_size=BATCH_ROWS):
@@ -102,26 +105,16 @@ def without_nulls(value: Any) -> Any:
     return value
 
 
-class _seekable:
+@contextmanager
+def _seekable(stream: IO[bytes]) -> Iterator[IO[bytes]]:
     """The input as a seekable file: the plain file itself, or a temporary copy of a decompressed stream."""
-
-    def __init__(self, stream: IO[bytes], ctx: ImportContext):
-        self.stream, self.ctx = stream, ctx
-        self.copy: IO[bytes] | None = None
-
-    def __enter__(self) -> IO[bytes]:
-        if getattr(self.stream, "_worldline_raw", None) is None and self.stream.seekable():
-            self.stream.seek(0)
-            return self.stream
-        self.copy = tempfile.TemporaryFile(prefix="worldline-parquet-")
-        shutil.copyfileobj(self.stream, self.copy, 1 << 20)  # the stream's own guards bound what it gives
-        if (problem := stream_problem(self.stream)) is not None:
-            self.copy.close()
+    if getattr(stream, "_worldline_raw", None) is None and stream.seekable():
+        stream.seek(0)
+        yield stream
+        return
+    with tempfile.TemporaryFile(prefix="worldline-parquet-") as copy:
+        shutil.copyfileobj(stream, copy, 1 << 20)  # the stream's own guards bound what it gives
+        if (problem := stream_problem(stream)) is not None:
             raise InputError("corrupt_input", f"{problem}; a Parquet file cut short cannot be read")
-        self.copy.seek(0)
-        return self.copy
-
-    def __exit__(self, *exc: object) -> None:
-        if self.copy is not None:
-            self.copy.close()
-
+        copy.seek(0)
+        yield copy

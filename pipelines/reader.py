@@ -376,18 +376,14 @@ def _read_parquet(stream: IO[bytes], ctx: ImportContext, limits: ReadLimits) -> 
     rows = parquet_rows(stream, ctx, limits)
     held: list[Row] = []
     fmt: _LineFormat | None = None
-    bad = False
     for item in rows:
         if type(item) is BadRows:
-            bad = True
             yield _q(ctx, item.locator, item.reason, item.detail), None
             continue
         held.append(item)
         if (fmt := _sniff_unit(item.value)) is not None or len(held) >= SNIFF_AHEAD:
             break
     if fmt is None:
-        if not held and not bad:
-            yield _q(ctx, "$", "empty_input", f"{ctx.source}: the Parquet file holds no rows"), None
         if held:
             more = f", nor do the next {len(held) - 1} rows" if len(held) > 1 else ""
             yield _q(ctx, f"row:{held[0].index}", "unknown_format",
