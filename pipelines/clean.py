@@ -25,9 +25,7 @@ Python. Patterns are RE2 syntax.
 from __future__ import annotations
 
 import hashlib
-import os
 import re
-import shutil
 import sys
 import time
 from collections import Counter
@@ -43,12 +41,12 @@ import pyarrow.compute as pc
 
 from pipelines.canonical import canonical_sql
 from pipelines.decontam import DecontamConfig, EvalIndex, load_eval_set, scan_trajectory
-from pipelines.dedup import check_memory_limit
 from pipelines.progress import StatusLine
-from pipelines.query import connect
+from pipelines.query import connect, spill_workspace, sql_str
 from pipelines.redact import TRAJECTORY_TEXT_COLUMNS, TURN_TEXT_COLUMNS, RedactConfig, Redactor, rules_digest
 from pipelines.side import corpus_state, write_side_table
 from pipelines.store import Corpus
+from schemas.options import check_memory_limit
 from schemas.tables import _f, side_table_schema
 
 TRAJECTORY_REASONS: dict[str, str] = {
@@ -231,12 +229,8 @@ def declared_actions(action_space: str | None, shell_tools: tuple[str, ...] = SH
     return frozenset(names), shell
 
 
-def _q(s: str) -> str:
-    return "'" + s.replace("'", "''") + "'"
-
-
 def _in_list(values: tuple[str, ...]) -> str:
-    return "(" + ", ".join(_q(v) for v in values) + ")" if values else "(NULL)"
+    return "(" + ", ".join(sql_str(v) for v in values) + ")" if values else "(NULL)"
 
 
 class _Steps:
@@ -318,9 +312,9 @@ def _trajectory_verdicts(con: duckdb.DuckDBPyConnection, cfg: CleanConfig, summa
             INSERT INTO _tdrop
             WITH f AS (
                 SELECT trajectory_id, turn_index, observation,
-                       CASE WHEN observation_kind IN {_in_list(WEB_KINDS)} AND regexp_matches(observation, {_q(CAPTCHA_RE)}) THEN 'env_captcha'
-                            WHEN observation_kind IN {_in_list(WEB_KINDS)} AND regexp_matches(left(observation, 600), {_q(HTTP_ERROR_RE)}) THEN 'env_http_error'
-                            WHEN regexp_matches(observation, {_q(SANDBOX_CRASH_RE)}) THEN 'env_sandbox_crash' END AS reason
+                       CASE WHEN observation_kind IN {_in_list(WEB_KINDS)} AND regexp_matches(observation, {sql_str(CAPTCHA_RE)}) THEN 'env_captcha'
+                            WHEN observation_kind IN {_in_list(WEB_KINDS)} AND regexp_matches(left(observation, 600), {sql_str(HTTP_ERROR_RE)}) THEN 'env_http_error'
+                            WHEN regexp_matches(observation, {sql_str(SANDBOX_CRASH_RE)}) THEN 'env_sandbox_crash' END AS reason
                 FROM turns WHERE observation IS NOT NULL)
             SELECT trajectory_id, reason,
                    'turn ' || min(turn_index) || ': ' || replace(left(arg_min(observation, turn_index), 100), chr(10), ' ')
@@ -371,7 +365,7 @@ def _turn_verdicts(con: duckdb.DuckDBPyConnection, cfg: CleanConfig, step: _Step
             INSERT INTO _udrop
             WITH u AS (
                 SELECT trajectory_id, turn_index, {err} AS err,
-                       regexp_matches(left(coalesce(observation, ''), 400), {_q(MALFORMED_RE)}) AS malformed,
+                       regexp_matches(left(coalesce(observation, ''), 400), {sql_str(MALFORMED_RE)}) AS malformed,
                        CASE WHEN {err} THEN md5_number_lower({canonical_sql('action')}) END AS ah,
                        CASE WHEN {err} THEN md5_number_lower({canonical_sql('observation')}) END AS oh,
                        left(observation, 80) AS excerpt
@@ -459,20 +453,15 @@ def clean(corpus_dir: Path | str, config: CleanConfig = CleanConfig(), progress:
     corpus = Corpus(corpus_dir)
     state = corpus_state(corpus) if corpus.exists() else None
     con = connect(corpus.root)
-    work = corpus.root / f".clean-work-{os.getpid()}-{os.urandom(3).hex()}"
-    work.mkdir(parents=True)  # DuckDB creates its spill folder in it, not the folders above
-    try:
-        return _clean(con, corpus, state, work, config, progress, echo, t0)
+    try:  # bounded: window partitions and sorts beyond the limit spill (removed afterwards)
+        with spill_workspace(con, corpus.root, "clean", config.memory_limit):
+            return _clean(con, corpus, state, config, progress, echo, t0)
     finally:
         con.close()
-        shutil.rmtree(work, ignore_errors=True)
 
 
-def _clean(con: duckdb.DuckDBPyConnection, corpus: Corpus, state: dict | None, work: Path, config: CleanConfig,
+def _clean(con: duckdb.DuckDBPyConnection, corpus: Corpus, state: dict | None, config: CleanConfig,
            progress: bool, echo: Callable[[str], None], t0: float) -> CleanSummary:
-    # bounded: window partitions and sorts beyond the limit spill to `work` (removed afterwards)
-    con.execute(f"SET memory_limit = {_q(config.memory_limit)}")
-    con.execute(f"SET temp_directory = {_q(str(work / 'duckdb'))}")
     eval_items, eval_digest = [], ""
     if config.decontam.eval_set:  # read once: its digest goes into the fingerprint, its items into the scan
         eval_items, eval_digest = load_eval_set(config.decontam.eval_set, config.decontam)

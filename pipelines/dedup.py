@@ -33,10 +33,7 @@ work directory inside the corpus (removed at the end).
 from __future__ import annotations
 
 import hashlib
-import os
 import queue
-import re
-import shutil
 import sys
 import threading
 import time
@@ -53,10 +50,10 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from pipelines.canonical import RULES, canonical_sql
-from pipelines.query import connect
+from pipelines.query import connect, spill_workspace, sql_str
 from pipelines.side import SideTableWriter, corpus_state, side_info, side_path
 from pipelines.store import Corpus, CorpusError
-from schemas.options import at_least
+from schemas.options import at_least, check_memory_limit
 from schemas.tables import _f, side_table_schema
 
 SUCCESS_OUTCOMES = ("success", "succeeded", "successful", "resolved", "solved", "passed", "pass", "completed",
@@ -135,9 +132,7 @@ class DedupConfig:
         check_memory_limit(self.memory_limit)
 
     def lsh_params(self) -> tuple[int, int]:
-        if self.bands and self.rows:
-            if self.bands * self.rows > self.num_perm:
-                raise ValueError(f"bands x rows = {self.bands * self.rows} exceeds num_perm {self.num_perm}")
+        if self.bands and self.rows:  # checked against num_perm in __post_init__
             return self.bands, self.rows
         return _optimal_params(self.threshold, self.num_perm)
 
@@ -157,28 +152,6 @@ class DedupConfig:
 
 
 _PARAM_CACHE: dict[tuple[float, int], tuple[int, int]] = {}
-
-
-_MEMORY_VALUE = re.compile(r"\s*(-?\d+(?:\.\d*)?|-?\.\d+)\s*[a-z]*\s*", re.I)
-
-
-def check_memory_limit(limit: str) -> None:
-    """A `--memory-limit` DuckDB takes (asked on a throwaway connection: `1G`, `512MiB`, `50%`, `-1` or
-    `none` for no limit, ...) that leaves it some memory, checked up front so that a bad value fails
-    before the run, not as a DuckDB parser error inside it."""
-    import duckdb
-
-    if not isinstance(limit, str):
-        raise ValueError(f"--memory-limit must be text such as 256MB (got {limit!r})")
-    try:
-        duckdb.connect().execute("SET memory_limit = ?", [limit])
-    except duckdb.Error as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise ValueError(f"--memory-limit {limit!r}: DuckDB does not take it ({first}); "
-                         "e.g. 256MB, 1.5GiB, 50%, or -1 for no limit") from None
-    m = _MEMORY_VALUE.fullmatch(limit)
-    if m and float(m.group(1)) <= 0 and limit.strip() != "-1":
-        raise ValueError(f"--memory-limit {limit!r}: must be positive (or -1 or none for no limit)")
 
 
 def _optimal_params(threshold: float, num_perm: int) -> tuple[int, int]:
@@ -491,8 +464,6 @@ def signatures_of_texts(texts: list[list[str]], num_perm: int = 128, seed: int =
 # ---------------------------------------------------------------------------------------------
 
 
-def _q(s: str) -> str:
-    return "'" + s.replace("'", "''") + "'"
 
 
 def _sig_matrix(col: pa.Array, num_perm: int) -> np.ndarray:
@@ -537,7 +508,7 @@ def _cleaning_filter(con: duckdb.DuckDBPyConnection, corpus: Corpus, use: bool) 
     info = side_info(corpus, "cleaning")
     if not use or info is None:
         return None, None, None
-    path = _q(str(side_path(corpus, "cleaning")))
+    path = sql_str(str(side_path(corpus, "cleaning")))
     t = _arrow(con.sql(f"SELECT DISTINCT trajectory_id FROM read_parquet({path}) WHERE turn_index IS NULL")).column(0)
     u = _arrow(con.sql(f"SELECT DISTINCT trajectory_id || ':' || turn_index FROM read_parquet({path}) WHERE turn_index IS NOT NULL")).column(0)
     return t.combine_chunks(), u.combine_chunks(), info.get("fingerprint")
@@ -550,7 +521,7 @@ def _iter_turn_batches(con: duckdb.DuckDBPyConnection, files: list[Path], batch_
     text = f"kind || chr(31) || {canonical_sql('action')} || chr(30) || {canonical_sql('observation')}"
     for f in files:
         sql = (f"SELECT trajectory_id, turn_index, text, md5_number_lower(text) AS digest "
-               f"FROM (SELECT trajectory_id, turn_index, {text} AS text FROM read_parquet({_q(str(f))}))")
+               f"FROM (SELECT trajectory_id, turn_index, {text} AS text FROM read_parquet({sql_str(str(f))}))")
         carry: pa.Table | None = None
         reader = con.sql(sql).to_arrow_reader(batch_rows)
         for rb in reader:
@@ -662,7 +633,7 @@ def _pass_signatures(con: duckdb.DuckDBPyConnection, corpus: Corpus, cfg: DedupC
             dt = time.monotonic() - t0
             progress(f"signatures: {row:,} trajectories ({row / max(dt, 1e-9):,.0f}/s), file {files.index(f) + 1}/{len(files)}")
         # a trajectory split across files (or non-contiguous in one) would get two rows: refuse
-        dup = con.sql(f"SELECT trajectory_id, count(*) FROM read_parquet({_q(str(ws.close()))}) "
+        dup = con.sql(f"SELECT trajectory_id, count(*) FROM read_parquet({sql_str(str(ws.close()))}) "
                       "GROUP BY 1 HAVING count(*) > 1 LIMIT 5").fetchall()
         if dup:
             raise CorpusError(f"turns of trajectories {[d[0] for d in dup]} are not contiguous in the turns files; "
@@ -699,7 +670,7 @@ def _pass_verdicts(con: duckdb.DuckDBPyConnection, corpus: Corpus, cfg: DedupCon
                    work: Path, summary: DedupSummary, progress: _Progress) -> None:
     bands, rows = cfg.lsh_params()
     summary.bands, summary.rows = bands, rows
-    sigs = _q(str(side_path(corpus, "dedup_signatures")))
+    sigs = sql_str(str(side_path(corpus, "dedup_signatures")))
     con.execute(f"CREATE OR REPLACE TEMP TABLE _rows AS SELECT row_id, trajectory_id, exact_hash, turns, shingles FROM read_parquet({sigs})")
     con.execute("CREATE OR REPLACE TEMP TABLE _heads AS SELECT exact_hash, min(row_id) AS head, count(*) AS n FROM _rows GROUP BY 1")
     summary.considered = con.sql("SELECT count(*) FROM _rows").fetchall()[0][0]
@@ -731,7 +702,7 @@ def _pass_verdicts(con: duckdb.DuckDBPyConnection, corpus: Corpus, cfg: DedupCon
     con.execute("CREATE OR REPLACE TEMP TABLE _cand (a BIGINT, b BIGINT)")
     for i in range(bands):
         progress(f"LSH: grouping band {i + 1}/{bands}")
-        f = _q(str(band_dir / f"band-{i:03d}.parquet"))
+        f = sql_str(str(band_dir / f"band-{i:03d}.parquet"))
         con.execute(f"""
             INSERT INTO _cand
             SELECT m.a, unnest(m.members) AS b FROM (
@@ -761,8 +732,8 @@ def _pass_verdicts(con: duckdb.DuckDBPyConnection, corpus: Corpus, cfg: DedupCon
     con.register("_near", pa.table({"head": nodes, "comp": comp}))
 
     progress("clusters and representatives", force=True)
-    ok_outcomes = "(" + ", ".join(_q(o) for o in cfg.success_outcomes) + ")"
-    bad_outcomes = "(" + ", ".join(_q(o) for o in FAILURE_OUTCOMES) + ")"
+    ok_outcomes = "(" + ", ".join(sql_str(o) for o in cfg.success_outcomes) + ")"
+    bad_outcomes = "(" + ", ".join(sql_str(o) for o in FAILURE_OUTCOMES) + ")"
     success = (f"(lower(coalesce(t.outcome, '')) IN {ok_outcomes} OR (coalesce(t.reward, 0) >= {float(cfg.success_reward)!r}"
                f" AND lower(coalesce(t.outcome, '')) NOT IN {bad_outcomes}))")
     con.execute(f"""
@@ -792,7 +763,7 @@ def _pass_verdicts(con: duckdb.DuckDBPyConnection, corpus: Corpus, cfg: DedupCon
         FROM _dups GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT 5""").fetchall()]
 
     progress("shared prefixes", force=True)
-    prefixes = _q(str(side_path(corpus, "dedup_prefixes")))
+    prefixes = sql_str(str(side_path(corpus, "dedup_prefixes")))
     # integers only until the few shared rows are known: 5 prefix rows per trajectory, grouped
     con.execute(f"""
         CREATE OR REPLACE TEMP TABLE _shared AS
@@ -819,40 +790,37 @@ def _pass_verdicts(con: duckdb.DuckDBPyConnection, corpus: Corpus, cfg: DedupCon
 def dedup(corpus_dir: Path | str, config: DedupConfig = DedupConfig(), progress: bool = True,
           echo: Callable[[str], None] | None = None) -> DedupSummary:
     """Compute (or reuse) signatures, then duplicate clusters and shared prefixes for the corpus."""
-    if not 0.0 < config.threshold <= 1.0:
-        raise ValueError(f"threshold {config.threshold} must be in (0, 1]")
     echo = echo or (lambda m: print(m, file=sys.stderr))
     corpus = Corpus(corpus_dir)
     con = connect(corpus.root)
-    if config.threads:
-        con.execute(f"SET threads = {int(config.threads)}")
-    work = corpus.root / f".dedup-work-{os.getpid()}-{os.urandom(3).hex()}"
-    work.mkdir(parents=True)
-    con.execute(f"SET memory_limit = {_q(config.memory_limit)}")
-    con.execute(f"SET temp_directory = {_q(str(work / 'duckdb'))}")
-    con.execute("SET preserve_insertion_order = true")
-    bar = _Progress(progress, echo)
     try:
-        state = corpus_state(corpus)
-        drop_t, drop_u, cleaning_fp = _cleaning_filter(con, corpus, config.use_cleaning)
-        sig_fp = config.signature_fingerprint(cleaning_fp)
-        fp = config.fingerprint(cleaning_fp)
-        summary = DedupSummary(corpus=str(corpus.root), fingerprint=fp, threshold=config.threshold)
-        summary.trajectories = con.sql("SELECT count(*) FROM trajectories").fetchall()[0][0]
-        prev = side_info(corpus, "dedup_signatures")
-        prev_p = side_info(corpus, "dedup_prefixes")
-        t0 = time.monotonic()
-        if (config.reuse_signatures and prev and prev_p and prev.get("fingerprint") == sig_fp and prev.get("corpus_state") == state
-                and prev_p.get("fingerprint") == sig_fp):
-            summary.signatures_reused = True
-            bar("signatures: reusing the stored ones (same settings, same corpus)", force=True)
-        else:
-            _pass_signatures(con, corpus, config, sig_fp, state, drop_t, drop_u, cleaning_fp, bar)
-        summary.seconds_signatures = time.monotonic() - t0
-        t1 = time.monotonic()
-        _pass_verdicts(con, corpus, config, fp, state, work, summary, bar)
-        summary.seconds_verdicts = time.monotonic() - t1
-        return summary
+        with spill_workspace(con, corpus.root, "dedup", config.memory_limit) as work:
+            return _dedup(con, corpus, work, config, _Progress(progress, echo))
     finally:
         con.close()
-        shutil.rmtree(work, ignore_errors=True)
+
+
+def _dedup(con: duckdb.DuckDBPyConnection, corpus: Corpus, work: Path, config: DedupConfig, bar: _Progress) -> DedupSummary:
+    if config.threads:
+        con.execute(f"SET threads = {int(config.threads)}")
+    con.execute("SET preserve_insertion_order = true")
+    state = corpus_state(corpus)
+    drop_t, drop_u, cleaning_fp = _cleaning_filter(con, corpus, config.use_cleaning)
+    sig_fp = config.signature_fingerprint(cleaning_fp)
+    fp = config.fingerprint(cleaning_fp)
+    summary = DedupSummary(corpus=str(corpus.root), fingerprint=fp, threshold=config.threshold)
+    summary.trajectories = con.sql("SELECT count(*) FROM trajectories").fetchall()[0][0]
+    prev = side_info(corpus, "dedup_signatures")
+    prev_p = side_info(corpus, "dedup_prefixes")
+    t0 = time.monotonic()
+    if (config.reuse_signatures and prev and prev_p and prev.get("fingerprint") == sig_fp and prev.get("corpus_state") == state
+            and prev_p.get("fingerprint") == sig_fp):
+        summary.signatures_reused = True
+        bar("signatures: reusing the stored ones (same settings, same corpus)", force=True)
+    else:
+        _pass_signatures(con, corpus, config, sig_fp, state, drop_t, drop_u, cleaning_fp, bar)
+    summary.seconds_signatures = time.monotonic() - t0
+    t1 = time.monotonic()
+    _pass_verdicts(con, corpus, config, fp, state, work, summary, bar)
+    summary.seconds_verdicts = time.monotonic() - t1
+    return summary

@@ -12,6 +12,10 @@ import csv
 import datetime as dt
 import io
 import math
+import os
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +30,25 @@ from pipelines.views import define_derived_views
 def views(con: duckdb.DuckDBPyConnection) -> set[str]:
     """Names of the views and tables a connection has (which corpus tables exist)."""
     return {r[0] for r in con.sql("SELECT table_name FROM information_schema.tables").fetchall()}
+
+
+def sql_str(s: str) -> str:
+    """A SQL string literal (DuckDB strings have no backslash escapes: only quotes need care)."""
+    return "'" + s.replace("'", "''") + "'"
+
+
+@contextmanager
+def spill_workspace(con: duckdb.DuckDBPyConnection, root: Path, stage: str, memory_limit: str) -> Iterator[Path]:
+    """DuckDB bounded by `memory_limit`, spilling beyond it to a work folder `root/.STAGE-work-PID-HEX`
+    (also the stage's own scratch space), removed afterwards."""
+    work = root / f".{stage}-work-{os.getpid()}-{os.urandom(3).hex()}"
+    work.mkdir(parents=True)  # DuckDB creates its spill folder in it, not the folders above
+    try:
+        con.execute(f"SET memory_limit = {sql_str(memory_limit)}")
+        con.execute(f"SET temp_directory = {sql_str(str(work / 'duckdb'))}")
+        yield work
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def connect(corpus_dir: Path | str, con: duckdb.DuckDBPyConnection | None = None) -> duckdb.DuckDBPyConnection:

@@ -26,8 +26,6 @@ from __future__ import annotations
 
 import hashlib
 import math
-import os
-import shutil
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -42,12 +40,13 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from pipelines.progress import StatusLine
-from pipelines.query import connect, views
+from pipelines.query import connect, spill_workspace, sql_str, views
 from pipelines.render import cut_bound
 from pipelines.score_model import MODEL_FIELDS, MODEL_SCHEMA, Plan  # no torch at import time
 from pipelines.score_surface import CATEGORIES, SURFACE_FIELDS, SURFACE_SCHEMA, SurfaceConfig, score_surface
 from pipelines.side import SideTableWriter, corpus_state, side_fingerprints, side_path
 from pipelines.store import Corpus
+from schemas.options import check_memory_limit
 from schemas.tables import side_table_schema
 
 TABLE = "turn_scores"
@@ -94,6 +93,7 @@ class ScoreConfig:
         if min(self.batch_rows, self.batch_bytes, self.sort_bytes) <= 0:
             raise ValueError(f"batch_rows {self.batch_rows}, batch_bytes {self.batch_bytes}, sort_bytes {self.sort_bytes}: "
                              "must be positive")
+        check_memory_limit(self.memory_limit)
 
     def model_config(self) -> Any:
         from pipelines.score_model import ModelScoreConfig
@@ -158,12 +158,6 @@ class _Hist:
         if self.below:
             out.insert(0, (f"< {e[0]:g}", self.below))
         return out
-
-
-def _hist(values: np.ndarray, edges: list[float]) -> list[tuple[str, int]]:
-    h = _Hist(edges)
-    h.add(values)
-    return h.result()
 
 
 @dataclass
@@ -233,10 +227,6 @@ def _existing(corpus: Corpus) -> pa.Schema | None:
     column by column and streaming, never as a whole."""
     p = side_path(corpus, TABLE)
     return pq.read_schema(p) if p.exists() else None
-
-
-def _sql_str(s: str) -> str:
-    return "'" + s.replace("'", "''") + "'"
 
 
 class _Status:
@@ -309,7 +299,7 @@ def _model_scores(con: Any, cfg: ScoreConfig, summary: ScoreSummary, scorer: Any
         # model compute only where training can use it: not on trajectories cleaning or dedup drop
         # (their turns keep surface scores and get no loss anyway); the view's joins run once, into
         # a file (a table would stay in DuckDB's memory)
-        path = _sql_str(str(work / "kept.parquet"))
+        path = sql_str(str(work / "kept.parquet"))
         con.execute(f"COPY (SELECT DISTINCT trajectory_id, md5('{seed}:' || trajectory_id) AS prio FROM kept_trajectories) "
                     f"TO {path} (FORMAT parquet)")
         kept = f"read_parquet({path})"
@@ -403,7 +393,7 @@ def _ranges(corpus: Corpus, con: Any, sort_bytes: int) -> int:
     size = 0
     for name in ("trajectories", "turns"):
         if corpus.has_table(name):
-            glob = _sql_str(corpus.table_glob(name))
+            glob = sql_str(corpus.table_glob(name))
             size += con.sql(f"SELECT coalesce(sum(total_uncompressed_size), 0) FROM parquet_metadata({glob})").fetchall()[0][0]
     return max(1, min(4096, -(-int(size) // sort_bytes)))
 
@@ -508,20 +498,16 @@ def score(
     echo = echo or (lambda m: print(m, file=sys.stderr))
     corpus = Corpus(corpus_dir)
     con = connect(corpus.root)
-    work = corpus.root / f".score-work-{os.getpid()}-{os.urandom(3).hex()}"
-    work.mkdir(parents=True)
     try:
-        if config.threads:
-            con.execute(f"SET threads = {int(config.threads)}")
-        con.execute(f"SET memory_limit = {_sql_str(config.memory_limit)}")
-        con.execute(f"SET temp_directory = {_sql_str(str(work / 'duckdb'))}")
-        # a scan's batches as they come (the order is ORDER BY's); kept in order, they queue up in memory
-        con.execute("SET preserve_insertion_order = false")
-        con.execute("SET enable_progress_bar = false")  # the stage's own line says how far it got
-        return _score(corpus, con, work, config, progress, echo, scorer, t0)
+        with spill_workspace(con, corpus.root, "score", config.memory_limit) as work:
+            if config.threads:
+                con.execute(f"SET threads = {int(config.threads)}")
+            # a scan's batches as they come (the order is ORDER BY's); kept in order, they queue up in memory
+            con.execute("SET preserve_insertion_order = false")
+            con.execute("SET enable_progress_bar = false")  # the stage's own line says how far it got
+            return _score(corpus, con, work, config, progress, echo, scorer, t0)
     finally:
         con.close()
-        shutil.rmtree(work, ignore_errors=True)
 
 
 def _score(corpus: Corpus, con: Any, work: Path, config: ScoreConfig, progress: bool, echo: Callable[[str], None],
@@ -529,7 +515,7 @@ def _score(corpus: Corpus, con: Any, work: Path, config: ScoreConfig, progress: 
     state = corpus_state(corpus)
     summary = ScoreSummary(corpus=str(corpus.root), tier=config.tier, max_tokens=config.max_tokens)
     old = _existing(corpus)
-    old_sql = f"read_parquet({_sql_str(str(side_path(corpus, TABLE)))})"
+    old_sql = f"read_parquet({sql_str(str(side_path(corpus, TABLE)))})"
     old_names = old.names if old is not None else []
     schema = turn_scores_schema()
     surface_names = [f.name for f in SURFACE_FIELDS]
@@ -541,7 +527,7 @@ def _score(corpus: Corpus, con: Any, work: Path, config: ScoreConfig, progress: 
     if config.tier in ("surface", "both") or "category" not in old_names:
         path = work / "surface.parquet"
         rows = _surface_pass(con, config, path, progress)
-        surf = f"read_parquet({_sql_str(str(path))})"
+        surf = f"read_parquet({sql_str(str(path))})"
         surface_cfg = asdict(config.surface)
     else:
         surf = f"(SELECT {', '.join(keys + surface_names)} FROM {old_sql})"
@@ -568,7 +554,7 @@ def _score(corpus: Corpus, con: Any, work: Path, config: ScoreConfig, progress: 
         model_cfg = {**orjson.loads(orjson.dumps(asdict(scorer.config), default=str)), "fingerprint": scorer.fingerprint,
                      "model_id": scorer.model_id, "dtype": scorer.dtype_name, "max_tokens": config.max_tokens,
                      "kept_from": kept_verdicts(corpus) if config.skip_dropped else "all trajectories"}
-        model = f"read_parquet({_sql_str(str(path))})" if summary.model_turns else None
+        model = f"read_parquet({sql_str(str(path))})" if summary.model_turns else None
     elif "cond_nll" in old_names:
         model = f"(SELECT {', '.join(keys + model_names)} FROM {old_sql} WHERE cond_nll IS NOT NULL)"
         model_cfg = old_cfg.get("model")
@@ -610,7 +596,6 @@ def _score(corpus: Corpus, con: Any, work: Path, config: ScoreConfig, progress: 
         tally.finish()
         summary.seconds = time.monotonic() - t0
         w.commit(_manifest_summary(summary), lock_wait_s=config.lock_wait_s)
-    summary.seconds = time.monotonic() - t0
     return summary
 
 
@@ -675,13 +660,6 @@ class _Tally:
         if s.model_turns or self.model_rows:
             for title, (_, h) in self.model.items():
                 s.histograms[title] = h.result()
-
-
-def _summarize(t: pa.Table, summary: ScoreSummary) -> None:
-    """The summary of a whole table at once (what `score` counts batch by batch)."""
-    tally = _Tally(summary)
-    tally.add(t)
-    tally.finish()
 
 
 # ---------------------------------------------------------------------------------------------

@@ -3,6 +3,7 @@ spells it, so that the CLI and the Dagster run config fail alike."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 
@@ -10,3 +11,25 @@ def at_least(option: str, value: Any, low: int | float) -> None:
     """A ValueError when `value` is below `low` (NaN too)."""
     if not value >= low:
         raise ValueError(f"{option} must be at least {low} (got {value})")
+
+
+_MEMORY_VALUE = re.compile(r"\s*(-?\d+(?:\.\d*)?|-?\.\d+)\s*[a-z]*\s*", re.I)
+
+
+def check_memory_limit(limit: str) -> None:
+    """A `--memory-limit` DuckDB takes (asked on a throwaway connection: `1G`, `512MiB`, `50%`, `-1` or
+    `none` for no limit, ...) that leaves it some memory, checked up front so that a bad value fails
+    before the run, not as a DuckDB parser error inside it."""
+    import duckdb
+
+    if not isinstance(limit, str):
+        raise ValueError(f"--memory-limit must be text such as 256MB (got {limit!r})")
+    try:
+        duckdb.connect().execute("SET memory_limit = ?", [limit])
+    except duckdb.Error as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ValueError(f"--memory-limit {limit!r}: DuckDB does not take it ({first}); "
+                         "e.g. 256MB, 1.5GiB, 50%, or -1 for no limit") from None
+    m = _MEMORY_VALUE.fullmatch(limit)
+    if m and float(m.group(1)) <= 0 and limit.strip() != "-1":
+        raise ValueError(f"--memory-limit {limit!r}: must be positive (or -1 or none for no limit)")

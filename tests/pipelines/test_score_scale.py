@@ -96,9 +96,8 @@ def test_streamed_table_equals_the_whole_table_reference(corpus: Path, tiny_mode
     over."""
     from pipelines.score_model import ModelScoreConfig
 
-    monkeypatch.setattr(score_mod, "WRITE_ROWS", 700, raising=False)
+    monkeypatch.setattr(score_mod, "WRITE_ROWS", 700)
     small = {"batch_rows": 500, "batch_bytes": 30_000, "sort_bytes": 50_000, "memory_limit": "64MB"}
-    small = {k: v for k, v in small.items() if k in ScoreConfig.__dataclass_fields__}  # (the stage before had none)
     s = score(corpus, ScoreConfig(tier="surface", **small), progress=False)
     want = reference_table(corpus, SurfaceConfig(), None)
     _assert_equal(_written(corpus), want)
@@ -199,15 +198,13 @@ def _make_corpus(root: Path, copies: int) -> Path:
 
 
 _PROBE = """
-import dataclasses, sys
+import sys
 from pipelines.query import connect
 from pipelines.score import ScoreConfig, score
 from tests.support.memory import peak, reset_peak
 import pipelines.score
-cfg = ScoreConfig(tier="surface")
-if "batch_rows" in ScoreConfig.__dataclass_fields__:  # absent before the stage streamed (its defaults then)
-    cfg = dataclasses.replace(cfg, batch_rows=1024, memory_limit="32MB", threads=2)
-    pipelines.score.WRITE_ROWS = 4096
+cfg = ScoreConfig(tier="surface", batch_rows=1024, memory_limit="32MB", threads=2)
+pipelines.score.WRITE_ROWS = 4096
 connect(sys.argv[1]).sql("SELECT count(*) FROM turns").fetchall()
 rss0 = reset_peak()
 s = score(sys.argv[1], cfg, progress=False)
@@ -266,3 +263,9 @@ def test_progress_is_printed(corpus: Path, tiny_model_dir: Path, capsys: pytest.
 
     score(corpus, ScoreConfig(tier="surface"), progress=False)
     assert capsys.readouterr().err == ""
+
+
+def test_a_memory_limit_duckdb_does_not_take_fails_before_the_run(corpus: Path) -> None:
+    with pytest.raises(ValueError, match=r"^--memory-limit 'lots': DuckDB does not take it \("):
+        ScoreConfig(memory_limit="lots")
+    assert not list(corpus.glob(".score-work-*"))
