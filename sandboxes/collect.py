@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 import secrets
 import signal
@@ -35,7 +34,7 @@ from typing import Any
 
 from collectors.policies import Action, Policy, ScriptedPolicy, Step
 from sandboxes import images, perturb
-from sandboxes.engine import HOW_TO_START, EngineUnavailable, client, engine_info
+from sandboxes.engine import HOW_TO_START, EngineUnavailable, client, engine_info, unreachable_reason, where
 from sandboxes.reaper import (
     Session,
     interruptible,
@@ -339,27 +338,6 @@ class StopFlag(threading.Event):
         self.set()
 
 
-def _engine_error(timeout_s: float = 10.0) -> str | None:
-    """None when the engine answers a ping now, else why not. A fresh connection (not the cached
-    client, whose pool may hold a dead socket), asked after a sandbox failure: is it the sandbox,
-    or is the engine gone?"""
-    try:
-        import docker
-
-        c = docker.from_env(timeout=int(timeout_s))
-        try:
-            c.ping()
-        finally:
-            c.close()
-        return None
-    except Exception as e:  # noqa: BLE001 - any failure to connect means "no engine"
-        return f"{type(e).__name__}: {e}"
-
-
-def _where() -> str:
-    return os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
-
-
 _image_ids: dict[str, str] = {}
 
 
@@ -455,7 +433,7 @@ def run_task(job: Job, session: Session, seed: int = 0, stop: threading.Event | 
         if stop is not None and stop.is_set():
             meta["interrupted_by"] = getattr(stop, "reason", None) or "interrupt"
             return True
-        engine_error = _engine_error()
+        engine_error = unreachable_reason()
         if engine_error is not None:
             meta["interrupted_by"] = "engine"
             meta["engine_error"] = f"{e} ({engine_error})"
@@ -586,7 +564,6 @@ class CollectSummary:
     `planned == trajectories + skipped + quarantined + not_run`; `jobs` are those this run took on
     (`planned - skipped`)."""
 
-    jobs: int = 0
     trajectories: int = 0
     turns: int = 0
     quarantined: int = 0
@@ -606,6 +583,11 @@ class CollectSummary:
     engine_error: str | None = None  # the engine stopped answering during the run: why
     cut_by_engine: int = 0  # trajectories in flight then, kept as `interrupted`
 
+    @property
+    def jobs(self) -> int:
+        """The jobs this run took on."""
+        return self.planned - self.skipped
+
     def add(self, o: Outcome) -> None:
         """Count one recorded trajectory (finished, or kept after an interrupt)."""
         t = o.trajectory
@@ -620,7 +602,7 @@ class CollectSummary:
 
     def engine_message(self) -> str:
         """What `EngineLost` says: how far the run got, and how to go on."""
-        return (f"the Docker engine at {_where()} stopped answering during the collection ({self.engine_error}): "
+        return (f"the Docker engine at {where()} stopped answering during the collection ({self.engine_error}): "
                 f"{_n(self.not_run, 'job')} {'was' if self.not_run == 1 else 'were'} not run (not quarantined) and "
                 f"{self.cut_by_engine} in flight {'was' if self.cut_by_engine == 1 else 'were'} kept as `interrupted`; "
                 f"{_n(self.trajectories - self.cut_by_engine, 'trajectory', 'trajectories')} finished. "
@@ -755,7 +737,7 @@ def collect(jobs: Iterable[Job], out: Path | str, workers: int = 2, seed: int = 
     t0 = time.monotonic()
     done_before = set() if again else collected_jobs(out, (j.key for j in jobs))
     todo = [j for j in jobs if not done_before or job_identity(j, seed) not in done_before]
-    summary = CollectSummary(jobs=len(todo), planned=len(jobs), skipped=len(jobs) - len(todo), workers=workers)
+    summary = CollectSummary(planned=len(jobs), skipped=len(jobs) - len(todo), workers=workers)
     if summary.skipped:
         say(f"{_n(summary.skipped, 'job')} already collected in {out}, skipped (--again collects them anew)")
     if not todo:

@@ -31,7 +31,8 @@ class EngineUnavailable(RuntimeError):
     """No Docker engine answers; the message says where we looked and how to start one."""
 
 
-def _where() -> str:
+def where() -> str:
+    """Where the engine is asked: `DOCKER_HOST`, else the default socket."""
     return os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
 
 
@@ -43,24 +44,45 @@ def _import_docker() -> Any:
     return docker
 
 
+def _connect(docker: Any, timeout_s: float) -> Any:
+    """A new DockerClient that has answered a ping (closed again if it did not)."""
+    c = docker.from_env(timeout=int(timeout_s))
+    try:
+        c.ping()
+    except BaseException:
+        c.close()
+        raise
+    return c
+
+
 def client(timeout_s: float = 120.0) -> Any:
     """A connected DockerClient (cached per process and timeout); raises EngineUnavailable.
 
     `timeout_s` is the HTTP read timeout; sandboxes use it as the backstop for an action whose
     output stream stalls past its own in-container timeout."""
     docker = _import_docker()
-    key = (_where(), timeout_s)
+    key = (where(), timeout_s)
     with _lock:
         c = _clients.get(key)
         if c is not None:
             return c
         try:
-            c = docker.from_env(timeout=int(timeout_s))
-            c.ping()
+            c = _connect(docker, timeout_s)
         except Exception as e:  # noqa: BLE001 - any failure to connect means "no engine"
-            raise EngineUnavailable(f"no Docker engine answers at {_where()} ({type(e).__name__}: {e}); {HOW_TO_START}") from e
+            raise EngineUnavailable(f"no Docker engine answers at {where()} ({type(e).__name__}: {e}); {HOW_TO_START}") from e
         _clients[key] = c
         return c
+
+
+def unreachable_reason(timeout_s: float = 10.0) -> str | None:
+    """None when the engine answers a ping now, else why not. A fresh connection, not the cached
+    client, whose pool may hold a dead socket: asked after a sandbox failure, it tells whether the
+    sandbox failed or the engine is gone."""
+    try:
+        _connect(_import_docker(), timeout_s).close()
+        return None
+    except Exception as e:  # noqa: BLE001 - any failure to connect means "no engine"
+        return f"{type(e).__name__}: {e}"
 
 
 def answers() -> bool:
@@ -79,7 +101,7 @@ def ensure_engine(start: bool = True, wait_s: float = 60.0) -> Any:
         if not start:
             raise
     if os.geteuid() != 0:
-        raise EngineUnavailable(f"no Docker engine answers at {_where()} and starting one needs root; {HOW_TO_START}")
+        raise EngineUnavailable(f"no Docker engine answers at {where()} and starting one needs root; {HOW_TO_START}")
     env = {**os.environ, "WORLDLINE_DOCKERD_WAIT_S": str(int(wait_s))}
     r = subprocess.run(["bash", str(START_SCRIPT)], capture_output=True, text=True, env=env, timeout=wait_s + 600)
     if r.returncode != 0:
@@ -92,8 +114,8 @@ _info: dict[str, dict[str, str]] = {}
 
 def engine_info() -> dict[str, str]:
     """Version facts that go into every trajectory's environment fingerprint (asked once)."""
-    if _where() not in _info:
+    if where() not in _info:
         v = client().version()
-        _info[_where()] = {"engine": str(v.get("Version")), "api": str(v.get("ApiVersion")),
+        _info[where()] = {"engine": str(v.get("Version")), "api": str(v.get("ApiVersion")),
                            "kernel": str(v.get("KernelVersion"))}
-    return dict(_info[_where()])
+    return dict(_info[where()])

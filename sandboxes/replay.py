@@ -92,23 +92,14 @@ def original_workdir(traj: Trajectory) -> str | None:
     return None
 
 
-def environment_missing(traj: Trajectory, fixture: TaskSpec | None) -> bool:
-    """Whether the original acted on files a replay sandbox would not have (see the module docstring)."""
-    return fixture is None and (traj.domain == "swe" or original_workdir(traj) is not None)
-
-
-def replay_job(traj: Trajectory, fixture: TaskSpec | None = None, timeout_s: float = 10.0) -> Job | None:
-    """A collection job that replays `traj`, or None when it has no shell actions."""
-    actions = shell_actions(traj)
-    if not actions:
-        return None
-    fx = fixture or (_fixture("intercode-testbed") if traj.source_format == "intercode" else None)
-    missing = environment_missing(traj, fx)
+def _replay_job(traj: Trajectory, actions: list[Action], fx: TaskSpec | None, missing_workdir: str | None,
+                timeout_s: float = 10.0) -> Job:
+    """The collection job that replays `traj`: in the fixture's sandbox, else in an empty one (in
+    `missing_workdir`, the original's, when its environment is missing)."""
     src = Path(traj.source or ".")
-    workdir = fx.workdir if fx else ((original_workdir(traj) or "/work") if missing else "/work")
     spec = TaskSpec(
         id=f"replay-{traj.source_format}", task=traj.task or "", path=src, domain=traj.domain if traj.domain in ("terminal", "os", "swe") else "terminal",
-        image=fx.image if fx else "terminal", timeout_s=timeout_s, workdir=workdir,
+        image=fx.image if fx else "terminal", timeout_s=timeout_s, workdir=fx.workdir if fx else (missing_workdir or "/work"),
         setup_files=dict(fx.setup_files) if fx else {}, setup_commands=list(fx.setup_commands) if fx else [],
         digest=traj.trajectory_id[:16],
     )
@@ -119,7 +110,7 @@ def replay_job(traj: Trajectory, fixture: TaskSpec | None = None, timeout_s: flo
                extra_meta={"replay_of": {"trajectory_id": traj.trajectory_id, "source": str(src), "locator": traj.locator,
                                          "source_format": traj.source_format, "native_id": traj.native_id,
                                          "fixture": fx.id if fx else None,
-                                         "environment": "missing" if missing else "sandbox"}})
+                                         "environment": "missing" if missing_workdir is not None else "sandbox"}})
 
 
 @dataclass
@@ -165,15 +156,17 @@ def plan_replay(paths: Iterable[Path | str], limit: int | None = None, allow_mis
                 plan.unreadable += 1
                 continue
             fixture = fx if rec.source_format == "intercode" else None
-            if not shell_actions(rec):
+            actions = shell_actions(rec)
+            if not actions:
                 plan.no_shell += 1
                 continue
-            if environment_missing(rec, fixture) and not allow_missing_env:
-                plan.missing_env[original_workdir(rec) or f"({rec.domain} task)"] += 1
+            # the original acted on files a sandbox lacks (see the module docstring)
+            workdir = original_workdir(rec)
+            missing = fixture is None and (rec.domain == "swe" or workdir is not None)
+            if missing and not allow_missing_env:
+                plan.missing_env[workdir or f"({rec.domain} task)"] += 1
                 continue
-            job = replay_job(rec, fixture)
-            assert job is not None
-            plan.jobs.append(job)
+            plan.jobs.append(_replay_job(rec, actions, fixture, (workdir or "/work") if missing else None))
             plan.originals.append(rec)
             if limit is not None and len(plan.jobs) >= limit:
                 plan.beyond_limit = True

@@ -24,7 +24,7 @@ from pipelines.cli import main
 from pipelines.contracts import run_contracts
 from pipelines.query import connect, run_query
 from sandboxes.contracts import run_sandbox_contracts
-from sandboxes.engine import HOW_TO_START, client
+from sandboxes.engine import HOW_TO_START, client, where
 from sandboxes.reaper import containers_of
 from sandboxes.report import section_sandbox
 
@@ -193,10 +193,10 @@ while True:
 
 
 def _engine_socket() -> str:
-    where = os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
-    if not where.startswith("unix://"):
-        pytest.skip(f"needs a unix-socket engine to put a proxy in front of (DOCKER_HOST={where})")
-    return where.removeprefix("unix://")
+    at = where()
+    if not at.startswith("unix://"):
+        pytest.skip(f"needs a unix-socket engine to put a proxy in front of (DOCKER_HOST={at})")
+    return at.removeprefix("unix://")
 
 
 def test_engine_gone_mid_run_stops_without_quarantining(images, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
