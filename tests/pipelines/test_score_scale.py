@@ -269,3 +269,11 @@ def test_a_memory_limit_duckdb_does_not_take_fails_before_the_run(corpus: Path) 
     with pytest.raises(ValueError, match=r"^--memory-limit 'lots': DuckDB does not take it \("):
         ScoreConfig(memory_limit="lots")
     assert not list(corpus.glob(".score-work-*"))
+
+
+def test_text_slices_keep_each_slice_under_budget_and_a_longer_turn_alone() -> None:
+    # text sizes (action + observation bytes): 3, 4, 10 (above the budget of 8), 2, 2, null
+    b = pa.record_batch({"action": ["ab", "abcd", None, "a", "b", None], "observation": ["c", None, "x" * 10, "c", "d", None]})
+    slices = score_mod._text_slices(b, 8)
+    assert [s.num_rows for s in slices] == [2, 1, 3]
+    assert pa.Table.from_batches(slices).equals(pa.Table.from_batches([b]))
