@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -58,13 +57,10 @@ _ALPACA = re.compile(r"### Instruction:\n(.*?)\n\n### (?:Input|Response):", re.S
 _SEARCH_TOOLS = {"search", "lookup"}
 
 
-@dataclass(slots=True)
-class Block:
-    """One piece of a ReAct episode: agent text, an observation, or other user text."""
-
-    kind: str  # "agent" | "obs" | "user"
-    text: str
-    locator: str
+# One piece of a ReAct episode: (kind, text, locator), kind "agent" (agent text), "obs" (an observation)
+# or "user" (other user text). A plain tuple: an episode has a handful of short blocks, and building a
+# class instance for each was a tenth of converting a FireAct record.
+Block = tuple[str, str, str]
 
 
 def _float_reward(value: Any) -> float | None:
@@ -94,28 +90,28 @@ def blocks_from_messages(messages: list, field: str, where: str) -> tuple[str | 
     question: str | None = None
     system: list[str] = []
     blocks: list[Block] = []
+    append = blocks.append
     for j, m in enumerate(messages):
-        loc = f"{field}[{j}]"
         if not isinstance(m, dict):
-            raise RecordError("malformed_record", f"{where} {loc}: expected a message object, got {type(m).__name__}")
+            raise RecordError("malformed_record", f"{where} {field}[{j}]: expected a message object, got {type(m).__name__}")
         role = m.get("role")
         content = m.get("content")
         text = content if type(content) is str else (as_text(content) or "")
         if role == "assistant":
-            blocks.append(Block("agent", text, loc))
+            append(("agent", text, f"{field}[{j}]"))
         elif role == "user":
             if text.startswith("Observation:"):  # the usual form, without the regex (same result: stripped)
-                blocks.append(Block("obs", text[12:].strip(), loc))
+                append(("obs", text[12:].strip(), f"{field}[{j}]"))
             elif (obs := _OBS_PREFIX.match(text)) is not None:
-                blocks.append(Block("obs", text[obs.end():].strip(), loc))
+                append(("obs", text[obs.end():].strip(), f"{field}[{j}]"))
             elif question is None and not blocks:
                 question = text
             else:
-                blocks.append(Block("user", text, loc))
+                append(("user", text, f"{field}[{j}]"))
         elif role == "system":
             system.append(text)
         else:
-            raise RecordError("malformed_record", f"{where} {loc}: unexpected role {role!r}")
+            raise RecordError("malformed_record", f"{where} {field}[{j}]: unexpected role {role!r}")
     return question, system, blocks
 
 
@@ -139,13 +135,13 @@ def blocks_from_text(text: str, field: str) -> tuple[str, list[Block]]:
         end = marks[i + 1].start() if i + 1 < len(marks) else len(text)
         if mk.group(1) == "Observation":
             if agent_start is not None:
-                blocks.append(Block("agent", text[agent_start : mk.start()], loc(agent_start, mk.start())))
+                blocks.append(("agent", text[agent_start : mk.start()], loc(agent_start, mk.start())))
                 agent_start = None
-            blocks.append(Block("obs", text[mk.end() : end].strip(), loc(mk.start(), end)))
+            blocks.append(("obs", text[mk.end() : end].strip(), loc(mk.start(), end)))
         elif agent_start is None:
             agent_start = mk.start()
     if agent_start is not None:
-        blocks.append(Block("agent", text[agent_start:], loc(agent_start, len(text))))
+        blocks.append(("agent", text[agent_start:], loc(agent_start, len(text))))
     return preamble, blocks
 
 
@@ -220,46 +216,42 @@ def _parse_call(action: str) -> tuple[str | None, str | None, str | None]:
 def react_turns(blocks: list[Block]) -> list[Turn]:
     """Turns of a ReAct episode: each agent block with the observation block that answers it."""
     turns: list[Turn] = []
+    n = len(blocks)
     i = 0
-    while i < len(blocks):
-        b = blocks[i]
-        if b.kind == "user":
-            turns.append(Turn(kind="user", action=b.text, observation_kind="none", locator=b.locator))
-            i += 1
-            continue
-        if b.kind == "obs":
-            # Environment output that follows no agent text.
-            turns.append(
-                Turn(
-                    kind="env",
-                    observation=b.text,
-                    observation_kind="tool_result",
-                    locator=b.locator,
-                    metadata=dumps({"action_missing": True}),
-                )
-            )
-            i += 1
-            continue
-        obs = blocks[i + 1] if i + 1 < len(blocks) and blocks[i + 1].kind == "obs" else None
-        turns.append(_agent_turn(b, obs))
-        i += 2 if obs is not None else 1
+    while i < n:
+        kind, text, loc = blocks[i]
+        i += 1
+        if kind == "agent":
+            if i < n and (obs := blocks[i])[0] == "obs":
+                turns.append(_agent_turn(text, f"{loc}+{obs[2]}", obs[1]))
+                i += 1
+            else:
+                turns.append(_agent_turn(text, loc, None))
+        elif kind == "user":
+            turns.append(Turn(kind="user", action=text, observation_kind="none", locator=loc))
+        else:  # environment output that follows no agent text
+            turns.append(Turn(kind="env", observation=text, observation_kind="tool_result", locator=loc,
+                              metadata=_ACTION_MISSING))
     return turns
 
 
-def _agent_turn(b: Block, obs: Block | None) -> Turn:
-    thought, action, trailing = _parse_agent(b.text)
+_ACTION_MISSING = dumps({"action_missing": True})
+
+
+def _agent_turn(text: str, locator: str, observation: str | None) -> Turn:
+    """The turn of agent text `text` and the observation that answered it (None: no reply recorded)."""
+    thought, action, trailing = _parse_agent(text)
     meta: dict[str, Any] = {}
     if trailing:
         meta["trailing_text"] = trailing
-    locator = b.locator + (f"+{obs.locator}" if obs is not None else "")
     if action is None:
-        if obs is None:
+        if observation is None:
             return Turn(kind="message", thought=thought, observation_kind="none", locator=locator)
         meta["action_unparsed"] = True
         return Turn(
             kind="env",
-            action=b.text.strip(),
-            observation=obs.text,
+            action=text.strip(),
+            observation=observation,
             observation_kind="tool_result",
             locator=locator,
             metadata=dumps(meta),
@@ -272,23 +264,23 @@ def _agent_turn(b: Block, obs: Block | None) -> Turn:
     reward = None
     is_error = None
     kind = "none"
-    if obs is not None:
+    if observation is not None:
         low = (tool or "").lower()
-        if obs.text.find("generated an exception", 0, 500) >= 0:
+        if observation.find("generated an exception", 0, 500) >= 0:
             kind, is_error = "error", True
         elif low in _SEARCH_TOOLS:
             kind = "search_results"
         else:
             kind = "tool_result"
-        if low == "finish" or obs.text.startswith("Episode finished"):
-            m = _REWARD.search(obs.text)
+        if low == "finish" or observation.startswith("Episode finished"):
+            m = _REWARD.search(observation)
             reward = _float_reward(m.group(1)) if m else None
     else:
         meta["observation_missing"] = True
     return Turn(
-        kind="env" if obs is not None else "message",
+        kind="env" if observation is not None else "message",
         action=action,
-        observation=obs.text if obs is not None else None,
+        observation=observation,
         observation_kind=kind,
         tool_name=tool,
         tool_args=_input_args(arg) if tool is not None else None,
@@ -461,7 +453,7 @@ class FireActTrajsImporter(Importer):
         preamble, blocks = blocks_from_text(output, "output")
         if preamble.strip():
             # Text before the first label is agent output too (a model that skipped the `Thought:` label).
-            blocks.insert(0, Block("agent", preamble, "output:preamble"))
+            blocks.insert(0, ("agent", preamble, "output:preamble"))
         turns = react_turns(blocks)
         reward = _final_reward(turns)
         meta = {k: v for k, v in record.items() if k not in ("instruction", "input", "output")}

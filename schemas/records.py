@@ -31,12 +31,20 @@ def dumps(obj: Any) -> str | None:
 
 
 def digest(*parts: str | bytes) -> str:
-    """sha256 of each part's bytes (text as UTF-8), each followed by a NUL byte."""
-    h = hashlib.sha256()
-    for p in parts:
-        h.update(p.encode("utf-8", "surrogatepass") if isinstance(p, str) else p)
-        h.update(b"\0")
-    return h.hexdigest()
+    """sha256 of each part's bytes (text as UTF-8), each followed by a NUL byte.
+
+    Two of these per imported trajectory (its record digest and its id): text parts are joined and
+    encoded once and hashed in one call, which takes half the time of an update per part."""
+    if not parts:
+        return _EMPTY_SHA256
+    try:
+        data = "\0".join(parts).encode("utf-8", "surrogatepass") + b"\0"  # type: ignore[arg-type]
+    except TypeError:  # a bytes part
+        data = b"".join((p.encode("utf-8", "surrogatepass") if isinstance(p, str) else p) + b"\0" for p in parts)
+    return hashlib.sha256(data).hexdigest()
+
+
+_EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 
 
 def trajectory_id(source_format: str, record_digest: str) -> str:

@@ -216,5 +216,5 @@ def test_fast_paths_agree_with_the_label_regexes() -> None:
             assert F._parse_call(a) == want, repr(a)
         q, _, blocks = F.blocks_from_messages([{"role": "user", "content": "q"}, {"role": "user", "content": t}], "m", "w")
         m = F._OBS_PREFIX.match(t)
-        assert [(b.kind, b.text) for b in blocks] == [("obs", t[m.end():].strip()) if m else ("user", t)], repr(t)
+        assert [(b[0], b[1]) for b in blocks] == [("obs", t[m.end():].strip()) if m else ("user", t)], repr(t)
     assert F._input_args('a "b"\n\u00e9') == F.dumps({"input": 'a "b"\n\u00e9'})
