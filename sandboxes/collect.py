@@ -484,7 +484,7 @@ def run_task(job: Job, session: Session, seed: int = 0, stop: threading.Event | 
                 act = policy.next_action(history)
             except Exception as e:  # noqa: BLE001 - an agent endpoint that fails ends this trajectory only
                 outcome = "error"
-                meta["error"] = f"policy {meta['policy']}: {type(e).__name__}: {e}"
+                meta["error"] = f"{POLICY_ERROR}{meta['policy']}: {type(e).__name__}: {e}"
                 break
             if act is None:
                 break
@@ -651,6 +651,9 @@ class EngineLost(EngineUnavailable):
         self.summary = summary
 
 
+POLICY_ERROR = "policy "  # how the metadata's `error` of a trajectory ended by its agent endpoint begins
+
+
 def _identity(native_id: str, spec_digest: str | None, image: str | None, policy: str | None, model: str | None,
               perturbation: Any) -> str:
     return dumps([native_id, spec_digest or "", image, policy, model, perturbation]) or ""
@@ -674,7 +677,10 @@ def job_identity(job: Job, seed: int = 0) -> str | None:
 
 def collected_jobs(out: Path | str, keys: Iterable[str]) -> set[str]:
     """Identities (`job_identity`) of the jobs, among those with these keys, that already have a
-    sandbox trajectory in the corpus `out` other than an `interrupted` one."""
+    sandbox trajectory in the corpus `out`, other than one cut short by the run rather than by the
+    environment: `interrupted`, or ended by the agent endpoint failing (outcome `error` with a
+    `policy ...` error; an endpoint that was down would otherwise keep its jobs from ever being
+    collected by a rerun)."""
     from pipelines.query import connect
     from pipelines.store import Corpus
 
@@ -683,16 +689,18 @@ def collected_jobs(out: Path | str, keys: Iterable[str]) -> set[str]:
         return set()
     con = connect(out)
     try:
-        rows = con.execute("""SELECT native_id, model, metadata FROM trajectories
+        rows = con.execute("""SELECT native_id, model, metadata, outcome FROM trajectories
             WHERE source_format = ? AND coalesce(outcome, '') <> 'interrupted' AND native_id IN (SELECT unnest(?))""",
                            [SOURCE_FORMAT, keys]).fetchall()
     finally:
         con.close()
     found = set()
-    for native_id, model, metadata in rows:
+    for native_id, model, metadata, outcome in rows:
         try:
             m = json.loads(metadata or "{}")
         except ValueError:
+            continue
+        if outcome == "error" and str(m.get("error", "")).startswith(POLICY_ERROR):
             continue
         found.add(_identity(native_id, m.get("spec_digest"), m.get("image"), m.get("policy"), model, m.get("perturbation")))
     return found

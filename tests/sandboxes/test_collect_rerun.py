@@ -80,3 +80,26 @@ def test_rerun_of_the_dagster_asset_is_a_no_op(images, tmp_path: Path) -> None:
         assert all(e.passed for e in res.get_asset_check_evaluations())
     assert mds == [(2, 2, 0, 0, 2, 6, 0), (0, 2, 2, 0, 0, 0, 0), (2, 2, 0, 0, 2, 6, 0)]  # the third with `again`
     assert _rows(tmp_path / "corpus") == [("text-csv-sum", "success", 2), ("text-csv-sum@read_only_fs", "failure", 2)]
+
+
+def test_a_job_ended_by_its_agent_endpoint_is_collected_again_by_a_rerun(images, tmp_path: Path) -> None:
+    """An endpoint that was down cut the job short, not the environment: the rerun collects it."""
+    from collectors.policies import OpenAIChatPolicy
+    from sandboxes.collect import Job, collect
+    from sandboxes.tasks import load_tasks
+    from tests.support.openai_server import ScriptedOpenAIServer, answer, tool_call
+
+    task = {t.id: t for t in load_tasks(TASKS_DIR)}["text-count-errors"]
+    out = tmp_path / "c"
+
+    def run(script: list) -> tuple[int, int, int]:
+        with ScriptedOpenAIServer(script, model="m") as srv:
+            job = Job(task, policy_factory=lambda _t: OpenAIChatPolicy(base_url=srv.base_url, model="m", retries=0))
+            s = collect([job], out, workers=1, echo=lambda m: None)
+        return s.planned, s.trajectories, s.skipped
+
+    assert run([tool_call("bash", command="wc -l app.log"), {"status": 500, "error": "model crashed"}]) == (1, 1, 0)
+    assert run([tool_call("bash", command="grep -c ERROR app.log > count.txt"),
+                answer("count.txt holds 3.")]) == (1, 1, 0)
+    assert run([]) == (1, 0, 1)  # a finished job is skipped: the endpoint is not even asked
+    assert _rows(out) == [("text-count-errors", "error", 1), ("text-count-errors", "success", 1)]
