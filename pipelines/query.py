@@ -10,10 +10,12 @@ from __future__ import annotations
 import base64
 import csv
 import datetime as dt
+import fcntl
 import io
 import math
 import os
 import shutil
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -37,18 +39,62 @@ def sql_str(s: str) -> str:
     return "'" + s.replace("'", "''") + "'"
 
 
+WORK_OWNER = ".owner"  # in each work folder: locked (flock) by the run using it, for as long as it does
+STALE_UNLOCKED_S = 60.0  # an unlocked owner file this old is a dead run's (a new run locks it at once)
+STALE_UNOWNED_S = 3600.0  # a work folder without an owner file this old is a killed run's (or an older version's)
+
+
 @contextmanager
 def spill_workspace(con: duckdb.DuckDBPyConnection, root: Path, stage: str, memory_limit: str) -> Iterator[Path]:
     """DuckDB bounded by `memory_limit`, spilling beyond it to a work folder `root/.STAGE-work-PID-HEX`
-    (also the stage's own scratch space), removed afterwards."""
+    (also the stage's own scratch space), removed afterwards.
+
+    A run that is killed (SIGKILL, out of memory, a lost machine) cannot remove its folder, which
+    may hold gigabytes of spilled data; so each run holds a lock on its folder's owner file, and
+    the next run of any stage removes the work folders whose lock is free (`remove_stale_workspaces`)."""
     work = root / f".{stage}-work-{os.getpid()}-{os.urandom(3).hex()}"
     work.mkdir(parents=True)  # DuckDB creates its spill folder in it, not the folders above
+    owner = os.open(work / WORK_OWNER, os.O_RDWR | os.O_CREAT, 0o644)
     try:
+        fcntl.flock(owner, fcntl.LOCK_EX)  # released by the kernel however this process ends
+        remove_stale_workspaces(root)
         con.execute(f"SET memory_limit = {sql_str(memory_limit)}")
         con.execute(f"SET temp_directory = {sql_str(str(work / 'duckdb'))}")
         yield work
     finally:
         shutil.rmtree(work, ignore_errors=True)
+        os.close(owner)
+
+
+def remove_stale_workspaces(root: Path, unlocked_after_s: float = STALE_UNLOCKED_S,
+                            unowned_after_s: float = STALE_UNOWNED_S) -> list[Path]:
+    """Remove the work folders (`.STAGE-work-*`) under `root` that no live run holds: nobody holds
+    the lock on their owner file, made over `unlocked_after_s` ago (a run that has just made it
+    takes the lock a moment later), or they have no owner file and are over `unowned_after_s`
+    old. Returns what was removed."""
+    removed = []
+    now = time.time()
+    for work in sorted(root.glob(".*-work-*")):
+        try:
+            fd = os.open(work / WORK_OWNER, os.O_RDWR)
+        except (FileNotFoundError, NotADirectoryError):
+            try:
+                if not work.is_dir() or now - work.stat().st_mtime < unowned_after_s:
+                    continue
+            except FileNotFoundError:
+                continue  # removed meanwhile by its run
+        else:
+            try:
+                if now - os.fstat(fd).st_mtime < unlocked_after_s:
+                    continue
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue  # a live run's
+            finally:
+                os.close(fd)
+        shutil.rmtree(work, ignore_errors=True)
+        removed.append(work)
+    return removed
 
 
 def connect(corpus_dir: Path | str, con: duckdb.DuckDBPyConnection | None = None) -> duckdb.DuckDBPyConnection:

@@ -23,3 +23,62 @@ def test_formats(tmp_path: Path, sample: Path) -> None:
     # a table shows what a terminal would act on (a carriage return rewrote the row, U+202E reversed it)
     table = render(cols, rows, "table").splitlines()
     assert table[2].split(" │ ")[4].rstrip() == r"x\r\ny\u0000\u202ez"
+
+
+_HOLD = """
+import sys, time, duckdb
+sys.path.insert(0, {root!r})
+from pathlib import Path
+from pipelines.query import spill_workspace
+with spill_workspace(duckdb.connect(), Path({corpus!r}), {stage!r}, "64MB") as work:
+    print(work, flush=True)
+    time.sleep(600)
+"""
+
+
+def test_a_killed_runs_work_folder_is_removed_by_the_next_run(tmp_path: Path) -> None:
+    """SIGKILL leaves a stage's spill folder behind; the next stage's run removes it, and leaves a
+    live run's folder (its owner lock held) and a folder too new to judge alone."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    import duckdb
+
+    from pipelines.query import WORK_OWNER, spill_workspace
+
+    root = Path(__file__).resolve().parents[2]
+
+    def hold(stage: str) -> tuple[subprocess.Popen, Path]:
+        p = subprocess.Popen([sys.executable, "-c", _HOLD.format(root=str(root), corpus=str(tmp_path), stage=stage)],
+                             stdout=subprocess.PIPE, text=True)
+        return p, Path(p.stdout.readline().strip())
+
+    killed, killed_work = hold("score")
+    live, live_work = hold("clean")
+    try:
+        killed.send_signal(signal.SIGKILL)
+        killed.wait()
+        (killed_work / "duckdb").mkdir()
+        (killed_work / "duckdb" / "spill.tmp").write_bytes(b"x" * 1000)
+        old_unowned = tmp_path / ".dedup-work-1-aaaaaa"
+        new_unowned = tmp_path / ".dedup-work-2-bbbbbb"
+        for d in (old_unowned, new_unowned):
+            d.mkdir()
+        hour_ago = os.stat(tmp_path).st_mtime - 3700
+        for p in (killed_work / WORK_OWNER, live_work / WORK_OWNER, old_unowned):
+            os.utime(p, (hour_ago, hour_ago))
+        just_killed = tmp_path / ".score-work-3-cccccc"  # a dead run's, but made a moment ago
+        just_killed.mkdir()
+        (just_killed / WORK_OWNER).touch()
+        with spill_workspace(duckdb.connect(), tmp_path, "score", "64MB") as mine:
+            left = sorted(p.name for p in tmp_path.iterdir())
+        assert left == sorted([live_work.name, new_unowned.name, just_killed.name, mine.name])
+        assert sorted(p.name for p in tmp_path.iterdir()) == sorted([live_work.name, new_unowned.name, just_killed.name])
+        assert live.poll() is None
+    finally:
+        for p in (killed, live):
+            if p.poll() is None:
+                p.send_signal(signal.SIGKILL)
+                p.wait()
