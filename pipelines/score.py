@@ -300,7 +300,7 @@ def _model_scores(con: Any, cfg: ScoreConfig, summary: ScoreSummary, scorer: Any
         # (their turns keep surface scores and get no loss anyway); the view's joins run once, into
         # a file (a table would stay in DuckDB's memory)
         path = sql_str(str(work / "kept.parquet"))
-        con.execute(f"COPY (SELECT DISTINCT trajectory_id, md5('{seed}:' || trajectory_id) AS prio FROM kept_trajectories) "
+        con.execute(f"COPY (SELECT DISTINCT trajectory_id, {_priority(seed)} AS prio FROM kept_trajectories) "
                     f"TO {path} (FORMAT parquet)")
         kept = f"read_parquet({path})"
         skip = f"WHERE tr.trajectory_id IN (SELECT trajectory_id FROM {kept})"
@@ -398,6 +398,12 @@ def _ranges(corpus: Corpus, con: Any, sort_bytes: int) -> int:
     return max(1, min(4096, -(-int(size) // sort_bytes)))
 
 
+def _priority(seed: int) -> str:
+    """The model tier's order as SQL: md5(seed:trajectory_id), the same for every corpus size and
+    worker count, so a token cap scores the same trajectories whatever else the corpus holds."""
+    return f"md5('{int(seed)}:' || trajectory_id)"
+
+
 def _prioritized(con: Any, seed: int, kept: str | None = None, ranges: int = 1) -> Iterator[dict[str, Any]]:
     """Each trajectory that has turns (and, with `kept`, is in that relation of (trajectory_id,
     prio)), in md5(seed:trajectory_id) order, as {prio, trajectory_id, domain, task,
@@ -412,7 +418,7 @@ def _prioritized(con: Any, seed: int, kept: str | None = None, ranges: int = 1) 
     once failed under a memory limit, and grouping every trajectory's turns into lists in one query
     held all of it in memory before the first row came out. Under a token cap the first range
     usually suffices."""
-    prio = f"md5('{int(seed)}:' || trajectory_id)"
+    prio = _priority(seed)
     nulls_t = ", ".join(f"NULL AS {c}" for c in _TRAJ_COLS)
     nulls_u = ", ".join(f"NULL AS {c}" for c in _TURN_COLS)
     bounds = [f"{(i * 65536) // ranges:04x}" for i in range(ranges)] + [None]
