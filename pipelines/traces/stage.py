@@ -155,7 +155,7 @@ class TracesSummary:
     def render(self) -> str:
         g = self.generations
         lines = [
-            f"traces → {self.out}: {self.queries} queries × K = {self.candidates} candidates in {self.seconds:.1f} s "
+            f"traces → {self.out}: {self.queries} queries, {self.candidates} candidates (K per query) in {self.seconds:.1f} s "
             f"(generator {self.generator}{', judge ' + self.judge if self.judge else ''})",
             f"  queries from {self.eligible} eligible turns ({self.weighting}); {self.excluded_split} turns left out "
             f"for their split",

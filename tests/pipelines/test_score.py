@@ -44,9 +44,10 @@ def test_surface_tier_via_cli(corpus: Path, capsys: pytest.CaptureFixture) -> No
         ("turn_scores_cover_turns", "error"), ("turn_scores_valid", "error"), ("turn_scores_current", "warn")]
 
 
-def test_model_tier_with_cap_and_carry_over(corpus: Path, tiny_model_dir: Path) -> None:
+def test_model_tier_with_cap_and_carry_over(corpus: Path, tiny_model_dir: Path, capfd: pytest.CaptureFixture[str]) -> None:
     argv = ["score", str(corpus), "--tier", "both", "--model", str(tiny_model_dir), "--max-tokens", "3000", "--quiet"]
     assert main(argv) == 0
+    assert "Loading weights" not in capfd.readouterr().err  # --quiet: not even transformers' bar
     scored = run_query(corpus, """SELECT count(DISTINCT trajectory_id), sum(tokens), min(tokens), count(*) FROM turn_scores
                                   WHERE cond_nll IS NOT NULL""")[1][0]
     assert 0 < scored[0] < run_query(corpus, "SELECT count(*) FROM trajectories")[1][0][0]
