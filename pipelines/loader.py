@@ -6,12 +6,20 @@ The stream of one epoch is defined once, globally: the export's row groups (bloc
 samples in an order drawn from the same generator. Rank r of R takes the contiguous slice
 [r·⌊N/R⌋, (r+1)·⌊N/R⌋) of that stream (the last N mod R samples are left out of the epoch, so every
 rank yields the same number and none waits at the end), so a rank reads only its own blocks.
-Within a rank, worker w of W yields the rank's positions q ≥ start with q - start ≡ w (mod W),
-in order; PyTorch's DataLoader takes workers round-robin from worker 0, so the rank sees exactly
-its slice in order.
+Within a rank, the positions q ≥ start are dealt to the data-loader workers in runs of
+`batch_size`: worker w of W yields the positions with ⌊(q - start) / batch_size⌋ ≡ w (mod W), in
+order. PyTorch's DataLoader makes each batch from one worker's samples and takes batches
+round-robin from worker 0, so with the same `batch_size` here and in the DataLoader (default 1, for
+`DataLoader(ds, batch_size=1)` or a per-sample stream) the rank sees exactly its slice in order,
+whatever the number of workers. (Dealt one sample at a time, a DataLoader with batch_size B > 1
+and W workers would yield positions 0, W, 2W, ... as its first batch: out of order, and a resume
+at batches × B would repeat some samples and skip others.)
 
 Resume: `start_index` is the number of samples this rank has already consumed in the epoch
 (batches × batch size); the stream continues at that position, identically to an uninterrupted run.
+
+Usage: `DataLoader(PackedShards(dir, "train", batch_size=B), batch_size=B, num_workers=W,
+collate_fn=pad_collate)`.
 
 torch is imported here (and by the parity test), nowhere else in the export.
 """
@@ -43,10 +51,12 @@ def _blocks(root: Path, manifest: dict[str, Any], split: str) -> list[tuple[str,
 
 class PackedShards(IterableDataset):
     """Samples of one split of an export as dicts of tensors (`input_ids`, `labels`,
-    `position_ids`, `cu_seqlens` int64/int32, `loss_mask` uint8)."""
+    `position_ids`, `cu_seqlens` int64/int32, `loss_mask` uint8). `batch_size`: the batch size
+    of the DataLoader that reads it with workers (see the module docstring)."""
 
     def __init__(self, export_dir: Path | str, split: str = "train", seed: int = 0, shuffle: bool = True,
-                 rank: int | None = None, world_size: int | None = None, start_index: int = 0, epoch: int = 0):
+                 rank: int | None = None, world_size: int | None = None, start_index: int = 0, epoch: int = 0,
+                 batch_size: int = 1):
         self.root = Path(export_dir)
         self.manifest = orjson.loads((self.root / "manifest.json").read_bytes())
         if split not in self.manifest["splits"]:
@@ -60,9 +70,11 @@ class PackedShards(IterableDataset):
             world_size = dist.get_world_size() if on else 1
         if not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} outside world size {world_size}")
+        if batch_size < 1:
+            raise ValueError(f"batch_size {batch_size}: must be at least 1 (the DataLoader's batch size)")
         self.split, self.seed, self.shuffle = split, seed, shuffle
         self.rank, self.world_size = rank, world_size
-        self.start_index, self.epoch = start_index, epoch
+        self.start_index, self.epoch, self.batch_size = start_index, epoch, batch_size
         self.blocks = _blocks(self.root, self.manifest, split)
 
     def set_epoch(self, epoch: int) -> None:
@@ -94,7 +106,7 @@ class PackedShards(IterableDataset):
             a, z = max(lo, pos), min(hi, pos + n)
             for p in range(a, z):
                 q = p - lo
-                if q >= self.start_index and (q - self.start_index) % workers == worker:
+                if q >= self.start_index and (q - self.start_index) // self.batch_size % workers == worker:
                     yield b, int(rows[p - pos])
             pos += n
             if pos >= hi:
