@@ -145,6 +145,18 @@ def _cmd_traces(a: argparse.Namespace) -> int:
     return run(a)
 
 
+class DefaultsHelpFormatter(argparse.HelpFormatter):
+    """`--help` that states each option's default, where it has one and its help does not say it."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        d = action.default
+        if (action.option_strings and d is not None and d is not False and d != [] and d != argparse.SUPPRESS
+                and "default" not in text):
+            text += " (default: %(default)s)"
+        return text
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="worldline", description="Training data for language world models.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -225,13 +237,15 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--quiet", action="store_true", help="no progress lines")
     s.set_defaults(func=_cmd_dedup)
 
-    s = sub.add_parser("export", help="tokenized, packed training shards with loss masks, splits and an eval set")
+    s = sub.add_parser("export", help="tokenized, packed training shards with loss masks, splits and an eval set",
+                       formatter_class=DefaultsHelpFormatter)
     s.add_argument("corpus", type=Path)
     s.add_argument("--out", required=True, type=Path, help="export directory (manifest.json at its root)")
     s.add_argument("--seq-len", type=int, default=2048, help="tokens per packed sample")
     s.add_argument("--tokenizer", default="smollm2", help="`smollm2`, a .gguf file or a directory with tokenizer.json")
     s.add_argument("--chat-template", type=Path, help="a Jinja chat template file instead of the tokenizer's")
-    s.add_argument("--formats", nargs="+", default=["parquet", "chat", "megatron"], choices=["parquet", "chat", "megatron"])
+    s.add_argument("--formats", nargs="+", default=["parquet", "chat", "megatron"], choices=["parquet", "chat", "megatron"],
+                   help="output formats")
     s.add_argument("--validation", type=float, default=0.05, help="fraction of split groups (tasks) held out for validation")
     s.add_argument("--test", type=float, default=0.05, help="fraction of split groups held out for test and the eval set")
     s.add_argument("--domain-weight", action="append", default=[], metavar="DOMAIN=W", help="train mixture weight (repeatable)")

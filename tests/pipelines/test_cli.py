@@ -141,3 +141,13 @@ def test_a_template_transformers_accepts_is_accepted(tmp_path: Path) -> None:
                 "{% if m.role == 'assistant' %}{% generation %}{{ m.content }}{% endgeneration %}"
                 "{% else %}{{ m.content }}{% endif %}{% endfor %}")
     assert ExportTokenizer.load("smollm2", template).hf.chat_template == template
+
+
+def test_export_help_states_the_defaults(capsys) -> None:
+    with pytest.raises(SystemExit):
+        main(["export", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for default in ("(default: 2048)", "(default: smollm2)", "(default: ['parquet', 'chat', 'megatron'])",
+                    "validation (default: 0.05)", "(default: 0)", "(default: 16777216)", "(default: 2)"):
+        assert default in text, default
+    assert "(default: None)" not in text and "(default: False)" not in text
