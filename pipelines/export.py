@@ -897,7 +897,7 @@ def _trajectory_reader(con: Any, have: set[str], batch: int, scanned: bool = Fal
         WITH t AS (
             SELECT k.trajectory_id,
                    list({{'turn_index': k.turn_index, 'kind': k.kind, 'action': k.action, 'tool_name': k.tool_name,
-                          'tool_args': k.tool_args, 'thought': k.thought, 'observation': k.observation,
+                          'tool_args': k.tool_args, 'thought': k.thought, 'observation': k.observation, 'exit_code': k.exit_code,
                           'counts': {counts}, 'loss': {loss}, 'scored': {scored}}} ORDER BY k.turn_index) AS turns
             FROM {turns_view} k {scores} {owned}
             GROUP BY k.trajectory_id)

@@ -5,7 +5,8 @@ Form (shared by scoring and export, so that what is scored is what is trained):
 - system: a one-line role statement, then the task, the action space and the initial state
   (each section only when the trajectory has it);
 - each environment turn: the action as a `user` message, the observation as the `assistant`
-  message (the world model plays the environment);
+  message (the world model plays the environment), ending with a line `[exit code N]` when the
+  turn recorded one (`exit_code_line`: the shell's status is part of what the environment returns);
 - turns that did not touch the environment (agent messages, mid-session user messages) and env
   turns with no recorded observation are context only: their text is prepended to the next
   action's user message, so the chat alternates strictly (some templates insist) and nothing
@@ -59,6 +60,7 @@ def byte_level_bpe(backend: Any) -> bool:
 class RenderConfig:
     role_line: str = ROLE_LINE
     include_thoughts: bool = False  # the agent's reasoning is not part of what the environment sees
+    exit_codes: bool = True  # a recorded exit code ends the observation (`exit_code_line`)
 
     def fingerprint(self) -> str:
         return hashlib.sha256(repr(sorted(asdict(self).items())).encode()).hexdigest()[:16]
@@ -84,6 +86,16 @@ def _action_text(turn: dict[str, Any], cfg: RenderConfig) -> str:
     if cfg.include_thoughts and turn.get("thought"):
         text = f"{turn['thought']}{CONTEXT_JOIN}{text}" if text else turn["thought"]
     return text
+
+
+def exit_code_line(observation: str, exit_code: int | None) -> str:
+    """The environment's message for a turn: its observation, and then, when the turn recorded an
+    exit code, the line `[exit code N]` (on a line of its own; an empty output is the line alone).
+    `pipelines.traces.verify.stated_exit_code` reads this form back."""
+    if exit_code is None:
+        return observation
+    sep = "\n" if observation and not observation.endswith("\n") else ""
+    return f"{observation}{sep}[exit code {exit_code}]"
 
 
 def is_scored_turn(turn: dict[str, Any]) -> bool:
@@ -115,7 +127,8 @@ def conversation(traj: dict[str, Any], turns: list[dict[str, Any]], cfg: RenderC
         text = _action_text(t, cfg) if t.get("kind", "env") == "env" else (t.get("action") or t.get("thought") or "")
         if is_scored_turn(t):
             user = CONTEXT_JOIN.join([*pending, text]) if pending else text
-            conv.groups.append(Group(int(t["turn_index"]), user, t["observation"]))
+            obs = exit_code_line(t["observation"], t.get("exit_code")) if cfg.exit_codes else t["observation"]
+            conv.groups.append(Group(int(t["turn_index"]), user, obs))
             pending = []
         elif text:
             pending.append(text)

@@ -384,7 +384,7 @@ def _model_scores(con: Any, cfg: ScoreConfig, summary: ScoreSummary, scorer: Any
 
 
 _TRAJ_COLS = ("domain", "task", "action_space", "initial_state")
-_TURN_COLS = ("turn_index", "kind", "action", "tool_name", "tool_args", "thought", "observation")
+_TURN_COLS = ("turn_index", "kind", "action", "tool_name", "tool_args", "thought", "observation", "exit_code")
 
 
 def _ranges(corpus: Corpus, con: Any, sort_bytes: int) -> int:

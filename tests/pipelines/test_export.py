@@ -937,3 +937,23 @@ def test_a_shared_prefix_goes_to_a_member_the_mixture_exports(tok: ex.ExportToke
     export(root, tmp_path / "out", cfg, tokenizer=tok, progress=False)
     trains = _prefix_trains(tmp_path / "out")
     assert len(trains) == 20 and all(flags == [True, True, True] for flags in trains.values())
+
+
+def test_the_exit_code_is_trained_with_the_output(tok: ex.ExportTokenizer, tmp_path: Path) -> None:
+    """A terminal world model predicts the shell's status too: a turn's recorded exit code ends its
+    observation in every format, inside the trained span."""
+    from pipelines.ingest import IngestConfig, ingest
+
+    root = tmp_path / "corpus"
+    ingest([Path(__file__).resolve().parents[1] / "data" / "mini-swe-agent" / "local.traj.json"], root,
+           IngestConfig(workers=1), progress=False)
+    assert run_query(root, "SELECT turn_index, exit_code, observation FROM turns WHERE kind = 'env' ORDER BY 1")[1][:1] == [
+        (0, 0, "hello world\n")]
+    out = tmp_path / "out"
+    export(root, out, small_config(split=ex.SplitConfig(validation=0.0, test=0.0)), tokenizer=tok, progress=False)
+    m = _manifest(out)
+    [rec] = [r for shard in m["splits"]["train"]["shards"] for r in fmt.read_chat(out / shard["files"]["chat"][0]["path"])]
+    assert [msg["content"] for msg in rec["messages"] if msg["role"] == "assistant"][0] == "hello world\n[exit code 0]"
+    [(_, ids, mask)] = documents(out, "train")
+    trained = tok.backend.decode(ids[mask.astype(bool)].tolist(), skip_special_tokens=False)
+    assert trained.startswith("hello world\n[exit code 0]<|im_end|>")

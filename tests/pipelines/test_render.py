@@ -21,3 +21,24 @@ def test_another_tokenizer_is_never_cut() -> None:
     wp = Tokenizer(models.WordPiece({"[UNK]": 0, "a": 1}, unk_token="[UNK]"))
     wp.pre_tokenizer = pre_tokenizers.Whitespace()
     assert not byte_level_bpe(wp) and cut_bound(wp, 256) == sys.maxsize
+
+
+def test_a_recorded_exit_code_ends_the_environments_message() -> None:
+    from pipelines.render import RenderConfig, conversation, exit_code_line
+
+    assert exit_code_line("a\n", 0) == "a\n[exit code 0]"
+    assert exit_code_line("a", 2) == "a\n[exit code 2]"
+    assert exit_code_line("", 127) == "[exit code 127]"
+    assert exit_code_line("a", None) == "a"
+    turns = [{"turn_index": 0, "kind": "env", "action": "ls", "observation": "x\n", "exit_code": 1},
+             {"turn_index": 1, "kind": "env", "action": "echo", "observation": "y", "exit_code": None}]
+    assert [g.observation for g in conversation({}, turns).groups] == ["x\n[exit code 1]", "y"]
+    assert [g.observation for g in conversation({}, turns, RenderConfig(exit_codes=False)).groups] == ["x\n", "y"]
+    assert RenderConfig().fingerprint() != RenderConfig(exit_codes=False).fingerprint()
+
+
+def test_the_exit_code_line_is_what_the_traces_verifier_reads() -> None:
+    from pipelines.render import exit_code_line
+    from pipelines.traces.verify import stated_exit_code
+
+    assert [stated_exit_code(exit_code_line(o, c)) for o, c in (("out\n", 0), ("", 2), ("x", -1))] == [0, 2, -1]
