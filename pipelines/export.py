@@ -94,6 +94,7 @@ from pipelines.redact import (
     rules_digest,
 )
 from pipelines.render import (
+    AddedTokens,
     Conversation,
     Group,
     RenderConfig,
@@ -283,6 +284,9 @@ class PendingEncode:
     known: dict[str, tuple[np.ndarray, Any]]  # pieces found in the cache
     todo: list[str]  # pieces (or whole texts) to encode
     encodings: list[Any] | None = None  # `run`'s result, in `todo` order
+    # texts whose contents hold an added token's string, by index: (template pieces, messages),
+    # encoded apart (`AddedTokens.encode_contents_as_text`); `texts` and `parts` leave them out
+    careful: dict[int, tuple[list[str], list[dict[str, str]]]] = field(default_factory=dict)
 
 
 # Hugging Face's ByteLevel pre-tokenizer with its own regex, the GPT-2 pattern
@@ -339,6 +343,8 @@ class ExportTokenizer:
         self._pieces: dict[int, list[str]] = {}
         self._added: dict[str, np.ndarray] = {}  # added token → its id as a 1-element array
         self._split = self._segmenter()
+        self.added = AddedTokens.of(hf)
+        self.careful: dict[str, tuple[list[str], list[dict[str, str]]]] = {}  # `chat_text`: texts encoded apart
         self._bytes_bound: bool | None = None
         self._cut_bound: dict[int, int] = {}
         self._cache: dict[str, tuple[np.ndarray, Any]] = {}  # segment → (ids, its Encoding, or None on the byte path)
@@ -448,7 +454,16 @@ class ExportTokenizer:
     def begin(self, texts: list[str], ahead: list[str] | tuple[str, ...] = ()) -> PendingEncode:
         """Cut `texts` and list the segments the cache lacks. The cached ones this batch uses are
         held by the result, so that a later cache clear cannot take them away. The segments of
-        `ahead` (texts likely to be encoded soon) are encoded and cached with them."""
+        `ahead` (texts likely to be encoded soon) are encoded and cached with them. A text whose
+        contents hold an added token's string (`chat_text` lists it) is set aside for `finish`."""
+        careful = {i: c for i, t in enumerate(texts) if (c := self.careful.get(t)) is not None}
+        if careful:
+            texts = [t for i, t in enumerate(texts) if i not in careful]
+        pending = self._begin(texts, ahead)
+        pending.careful = careful
+        return pending
+
+    def _begin(self, texts: list[str], ahead: list[str] | tuple[str, ...]) -> PendingEncode:
         if self._split is None:
             return PendingEncode(texts, None, {}, texts)
         cut = self._split.split
@@ -504,6 +519,20 @@ class ExportTokenizer:
         return pending
 
     def finish(self, pending: PendingEncode, char_spans: list[list[tuple[int, int]]]) -> list[tuple[np.ndarray, np.ndarray]]:
+        if not pending.careful:
+            return self._finish(pending, char_spans)
+        c = pending.careful
+        done = iter(self._finish(pending, [cs for i, cs in enumerate(char_spans) if i not in c]))
+        out = []
+        for i, cs in enumerate(char_spans):
+            if i in c:
+                ids, offsets = self.added.encode_contents_as_text(*c[i])
+                out.append((ids.astype(np.int32), token_spans(offsets, cs)))
+            else:
+                out.append(next(done))
+        return out
+
+    def _finish(self, pending: PendingEncode, char_spans: list[list[tuple[int, int]]]) -> list[tuple[np.ndarray, np.ndarray]]:
         if pending.parts is None:
             return [(np.asarray(e.ids, dtype=np.int32),
                      token_spans(np.asarray(e.offsets, dtype=np.int64).reshape(-1, 2), cs))
@@ -685,10 +714,21 @@ class ExportTokenizer:
         return hashlib.sha256(f"{i['tokenizer_json_sha256']}:{i['chat_template_sha256']}".encode()).hexdigest()[:16]
 
 
+MAX_CAREFUL = 4096  # texts `chat_text` remembers to encode apart (a batch's; the oldest go first)
+
+
 def chat_text(tok: ExportTokenizer, msgs: list[dict[str, str]]) -> tuple[str, list[tuple[int, int]]]:
     """The rendered text of `msgs` and the character span of each assistant content, exactly as
-    `pipelines.render.render` builds them (with the tokenizer's template pieces, cached per length)."""
-    return interleave(tok.pieces((len(msgs) - 1) // 2), msgs)
+    `pipelines.render.render` builds them (with the tokenizer's template pieces, cached per length).
+    A text whose contents hold an added token's string is listed in `tok.careful`, so that
+    `ExportTokenizer.encode` encodes those contents as text, as `render.render` does."""
+    pieces = tok.pieces((len(msgs) - 1) // 2)
+    text, spans = interleave(pieces, msgs)
+    if tok.added.in_contents(msgs):
+        if len(tok.careful) >= MAX_CAREFUL:
+            del tok.careful[next(iter(tok.careful))]
+        tok.careful[text] = (pieces, msgs)
+    return text, spans
 
 
 def token_spans(offsets: np.ndarray, char_spans: list[tuple[int, int]]) -> np.ndarray:

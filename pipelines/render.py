@@ -21,7 +21,9 @@ map to token spans through the fast tokenizer's offsets.
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import re
 import sys
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -191,13 +193,93 @@ def interleave(pieces: list[str], msgs: list[dict[str, str]]) -> tuple[str, list
     return "".join(chunks), char_spans
 
 
+class AddedTokens:
+    """A tokenizer's added tokens (`<|im_end|>`, SmolLM2's `<filename>`, ...), to tell the chat
+    template's markers from the same strings inside a message: only the template's may become
+    control tokens. A shell's `usage: cat <filename>` or a tokenizer's source code shown to an
+    agent is text, and encoded whole-text it would come out as the control token (and be trained
+    as one). A rendered chat whose contents hold no added token is encoded as before; one whose
+    contents do is encoded by `encode_contents_as_text`, here and in the export alike."""
+
+    def __init__(self, backend: Any):
+        self.backend = backend
+        self.ids = {t.content: i for i, t in backend.get_added_tokens_decoder().items()}
+        self.pattern = re.compile("(" + "|".join(re.escape(c) for c in sorted(self.ids, key=lambda c: (-len(c), c))) + ")") \
+            if self.ids else None
+
+    @functools.cached_property
+    def text_backend(self) -> Any:
+        """A copy of the tokenizer that encodes added special tokens' strings as text (made on
+        first use: few chats need it)."""
+        from tokenizers import Tokenizer
+
+        b = Tokenizer.from_str(self.backend.to_str())
+        b.encode_special_tokens = True
+        b.no_truncation()
+        b.no_padding()
+        return b
+
+    @classmethod
+    def of(cls, tokenizer: Any) -> AddedTokens:
+        """The (cached) added tokens of a Hugging Face fast tokenizer."""
+        found = getattr(tokenizer, "_worldline_added_tokens", None)
+        if found is None:
+            found = cls(tokenizer.backend_tokenizer)
+            tokenizer._worldline_added_tokens = found
+        return found
+
+    def in_contents(self, msgs: list[dict[str, str]]) -> bool:
+        """Whether any message content holds an added token's string."""
+        return self.pattern is not None and any(self.pattern.search(m["content"]) for m in msgs)
+
+    def encode_contents_as_text(self, pieces: list[str], msgs: list[dict[str, str]]) -> tuple[np.ndarray, np.ndarray]:
+        """(ids, character offsets (n, 2)) of the chat `interleave(pieces, msgs)` renders, with the
+        template pieces' added tokens as control tokens and every content encoded as text: the text
+        between two of the template's added tokens is one segment, as the tokenizer cuts a whole
+        text at added tokens (so a chat without added tokens in its contents gets the same ids)."""
+        segments: list[tuple[int, str]] = []  # (character start, text) between the template's added tokens
+        marks: list[tuple[int, int, int]] = []  # (character start, end, id) of each of them
+        pos, start, buf = 0, 0, []
+        for k, piece in enumerate(pieces):
+            for j, part in enumerate(self.pattern.split(piece) if self.pattern is not None else [piece]):
+                if j % 2:
+                    segments.append((start, "".join(buf)))
+                    marks.append((pos, pos + len(part), self.ids[part]))
+                    pos += len(part)
+                    start, buf = pos, []
+                else:
+                    buf.append(part)
+                    pos += len(part)
+            if k < len(msgs):
+                buf.append(msgs[k]["content"])
+                pos += len(msgs[k]["content"])
+        segments.append((start, "".join(buf)))
+        encs = self.text_backend.encode_batch([t for _, t in segments], add_special_tokens=False)
+        ids: list[int] = []
+        offsets: list[tuple[int, int]] = []
+        for k, ((at, _), e) in enumerate(zip(segments, encs, strict=True)):
+            ids += e.ids
+            offsets += [(a + at, b + at) for a, b in e.offsets]
+            if k < len(marks):
+                a, b, i = marks[k]
+                ids.append(i)
+                offsets.append((a, b))
+        return np.asarray(ids, dtype=np.int64), np.asarray(offsets, dtype=np.int64).reshape(-1, 2)
+
+
 def render(tokenizer: Any, msgs: list[dict[str, str]], turn_indices: list[int]) -> Rendered:
-    """Render `msgs` and find the token span of every assistant message (one per turn index)."""
+    """Render `msgs` and find the token span of every assistant message (one per turn index).
+    Added tokens' strings inside the contents are text (`AddedTokens`)."""
     roles = [m["role"] for m in msgs]
-    text, char_spans = interleave(template_pieces(tokenizer, len(msgs), roles), msgs)
-    enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
-    ids = np.asarray(enc["input_ids"], dtype=np.int64)
-    offsets = np.asarray(enc["offset_mapping"], dtype=np.int64).reshape(-1, 2)
+    pieces = template_pieces(tokenizer, len(msgs), roles)
+    text, char_spans = interleave(pieces, msgs)
+    added = AddedTokens.of(tokenizer)
+    if added.in_contents(msgs):
+        ids, offsets = added.encode_contents_as_text(pieces, msgs)
+    else:
+        enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+        ids = np.asarray(enc["input_ids"], dtype=np.int64)
+        offsets = np.asarray(enc["offset_mapping"], dtype=np.int64).reshape(-1, 2)
     starts, ends = offsets[:, 0], offsets[:, 1]
     spans = []
     for ti, (cs, ce) in zip(turn_indices, char_spans, strict=True):

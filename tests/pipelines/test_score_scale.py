@@ -132,7 +132,8 @@ def test_model_tier_reads_trajectories_as_the_grouping_query_did(corpus: Path) -
             SELECT md5('{seed}:' || tr.trajectory_id) AS prio, tr.trajectory_id, tr.domain, tr.task,
                    tr.action_space, tr.initial_state,
                    list({{'turn_index': u.turn_index, 'kind': u.kind, 'action': u.action, 'tool_name': u.tool_name,
-                          'tool_args': u.tool_args, 'thought': u.thought, 'observation': u.observation}}
+                          'tool_args': u.tool_args, 'thought': u.thought, 'observation': u.observation,
+                          'exit_code': u.exit_code}}
                         ORDER BY u.turn_index) AS turns
             FROM trajectories tr JOIN turns u ON u.trajectory_id = tr.trajectory_id {skip}
             GROUP BY ALL ORDER BY prio""").to_arrow_table().to_pylist()
