@@ -10,6 +10,7 @@ from dagster_project.partitions import SOURCE_DAY
 from dagster_project.resources import CorpusResource
 from pipelines.inbox import inputs_for
 from pipelines.report import write_report
+from pipelines.sources import display_name
 from pipelines.stats import ingest_overview
 
 # Collection assets retry (transient I/O, a busy corpus lock); derived assets do not.
@@ -57,7 +58,9 @@ def ingested_traces(context: dg.AssetExecutionContext, corpus: CorpusResource,
     t0 = time.monotonic()
     summary = corpus.ingest(files)
     context.log.info(summary.render())
-    overview = ingest_overview(corpus.root, [str(f) for f in files])
+    # the corpus stores a source path as text (`display_name`: bytes of a non-UTF-8 file name as
+    # `\xff` escapes); the raw name's lone surrogates would match nothing and DuckDB refuses them
+    overview = ingest_overview(corpus.root, [display_name(str(f)) for f in files])
     query = f'worldline query {corpus.root} "SELECT * FROM trajectories WHERE source LIKE \'%/{source}/%\' LIMIT 20"'
     return dg.MaterializeResult(
         metadata={

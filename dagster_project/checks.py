@@ -4,14 +4,18 @@
 import dagster as dg
 
 from dagster_project.assets import ingested_traces
-from dagster_project.contract_checks import check_result, check_specs, no_corpus
+from dagster_project.contract_checks import check_result, check_specs, no_corpus, only_selected
 from dagster_project.resources import CorpusResource
 from pipelines.contracts import CONTRACTS, run_contracts
 from pipelines.store import Corpus
 
 
-@dg.multi_asset_check(specs=check_specs(CONTRACTS, ingested_traces))
-def corpus_contracts(corpus: CorpusResource):
+@dg.multi_asset_check(specs=check_specs(CONTRACTS, ingested_traces), can_subset=True)
+def corpus_contracts(context: dg.AssetCheckExecutionContext, corpus: CorpusResource):
+    yield from only_selected(context, _corpus_contracts(corpus))
+
+
+def _corpus_contracts(corpus: CorpusResource):
     if not Corpus(corpus.root).exists():
         yield from no_corpus(CONTRACTS, ingested_traces.key, corpus.root, "ingested_traces")
         return

@@ -10,7 +10,7 @@ Wire into `definitions.py` with `assets=[..., cleaning_verdicts, dedup_clusters]
 import dagster as dg
 
 from dagster_project.assets import _md_table, ingested_traces
-from dagster_project.contract_checks import check_result, check_specs
+from dagster_project.contract_checks import check_result, check_specs, only_selected
 from dagster_project.resources import CorpusResource
 from pipelines.clean import CleanConfig, clean
 from pipelines.clean_contracts import CLEAN_CONTRACTS, DEDUP_CONTRACTS, run_clean_contracts
@@ -98,13 +98,13 @@ def dedup_clusters(context: dg.AssetExecutionContext, corpus: CorpusResource, co
     })
 
 
-@dg.multi_asset_check(specs=check_specs(CLEAN_CONTRACTS, cleaning_verdicts))
-def cleaning_checks(corpus: CorpusResource):
-    for r in run_clean_contracts(corpus.root, CLEAN_CONTRACTS):
-        yield check_result(r, cleaning_verdicts.key)
+@dg.multi_asset_check(specs=check_specs(CLEAN_CONTRACTS, cleaning_verdicts), can_subset=True)
+def cleaning_checks(context: dg.AssetCheckExecutionContext, corpus: CorpusResource):
+    yield from only_selected(context, (check_result(r, cleaning_verdicts.key)
+                                       for r in run_clean_contracts(corpus.root, CLEAN_CONTRACTS)))
 
 
-@dg.multi_asset_check(specs=check_specs(DEDUP_CONTRACTS, dedup_clusters))
-def dedup_checks(corpus: CorpusResource):
-    for r in run_clean_contracts(corpus.root, DEDUP_CONTRACTS):
-        yield check_result(r, dedup_clusters.key)
+@dg.multi_asset_check(specs=check_specs(DEDUP_CONTRACTS, dedup_clusters), can_subset=True)
+def dedup_checks(context: dg.AssetCheckExecutionContext, corpus: CorpusResource):
+    yield from only_selected(context, (check_result(r, dedup_clusters.key)
+                                       for r in run_clean_contracts(corpus.root, DEDUP_CONTRACTS)))

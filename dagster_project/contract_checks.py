@@ -23,6 +23,16 @@ def check_result(r: ContractResult, key: dg.AssetKey) -> dg.AssetCheckResult:
                                severity=dg.AssetCheckSeverity.WARN if r.severity == "warn" else dg.AssetCheckSeverity.ERROR)
 
 
+def only_selected(context: dg.AssetCheckExecutionContext,
+                  results: Iterable[dg.AssetCheckResult]) -> Iterator[dg.AssetCheckResult]:
+    """The results of the checks this run selected. With it a multi-asset check can be subset
+    (`can_subset=True`): one check can be executed on its own from the UI, without materializing."""
+    keys = context.selected_asset_check_keys
+    for r in results:
+        if dg.AssetCheckKey(r.asset_key, r.check_name) in keys:
+            yield r
+
+
 def no_corpus(names: Iterable[str], key: dg.AssetKey, root: str, asset_name: str) -> Iterator[dg.AssetCheckResult]:
     """Every check failed, saying what to materialize first."""
     for name in names:

@@ -19,23 +19,49 @@ from pipelines.query import connect
 REPO = Path(__file__).resolve().parent.parent
 
 
+ENV = {"corpus": "WORLDLINE_CORPUS", "inbox": "WORLDLINE_INBOX", "settle_seconds": "WORLDLINE_SETTLE_SECONDS",
+       "max_quarantine_rate": "WORLDLINE_MAX_QUARANTINE_RATE", "beam_runner": "WORLDLINE_BEAM_RUNNER",
+       "beam_options": "WORLDLINE_BEAM_OPTIONS"}
+
+
+def _number(value: object, name: str, where: str, low: float, high: float) -> float:
+    """`value` as a float in [low, high], or a ValueError that names the setting and where it came
+    from (the code location then fails to load with that message, not with a bare `float()` error)."""
+    try:
+        x = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        x = float("nan")
+    if not low <= x <= high:  # NaN fails too
+        raise ValueError(f"{where}: {name} must be a number in [{low:g}, {high:g}] (got {value!r})")
+    return x
+
+
 def settings() -> dict:
-    s = {
+    s: dict = {
         "corpus": os.environ.get("WORLDLINE_CORPUS", str(REPO / "build" / "dagster" / "corpus")),
         "inbox": os.environ.get("WORLDLINE_INBOX", str(REPO / "build" / "dagster" / "inbox")),
-        "settle_seconds": float(os.environ.get("WORLDLINE_SETTLE_SECONDS", "5")),
-        "max_quarantine_rate": float(os.environ.get("WORLDLINE_MAX_QUARANTINE_RATE", "0.25")),
+        "settle_seconds": os.environ.get("WORLDLINE_SETTLE_SECONDS", "5"),
+        "max_quarantine_rate": os.environ.get("WORLDLINE_MAX_QUARANTINE_RATE", "0.25"),
         "beam_runner": os.environ.get("WORLDLINE_BEAM_RUNNER") or None,  # e.g. DirectRunner, FlinkRunner
         "beam_options": os.environ.get("WORLDLINE_BEAM_OPTIONS", "").split(),
     }
+    where = {k: f"environment variable {v}" for k, v in ENV.items()}
     path = os.environ.get("WORLDLINE_CONFIG")
     if path:
         with open(path) as f:
             loaded = yaml.safe_load(f) or {}
+        if not isinstance(loaded, dict):
+            raise ValueError(f"{path}: expected a mapping of settings (known: {sorted(s)}), "
+                             f"got a {type(loaded).__name__}")
         unknown = set(loaded) - set(s)
         if unknown:
             raise ValueError(f"{path}: unknown settings {sorted(unknown)}; known: {sorted(s)}")
         s.update(loaded)
+        where.update({k: f"{path} (WORLDLINE_CONFIG)" for k in loaded})
+        if isinstance(s["beam_options"], str):  # as in WORLDLINE_BEAM_OPTIONS: space-separated
+            s["beam_options"] = s["beam_options"].split()
+    s["settle_seconds"] = _number(s["settle_seconds"], "settle_seconds", where["settle_seconds"], 0, float("inf"))
+    s["max_quarantine_rate"] = _number(s["max_quarantine_rate"], "max_quarantine_rate", where["max_quarantine_rate"], 0, 1)
     return s
 
 

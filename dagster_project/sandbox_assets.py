@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import dagster as dg
 
 from dagster_project.assets import COLLECTION_RETRY, _md_table
-from dagster_project.contract_checks import check_result, check_specs, no_corpus
+from dagster_project.contract_checks import check_result, check_specs, no_corpus, only_selected
 from dagster_project.resources import CorpusResource
 from pipelines.store import Corpus
 from sandboxes.contracts import SANDBOX_CONTRACTS, run_sandbox_contracts
@@ -97,8 +97,12 @@ def sandbox_trajectories(context: dg.AssetExecutionContext, corpus: CorpusResour
     })
 
 
-@dg.multi_asset_check(specs=check_specs(SANDBOX_CONTRACTS, sandbox_trajectories))
-def sandbox_contract_checks(corpus: CorpusResource) -> Iterator[dg.AssetCheckResult]:
+@dg.multi_asset_check(specs=check_specs(SANDBOX_CONTRACTS, sandbox_trajectories), can_subset=True)
+def sandbox_contract_checks(context: dg.AssetCheckExecutionContext, corpus: CorpusResource) -> Iterator[dg.AssetCheckResult]:
+    yield from only_selected(context, _sandbox_contract_checks(corpus))
+
+
+def _sandbox_contract_checks(corpus: CorpusResource) -> Iterator[dg.AssetCheckResult]:
     if not Corpus(corpus.root).exists():
         yield from no_corpus(SANDBOX_CONTRACTS, sandbox_trajectories.key, corpus.root, "sandbox_trajectories")
         return

@@ -7,7 +7,7 @@ from pydantic import PrivateAttr
 
 from dagster_project.assets import _md_table
 from dagster_project.clean_assets import dedup_clusters
-from dagster_project.contract_checks import check_result
+from dagster_project.contract_checks import check_result, only_selected
 from dagster_project.resources import CorpusResource
 from pipelines.score import TABLE, ScoreConfig, score, score_contracts
 from pipelines.score_surface import SurfaceConfig
@@ -95,7 +95,6 @@ def turn_scores(context: dg.AssetExecutionContext, corpus: CorpusResource,
                       description="categories, keep draws, masks and model scores consistent"),
     dg.AssetCheckSpec("turn_scores_current", asset=turn_scores,
                       description="computed from the corpus batches and cleaning/dedup verdicts present now"),
-])
-def turn_scores_checks(corpus: CorpusResource):
-    for r in score_contracts(corpus.root):
-        yield check_result(r, turn_scores.key)
+], can_subset=True)
+def turn_scores_checks(context: dg.AssetCheckExecutionContext, corpus: CorpusResource):
+    yield from only_selected(context, (check_result(r, turn_scores.key) for r in score_contracts(corpus.root)))

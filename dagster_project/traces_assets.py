@@ -15,7 +15,7 @@ from pathlib import Path
 import dagster as dg
 
 from dagster_project.assets import _md_table
-from dagster_project.contract_checks import check_result, check_specs
+from dagster_project.contract_checks import check_result, check_specs, only_selected
 from dagster_project.resources import CorpusResource
 from pipelines.traces.checks import TRACE_CHECKS, check_traces
 from pipelines.traces.generate import EndpointGenerator, Sampling
@@ -113,12 +113,11 @@ def thinking_traces(context: dg.AssetExecutionContext, corpus: CorpusResource, t
     })
 
 
-@dg.multi_asset_check(specs=check_specs(TRACE_CHECKS, thinking_traces))
+@dg.multi_asset_check(specs=check_specs(TRACE_CHECKS, thinking_traces), can_subset=True)
 def traces_checks(context: dg.AssetCheckExecutionContext, corpus: CorpusResource):
     out = Path(corpus.root).parent / "traces"
     event = context.instance.get_latest_materialization_event(thinking_traces.key)
     mat = event.asset_materialization if event is not None else None
     if mat is not None and "sft" in mat.metadata:  # the directory the last run really wrote
         out = Path(str(mat.metadata["sft"].value)).parent
-    for r in check_traces(out):
-        yield check_result(r, thinking_traces.key)
+    yield from only_selected(context, (check_result(r, thinking_traces.key) for r in check_traces(out)))

@@ -1,0 +1,65 @@
+"""Settings errors are clear at load time: the code location fails to load with a message that names
+the setting and where it came from (before: a bare `could not convert string to float: 'abc'`, or,
+for a quarantine bound of 30 meant as 30 %, a load that succeeded and asset checks that failed on
+every run with `--max-quarantine-rate must be in [0, 1]`, a flag a Dagster user never set)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from dagster_project.resources import build_resources, settings
+
+ENV = ("WORLDLINE_CONFIG", "WORLDLINE_CORPUS", "WORLDLINE_INBOX", "WORLDLINE_SETTLE_SECONDS",
+       "WORLDLINE_MAX_QUARANTINE_RATE", "WORLDLINE_BEAM_RUNNER", "WORLDLINE_BEAM_OPTIONS")
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ENV:
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.mark.parametrize(("var", "value", "message"), [
+    ("WORLDLINE_SETTLE_SECONDS", "abc",
+     "environment variable WORLDLINE_SETTLE_SECONDS: settle_seconds must be a number in [0, inf] (got 'abc')"),
+    ("WORLDLINE_SETTLE_SECONDS", "-5",
+     "environment variable WORLDLINE_SETTLE_SECONDS: settle_seconds must be a number in [0, inf] (got '-5')"),
+    ("WORLDLINE_MAX_QUARANTINE_RATE", "30",
+     "environment variable WORLDLINE_MAX_QUARANTINE_RATE: max_quarantine_rate must be a number in [0, 1] (got '30')"),
+    ("WORLDLINE_MAX_QUARANTINE_RATE", "nan",
+     "environment variable WORLDLINE_MAX_QUARANTINE_RATE: max_quarantine_rate must be a number in [0, 1] (got 'nan')"),
+])
+def test_a_bad_environment_variable_is_named(monkeypatch: pytest.MonkeyPatch, var: str, value: str, message: str) -> None:
+    monkeypatch.setenv(var, value)
+    with pytest.raises(ValueError, match=re.escape(message)):
+        build_resources()
+
+
+def test_a_bad_yaml_setting_is_named(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    cfg = tmp_path / "worldline.yaml"
+    monkeypatch.setenv("WORLDLINE_CONFIG", str(cfg))
+    cfg.write_text("max_quarantine_rate: 1.5\n")
+    with pytest.raises(ValueError, match=re.escape(
+            f"{cfg} (WORLDLINE_CONFIG): max_quarantine_rate must be a number in [0, 1] (got 1.5)")):
+        settings()
+    cfg.write_text("- corpus\n- inbox\n")  # a list, not a mapping: not "unknown settings ['corpus', 'inbox']"
+    with pytest.raises(ValueError, match=re.escape(f"{cfg}: expected a mapping of settings (known: ")):
+        settings()
+
+
+def test_good_settings_are_numbers_and_lists(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("WORLDLINE_SETTLE_SECONDS", "0")
+    monkeypatch.setenv("WORLDLINE_MAX_QUARANTINE_RATE", "1")
+    s = settings()
+    assert (s["settle_seconds"], s["max_quarantine_rate"], s["beam_options"]) == (0.0, 1.0, [])
+    cfg = tmp_path / "worldline.yaml"
+    cfg.write_text("settle_seconds: 2\nbeam_options: --direct_num_workers=2 --direct_running_mode=in_memory\n")
+    monkeypatch.setenv("WORLDLINE_CONFIG", str(cfg))
+    s = settings()
+    assert (s["settle_seconds"], s["max_quarantine_rate"]) == (2.0, 1.0)
+    assert s["beam_options"] == ["--direct_num_workers=2", "--direct_running_mode=in_memory"]  # as the env var splits
+    corpus = build_resources()["corpus"]
+    assert (corpus.settle_seconds, corpus.beam_options) == (2.0, ["--direct_num_workers=2", "--direct_running_mode=in_memory"])
