@@ -105,6 +105,7 @@ def counts_reconcile(corpus: Corpus) -> ContractResult:
 
 
 def quarantine_rate(corpus: Corpus, max_rate: float = 0.25) -> ContractResult:
+    """Quarantined records are at most `max_rate` of all records in, over the whole corpus."""
     con = connect(corpus.root)
     acc = _q(con, "SELECT count(*) FROM trajectories")[0][0]
     quar = _q(con, "SELECT count(*) FROM quarantine")[0][0]
@@ -120,6 +121,7 @@ def quarantine_rate(corpus: Corpus, max_rate: float = 0.25) -> ContractResult:
 
 
 def unique_trajectory_ids(corpus: Corpus) -> ContractResult:
+    """No trajectory_id appears twice (ids are content addresses: a repeat is a double commit)."""
     con = connect(corpus.root)
     dups = _q(con, "SELECT trajectory_id, count(*) AS n FROM trajectories GROUP BY 1 HAVING n > 1 ORDER BY n DESC, 1 LIMIT 10")
     total = _q(con, "SELECT count(*) - count(DISTINCT trajectory_id) FROM trajectories")[0][0]
@@ -132,6 +134,7 @@ def unique_trajectory_ids(corpus: Corpus) -> ContractResult:
 
 
 def manifest_checksums(corpus: Corpus) -> ContractResult:
+    """Every file the manifest lists exists with its sha256, and no Parquet file is unlisted."""
     m = corpus.manifest()
     bad, missing, listed = [], [], set()
     for b in m["batches"]:

@@ -21,3 +21,12 @@ def test_severity_and_metadata_carry_over() -> None:
         ("a", False, "no corpus at /x; materialize ingested_traces first"),
         ("b", False, "no corpus at /x; materialize ingested_traces first")]
 
+
+
+def test_every_check_says_what_it_checks_in_the_ui() -> None:
+    """A check's description is what the UI shows beside it: never just its name."""
+    from dagster_project.definitions import defs
+
+    specs = [s for c in defs.asset_checks or [] for s in c.check_specs]
+    assert len(specs) == 30
+    assert [s.name for s in specs if not s.description or s.description.strip() == s.name] == []
