@@ -77,7 +77,8 @@ class McpSummary:
     raw_zstd_bytes: int = 0
     faults: dict[str, Any] = field(default_factory=dict)
     interrupted: str | None = None  # the signal that ended the run early (SIGTERM, SIGINT)
-    in_flight: list[str] = field(default_factory=list)  # sessions stopped by it, not recorded
+    cut_short: list[str] = field(default_factory=list)  # sessions it stopped, kept as `interrupted`
+    in_flight: list[str] = field(default_factory=list)  # sessions it stopped before any call was answered
     not_started: int = 0
 
     @property
@@ -118,9 +119,12 @@ class McpSummary:
         if len(self.failures) > 20:
             lines.append(f"  ... {len(self.failures) - 20} more failures")
         if self.interrupted:
+            cut = f" ({', '.join(self.cut_short)})" if self.cut_short else ""
             flight = f" ({', '.join(self.in_flight)})" if self.in_flight else ""
-            lines.append(f"  INTERRUPTED by {self.interrupted}: {self.sessions} finished sessions kept; "
-                         f"{len(self.in_flight)} in flight stopped and not recorded{flight}; {self.not_started} not started")
+            lines.append(f"  INTERRUPTED by {self.interrupted}: {self.sessions - len(self.cut_short)} finished sessions kept; "
+                         f"{len(self.cut_short)} in flight kept as interrupted, with the calls answered{cut}; "
+                         f"{len(self.in_flight)} in flight stopped before any answer, not recorded{flight}; "
+                         f"{self.not_started} not started")
         return "\n".join(lines)
 
 
@@ -361,18 +365,29 @@ async def _run_jobs(specs: list[ServerSpec], planned: list[Job] | None, out: Pat
             raw.flush()
 
     async def worker(job: Job) -> None:
-        nonlocal done
         async with limiter:
             running[job.key] = None
+            recorder = None
             try:
                 pol = make_policy(job.session, **openai)
-                r = await SessionRecorder(job.spec, job.session, pol, faults=faults, run_id=run_id,
-                                          repetition=job.repetition, call_timeout_s=call_timeout_s).run()
+                recorder = SessionRecorder(job.spec, job.session, pol, faults=faults, run_id=run_id,
+                                           repetition=job.repetition, call_timeout_s=call_timeout_s,
+                                           stop_reason=lambda: summary.interrupted)
+                r = await recorder.run()
             except anyio.get_cancelled_exc_class():
                 running.pop(job.key, None)
-                stopped.add(job.key)  # its server is stopped (the recorder's `finally`); nothing recorded
+                partial = recorder.partial if recorder is not None else None
+                if partial is None:
+                    stopped.add(job.key)  # its server is stopped (the recorder's `finally`); nothing answered
+                else:  # the calls answered before the interrupt, as an `interrupted` session
+                    summary.cut_short.append(job.key)
+                    await record(job, partial)
                 raise
-        with anyio.CancelScope(shield=True):  # a finished session is written, even while the run is interrupted
+        await record(job, r)
+
+    async def record(job: Job, r: SessionResult) -> None:
+        nonlocal done
+        with anyio.CancelScope(shield=True):  # a session is written, even while the run is interrupted
             async with lock:
                 await anyio.to_thread.run_sync(add, r)
                 summary.add(job.key, job.spec.name, r)
@@ -398,7 +413,7 @@ async def _run_jobs(specs: list[ServerSpec], planned: list[Job] | None, out: Pat
         summary.seconds = time.perf_counter() - t0
         summary.raw_files, summary.raw_bytes, summary.raw_zstd_bytes = len(raw.files), raw.bytes_in, raw.bytes_out
         summary.in_flight = [j.key for j in jobs if j.key in stopped]
-        summary.not_started = len(jobs) - summary.sessions - len(summary.in_flight)
+        summary.not_started = len(jobs) - summary.sessions - len(summary.in_flight)  # cut_short are sessions
 
 
 def stderr_echo(msg: str) -> None:

@@ -21,6 +21,7 @@ import shutil
 import tempfile
 import time
 import traceback
+from collections.abc import Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -109,7 +110,7 @@ class SessionRecorder:
 
     def __init__(self, spec: ServerSpec, session: SessionSpec, policy: Policy, *, faults: FaultConfig,
                  run_id: str, repetition: int = 0, call_timeout_s: float | None = None,
-                 keep_workdir: bool = False):
+                 keep_workdir: bool = False, stop_reason: Callable[[], str | None] | None = None):
         self.spec, self.session, self.policy, self.faults = spec, session, policy, faults
         self.run_id, self.repetition = run_id, repetition
         self.call_timeout_s = call_timeout_s or spec.timeouts.call_s
@@ -132,6 +133,10 @@ class SessionRecorder:
         self.url: str | None = None  # streamable HTTP: the server's URL, placeholders expanded
         self._in_flight: str | None = None  # the action being executed, for errors that escape the SDK
         self.logdir = ""  # the server's stdout/stderr go to a file here (created by `run`)
+        self.stop_reason = stop_reason  # what cancelled the session (SIGTERM, ...), asked when it is
+        # a session cancelled after recording turns: those turns, as an `interrupted` trajectory
+        # (`run` re-raises the cancellation; the caller writes this)
+        self.partial: SessionResult | None = None
 
     # -- the session ----------------------------------------------------------------------------
     async def run(self) -> SessionResult:
@@ -143,7 +148,7 @@ class SessionRecorder:
         try:
             outcome = await self._run()
         except anyio.get_cancelled_exc_class():
-            cancelled = True  # the run is being interrupted: stop the server (below), record nothing
+            cancelled = True  # the run is being interrupted: stop the server (below), keep what finished
             raise
         except Exception as e:  # noqa: BLE001 - a harness bug must not end the whole run
             leaf = _leaf(e)  # the SDK's task groups wrap what we raise inside the session
@@ -171,6 +176,8 @@ class SessionRecorder:
             if self.workdir and not self.keep_workdir:
                 shutil.rmtree(self.workdir, ignore_errors=True)
             if cancelled:
+                if self.turns:  # the calls that were answered; none for the call in flight
+                    self.partial = self._interrupted(started, exit_code, time.perf_counter() - t0)
                 shutil.rmtree(self.logdir, ignore_errors=True)
         if error is None and self.closed_error:
             error = self.closed_error
@@ -181,6 +188,13 @@ class SessionRecorder:
         shutil.rmtree(self.logdir, ignore_errors=True)
         return SessionResult(traj, raw, outcome, error,
                              self.proc.pid if self.proc else None, time.perf_counter() - t0,
+                             [t.perturbation for t in self.turns], self.timings)
+
+    def _interrupted(self, started: dt.datetime, exit_code: int | None, seconds: float) -> SessionResult:
+        error = f"interrupted by {(self.stop_reason() if self.stop_reason else None) or 'the run'}"
+        traj = self._trajectory("interrupted", error, started, exit_code, seconds)
+        return SessionResult(traj, self._raw_rows(traj.trajectory_id), "interrupted", error,
+                             self.proc.pid if self.proc else None, seconds,
                              [t.perturbation for t in self.turns], self.timings)
 
     async def _run(self) -> str:

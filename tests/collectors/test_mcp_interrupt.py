@@ -1,7 +1,7 @@
 """SIGTERM (Dagster run termination, `timeout`) and SIGINT stop a collection the same way: no new
 session starts, every server process of the run (and its process group) is stopped, the finished
-sessions are written, the summary says what was kept, and the exit status is 130 (as `worldline
-collect sandbox`)."""
+sessions are written and a session in flight is kept as `interrupted` with the calls answered, the
+summary says what was kept, and the exit status is 130 (as `worldline collect sandbox`)."""
 
 from __future__ import annotations
 
@@ -73,21 +73,28 @@ def test_a_signal_stops_servers_and_keeps_finished_sessions(sig: signal.Signals,
         pids = _pids(tmp_path)
         assert len(pids) == 4 and pids[2:] == [server_pid, child_pid]
         assert [p for p in pids if alive(p)] == []
-        # the two finished sessions are in the corpus; the one in flight and the one never started are not
+        # the two finished sessions are in the corpus, and the one in flight with the call that was
+        # answered (none for the call in flight, as `collect sandbox` keeps its trajectories); not the
+        # one never started
         s = sessions(out)
-        assert {k: t["outcome"] for k, t in s.items()} == {"srv/quick#0": "completed", "srv/quick#1": "completed"}
+        assert {k: t["outcome"] for k, t in s.items()} == {"srv/quick#0": "completed", "srv/quick#1": "completed",
+                                                           "srv/hang#0": "interrupted"}
         assert [[u["observation"] for u in t["turns"]] for t in s.values()] == [
-            ['{"content":[{"text":"one","type":"text"}],"isError":false}']] * 2
+            ['{"content":[{"text":"one","type":"text"}],"isError":false}']] * 2 + [
+            ['{"content":[{"text":"first","type":"text"}],"isError":false}']]
+        assert s["srv/hang#0"]["metadata"]["error"] == f"interrupted by {sig.name}"
         lines = stdout.splitlines()
         assert lines[0].startswith("MCP collection ") and lines[0].endswith(" (0 failed)")
-        assert f" into {out}: 2 sessions, 2 turns in " in lines[0]
-        assert lines[2:4] == ["  outcomes:      completed 2", "  perturbations: none 2"]
-        assert lines[-1] == (f"  INTERRUPTED by {sig.name}: 2 finished sessions kept; 1 in flight stopped and "
-                             "not recorded (srv/hang#0); 1 not started")
+        assert f" into {out}: 3 sessions, 3 turns in " in lines[0]
+        assert lines[2:4] == ["  outcomes:      completed 2, interrupted 1", "  perturbations: none 3"]
+        assert lines[-1] == (f"  INTERRUPTED by {sig.name}: 2 finished sessions kept; 1 in flight kept as interrupted, "
+                             "with the calls answered (srv/hang#0); 0 in flight stopped before any answer, not recorded; "
+                             "1 not started")
         err = stderr.splitlines()
         assert [e.split(":")[0] for e in err[:2]] == ["[1/4] srv/quick#0", "[2/4] srv/quick#1"]
-        assert err[2:] == [f"{sig.name}: stopping 1 session in flight; 1 not started",
-                           f"worldline collect mcp: interrupted by {sig.name}"]
+        assert err[2] == f"{sig.name}: stopping 1 session in flight; 1 not started"
+        assert err[3].startswith("[3/4] srv/hang#0: interrupted, 1 turns, ")
+        assert err[4:] == [f"worldline collect mcp: interrupted by {sig.name}"]
     finally:
         if proc.poll() is None:
             proc.kill()
