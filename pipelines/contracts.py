@@ -6,6 +6,7 @@ the query that shows more). Dagster asset checks and `worldline check` both call
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -120,6 +121,32 @@ def quarantine_rate(corpus: Corpus, max_rate: float = 0.25) -> ContractResult:
     )
 
 
+def latest_batch_quarantine_rate(corpus: Corpus, max_rate: float = 0.25) -> ContractResult:
+    """The newest ingest's quarantined records are at most `max_rate` of its records in: a drop of
+    mostly broken files fails, however large the corpus it joined (a Dagster partition's run)."""
+    m = corpus.manifest()
+    batches = [b for b in m["batches"]
+               if b.get("state") == "committed" and isinstance(b.get("counts"), dict) and "records" in b["counts"]]
+    if not batches:
+        return ContractResult("latest_batch_quarantine_rate", True, f"the newest ingest quarantined ≤ {max_rate:.0%}",
+                              {"batch": None, "note": "no ingest batch yet"})
+    b = batches[-1]
+    records, quar = int(b["counts"]["records"]), int(b["counts"]["quarantined"])
+    rate = quar / records if records else 0.0
+    inputs = [e for e in m["inputs"].values() if e.get("batch") == b["id"]]
+    reasons: Counter[str] = Counter()
+    for e in inputs:
+        reasons.update(e.get("reasons") or {})
+    worst = sorted(((e.get("quarantined", 0), e.get("source", "?")) for e in inputs if e.get("quarantined")), reverse=True)
+    return ContractResult(
+        "latest_batch_quarantine_rate",
+        rate <= max_rate,
+        f"the newest ingest quarantined ≤ {max_rate:.0%} of its records",
+        {"batch": b["id"], "rate": round(rate, 4), "max_rate": max_rate, "records_in": records, "quarantined": quar,
+         "reasons": dict(reasons.most_common(10)), "inputs": [f"{src}: {n}" for n, src in worst[:10]]},
+    )
+
+
 def unique_trajectory_ids(corpus: Corpus) -> ContractResult:
     """No trajectory_id appears twice (ids are content addresses: a repeat is a double commit)."""
     con = connect(corpus.root)
@@ -164,6 +191,7 @@ CONTRACTS = {
     "schema_valid": schema_valid,
     "counts_reconcile": counts_reconcile,
     "quarantine_rate": quarantine_rate,
+    "latest_batch_quarantine_rate": latest_batch_quarantine_rate,
     "unique_trajectory_id": unique_trajectory_ids,
     "manifest_checksums": manifest_checksums,
 }
@@ -189,4 +217,6 @@ def run_contracts(corpus_dir: Path | str, max_quarantine_rate: float = 0.25) -> 
     if not 0 <= max_quarantine_rate <= 1:  # NaN fails too
         raise ValueError(f"--max-quarantine-rate must be in [0, 1] (got {max_quarantine_rate})")
     corpus = Corpus(corpus_dir).require()
-    return run_named({**CONTRACTS, "quarantine_rate": lambda c: quarantine_rate(c, max_quarantine_rate)}, corpus)
+    return run_named({**CONTRACTS, "quarantine_rate": lambda c: quarantine_rate(c, max_quarantine_rate),
+                      "latest_batch_quarantine_rate": lambda c: latest_batch_quarantine_rate(c, max_quarantine_rate)},
+                     corpus)

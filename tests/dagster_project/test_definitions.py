@@ -67,7 +67,8 @@ def test_definitions_load() -> None:
     assert parents["training_export"] == {"dedup_clusters", "turn_scores"}
     assert parents["thinking_traces"] == {"turn_scores"}
     assert {c.name for c in corpus_contracts.check_specs} == {
-        "schema_valid", "counts_reconcile", "quarantine_rate", "unique_trajectory_id", "manifest_checksums"}
+        "schema_valid", "counts_reconcile", "quarantine_rate", "latest_batch_quarantine_rate", "unique_trajectory_id",
+        "manifest_checksums"}
     assert ingested_traces.op.retry_policy is not None and corpus_report.op.retry_policy is None
 
 
@@ -86,7 +87,7 @@ def test_partition_materializes_with_checks_and_metadata(setup) -> None:
     assert md["see_more"].startswith("worldline query ")
     evals = {e.check_name: e.passed for e in res.get_asset_check_evaluations()}
     assert evals == {"schema_valid": True, "counts_reconcile": True, "quarantine_rate": True,
-                     "unique_trajectory_id": True, "manifest_checksums": True}
+                     "latest_batch_quarantine_rate": True, "unique_trajectory_id": True, "manifest_checksums": True}
     # the next day's partition holds only pydicom
     res2 = dg.materialize([ingested_traces], partition_key=key("swe", "2026-11-02"),
                           resources={"corpus": corpus}, instance=instance)

@@ -44,6 +44,30 @@ def test_the_quarantine_rate_threshold_is_passed_through(sample: Path, tmp_path:
     assert not strict["quarantine_rate"].passed and strict["quarantine_rate"].metadata["quarantined"] == 9
 
 
+def test_a_mostly_broken_drop_fails_however_large_the_corpus(sample: Path, tmp_path: Path) -> None:
+    """The corpus-wide rate hides a new batch of broken files; the newest ingest's own rate does not."""
+    from pipelines.contracts import run_contracts
+    from pipelines.ingest import IngestConfig, ingest
+
+    ingest([sample], tmp_path / "c", IngestConfig(workers=1), progress=False)  # 9 of 1,123 records quarantined
+    first = {r.name: r for r in run_contracts(tmp_path / "c")}["latest_batch_quarantine_rate"]
+    assert first.passed and (first.metadata["records_in"], first.metadata["quarantined"]) == (1123, 9)
+    drop = tmp_path / "drop"
+    drop.mkdir()
+    (drop / "a.jsonl").write_text('{"messages": [{"role": "user", "content": "hi"\n')
+    (drop / "b.json").write_text('{"truncated": ')
+    (drop / "c.jsonl").write_text('{"messages": [{"role": "user", "content": "ls"}, {"role": "assistant", "content": "done"}]}\n')
+    ingest([drop], tmp_path / "c", IngestConfig(workers=1), progress=False)
+    by_name = {r.name: r for r in run_contracts(tmp_path / "c")}
+    assert by_name["quarantine_rate"].passed  # 11 of 1,126
+    r = by_name["latest_batch_quarantine_rate"]
+    assert not r.passed
+    md = r.metadata
+    assert (md["records_in"], md["quarantined"], md["rate"]) == (3, 2, 0.6667)
+    assert sorted(md["inputs"]) == [f"{drop / 'a.jsonl'}: 1", f"{drop / 'b.json'}: 1"]
+    assert sum(md["reasons"].values()) == 2
+
+
 def test_a_path_that_is_not_a_corpus_is_one_error_not_verdicts(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from pipelines.cli import main
     from pipelines.contracts import run_contracts
