@@ -342,8 +342,8 @@ class ExportTokenizer:
         self.vocab_size = int(self.backend.get_vocab_size(with_added_tokens=True))
         self._pieces: dict[int, list[str]] = {}
         self._added: dict[str, np.ndarray] = {}  # added token → its id as a 1-element array
-        self._split = self._segmenter()
         self.added = AddedTokens.of(hf)
+        self._split = self._segmenter()
         self.careful: dict[str, tuple[list[str], list[dict[str, str]]]] = {}  # `chat_text`: texts encoded apart
         self._bytes_bound: bool | None = None
         self._cut_bound: dict[int, int] = {}
@@ -382,8 +382,8 @@ class ExportTokenizer:
             return None
         if "trim_offsets=True" in repr(self.backend.post_processor):
             return None  # trimmed offsets give all-space tokens zero width: only whole-text offsets say where
-        self._added = {t.content: np.array([i], dtype=np.int32) for i, t in added.items()}
-        return re.compile("(" + "|".join(re.escape(c) for c in sorted(self._added, key=lambda c: (-len(c), c))) + ")")
+        self._added = {c: np.array([i], dtype=np.int32) for c, i in self.added.ids.items()}
+        return self.added.pattern
 
     @functools.cached_property
     def token_bytes(self) -> np.ndarray | None:
