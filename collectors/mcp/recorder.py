@@ -177,25 +177,24 @@ class SessionRecorder:
                 shutil.rmtree(self.workdir, ignore_errors=True)
             if cancelled:
                 if self.turns:  # the calls that were answered; none for the call in flight
-                    self.partial = self._interrupted(started, exit_code, time.perf_counter() - t0)
+                    reason = (self.stop_reason() if self.stop_reason else None) or "the run"
+                    self.partial = self._result("interrupted", f"interrupted by {reason}", started, exit_code, t0)
                 shutil.rmtree(self.logdir, ignore_errors=True)
         if error is None and self.closed_error:
             error = self.closed_error
+        result = self._result(outcome, error, started, exit_code, t0)
+        shutil.rmtree(self.logdir, ignore_errors=True)
+        return result
+
+    def _result(self, outcome: str, error: str | None, started: dt.datetime, exit_code: int | None,
+                t0: float) -> SessionResult:
+        """The session's trajectory and raw rows, as it ended (`outcome`)."""
         t = time.perf_counter()
         traj = self._trajectory(outcome, error, started, exit_code, t - t0)
         raw = self._raw_rows(traj.trajectory_id)
         self.timings["build_s"] = round(time.perf_counter() - t, 6)
-        shutil.rmtree(self.logdir, ignore_errors=True)
-        return SessionResult(traj, raw, outcome, error,
-                             self.proc.pid if self.proc else None, time.perf_counter() - t0,
-                             [t.perturbation for t in self.turns], self.timings)
-
-    def _interrupted(self, started: dt.datetime, exit_code: int | None, seconds: float) -> SessionResult:
-        error = f"interrupted by {(self.stop_reason() if self.stop_reason else None) or 'the run'}"
-        traj = self._trajectory("interrupted", error, started, exit_code, seconds)
-        return SessionResult(traj, self._raw_rows(traj.trajectory_id), "interrupted", error,
-                             self.proc.pid if self.proc else None, seconds,
-                             [t.perturbation for t in self.turns], self.timings)
+        return SessionResult(traj, raw, outcome, error, self.proc.pid if self.proc else None,
+                             time.perf_counter() - t0, [u.perturbation for u in self.turns], self.timings)
 
     async def _run(self) -> str:
         spec = self.spec
