@@ -6,6 +6,7 @@ the query that shows more). Dagster asset checks and `worldline check` both call
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -195,6 +196,7 @@ CONTRACTS = {
     "unique_trajectory_id": unique_trajectory_ids,
     "manifest_checksums": manifest_checksums,
 }
+RATE_CONTRACTS = ("quarantine_rate", "latest_batch_quarantine_rate")  # bounded by `--max-quarantine-rate`
 
 
 def run_named(contracts: Mapping[str, Callable[[Any], ContractResult]], arg: Any) -> list[ContractResult]:
@@ -205,7 +207,7 @@ def run_named(contracts: Mapping[str, Callable[[Any], ContractResult]], arg: Any
         try:
             out.append(fn(arg))
         except Exception as e:  # noqa: BLE001 - a check that cannot run is a failed check, with why
-            doc = (fn.__doc__ or "").strip().splitlines()
+            doc = (getattr(fn, "func", fn).__doc__ or "").strip().splitlines()  # a partial: its function's
             out.append(ContractResult(name, False, doc[0] if doc else "could not be evaluated",
                                       {"error": f"{type(e).__name__}: {e}"}))
     return out
@@ -217,6 +219,5 @@ def run_contracts(corpus_dir: Path | str, max_quarantine_rate: float = 0.25) -> 
     if not 0 <= max_quarantine_rate <= 1:  # NaN fails too
         raise ValueError(f"--max-quarantine-rate must be in [0, 1] (got {max_quarantine_rate})")
     corpus = Corpus(corpus_dir).require()
-    return run_named({**CONTRACTS, "quarantine_rate": lambda c: quarantine_rate(c, max_quarantine_rate),
-                      "latest_batch_quarantine_rate": lambda c: latest_batch_quarantine_rate(c, max_quarantine_rate)},
-                     corpus)
+    bounded = {name: functools.partial(CONTRACTS[name], max_rate=max_quarantine_rate) for name in RATE_CONTRACTS}
+    return run_named({**CONTRACTS, **bounded}, corpus)

@@ -28,6 +28,10 @@ def test_a_failed_warning_reads_warn_and_a_broken_check_gives_its_docstring() ->
         raise ValueError("x")
 
     assert [r.description for r in run_named({"b": broken}, 0)] == ["Every row has a score."]
+    # a contract given its bound (`run_contracts`' quarantine rates) still gives its own docstring
+    import functools
+
+    assert [r.description for r in run_named({"b": functools.partial(broken)}, 0)] == ["Every row has a score."]
     assert ContractResult("late", False, "computed now", {"batches": 2}, severity="warn").line() == \
         "WARN  late: computed now (batches=2)"
     assert ContractResult("bad", False, "valid").line() == "FAIL  bad: valid"
