@@ -37,13 +37,16 @@ def _number(value: object, name: str, where: str, low: float, high: float) -> fl
 
 
 def settings() -> dict:
+    def env(name: str, default: str | None = None) -> str | None:
+        return os.environ.get(ENV[name], default)
+
     s: dict = {
-        "corpus": os.environ.get("WORLDLINE_CORPUS", str(REPO / "build" / "dagster" / "corpus")),
-        "inbox": os.environ.get("WORLDLINE_INBOX", str(REPO / "build" / "dagster" / "inbox")),
-        "settle_seconds": os.environ.get("WORLDLINE_SETTLE_SECONDS", "5"),
-        "max_quarantine_rate": os.environ.get("WORLDLINE_MAX_QUARANTINE_RATE", "0.25"),
-        "beam_runner": os.environ.get("WORLDLINE_BEAM_RUNNER") or None,  # e.g. DirectRunner, FlinkRunner
-        "beam_options": os.environ.get("WORLDLINE_BEAM_OPTIONS", "").split(),
+        "corpus": env("corpus", str(REPO / "build" / "dagster" / "corpus")),
+        "inbox": env("inbox", str(REPO / "build" / "dagster" / "inbox")),
+        "settle_seconds": env("settle_seconds", "5"),
+        "max_quarantine_rate": env("max_quarantine_rate", "0.25"),
+        "beam_runner": env("beam_runner") or None,  # e.g. DirectRunner, FlinkRunner
+        "beam_options": (env("beam_options") or "").split(),
     }
     where = {k: f"environment variable {v}" for k, v in ENV.items()}
     path = os.environ.get("WORLDLINE_CONFIG")
