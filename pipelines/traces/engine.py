@@ -79,14 +79,15 @@ class LocalEngine:
             from transformers import AutoModelForCausalLM, AutoTokenizer
         except ImportError as e:  # pragma: no cover - core dependencies
             raise ImportError("the local generator needs torch and transformers: pip install torch==2.13.0 transformers") from e
-        from pipelines.score_model import resolve_model
+        from pipelines.score_model import no_loading_bar, resolve_model
 
         if self.config.threads:
             torch.set_num_threads(self.config.threads)
         path = resolve_model(self.config.model)
         dtype = getattr(torch, self.config.dtype)
         self.tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
-        self.model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=True).to(self.config.device)
+        with no_loading_bar():  # `traces --quiet` prints nothing but the summary
+            self.model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=True).to(self.config.device)
         self.model.eval()
         self.model_id = self.config.model if self.config.model == "smollm2" else path.name
         eos = {self.tokenizer.eos_token_id}

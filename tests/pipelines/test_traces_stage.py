@@ -352,3 +352,9 @@ def test_no_turn_to_ask_about_fails_and_writes_nothing(small: Path, tmp_path: Pa
         "worldline traces: error: no turn to ask about (0 eligible: env turns with an observation of 1-4000 characters, "
         f"in split(s) train, domain(s) web); the corpus's env turns by domain: terminal {env}; nothing written\n")
     assert env > 0 and not out.exists() and not (small / "side" / "traces").exists()
+
+
+def test_loading_the_local_model_prints_no_bar(capfd: pytest.CaptureFixture[str]) -> None:
+    """`traces --quiet` with `--endpoint local` prints only its summary: not transformers' loading bar."""
+    LocalEngine(EngineConfig(max_batch=1, threads=THREADS)).setup()
+    assert "Loading weights" not in capfd.readouterr().err
