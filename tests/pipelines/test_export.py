@@ -986,6 +986,12 @@ def test_control_token_strings_inside_messages_are_text(tok: ex.ExportTokenizer,
     assert cids.tolist() == ids.tolist() and cmask.tolist() == mask.tolist()
     trained = tok.backend.decode(ids[mask.astype(bool)].tolist(), skip_special_tokens=False)
     assert trained == "".join(o + "<|im_end|>" for o in outputs)
+    # worker processes render and encode their own batches: the same bytes
+    s = export(root, tmp_path / "par", small_config(split=ex.SplitConfig(validation=0.0, test=0.0), workers=2,
+                                                    batch_trajectories=1), tokenizer=tok, progress=False)
+    assert s.workers == 2
+    a, b = _tree(out), _tree(tmp_path / "par")
+    assert sorted(a) == sorted(b) and [k for k in a if a[k] != b[k]] == []
     # a chat with none of them in its contents is encoded whole, as before
     plain = [{"role": "system", "content": "s"}, {"role": "user", "content": "ls"}, {"role": "assistant", "content": "  a\n"}]
     text, cs = ex.chat_text(tok, plain)
