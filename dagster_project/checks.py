@@ -12,12 +12,13 @@ from pipelines.store import Corpus
 
 @dg.multi_asset_check(specs=check_specs(CONTRACTS, ingested_traces), can_subset=True)
 def corpus_contracts(context: dg.AssetCheckExecutionContext, corpus: CorpusResource):
-    yield from only_selected(context, _corpus_contracts(corpus))
+    selected = {k.name for k in context.selected_asset_check_keys}
+    yield from only_selected(context, _corpus_contracts(corpus, selected))
 
 
-def _corpus_contracts(corpus: CorpusResource):
+def _corpus_contracts(corpus: CorpusResource, names: set[str]):
     if not Corpus(corpus.root).exists():
         yield from no_corpus(CONTRACTS, ingested_traces.key, corpus.root, "ingested_traces")
         return
-    for r in run_contracts(corpus.root, corpus.max_quarantine_rate):
+    for r in run_contracts(corpus.root, corpus.max_quarantine_rate, names):  # what was not selected is not run
         yield check_result(r, ingested_traces.key)

@@ -48,6 +48,20 @@ def test_the_quarantine_rate_threshold_is_passed_through(sample: Path, tmp_path:
     assert not strict["quarantine_rate"].passed and strict["quarantine_rate"].metadata["quarantined"] == 9
 
 
+def test_only_the_contracts_asked_for_run(sample: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Dagster run of one check runs that contract alone: manifest_checksums hashes every file."""
+    from pipelines import contracts
+    from pipelines.ingest import IngestConfig, ingest
+
+    ingest([sample / "tau-bench"], tmp_path / "c", IngestConfig(workers=1), progress=False)
+    ran: list[str] = []
+    for name, fn in list(contracts.CONTRACTS.items()):
+        monkeypatch.setitem(contracts.CONTRACTS, name, lambda c, _f=fn, _n=name, **kw: ran.append(_n) or _f(c, **kw))
+    out = contracts.run_contracts(tmp_path / "c", 0.5, names=["latest_batch_quarantine_rate", "unique_trajectory_id"])
+    assert [r.name for r in out] == ran == ["latest_batch_quarantine_rate", "unique_trajectory_id"]
+    assert out[0].metadata["max_rate"] == 0.5 and all(r.passed for r in out)
+
+
 def test_a_mostly_broken_drop_fails_however_large_the_corpus(sample: Path, tmp_path: Path) -> None:
     """The corpus-wide rate hides a new batch of broken files; the newest ingest's own rate does not."""
     from pipelines.contracts import run_contracts
