@@ -8,7 +8,7 @@ Side tables written (each atomically, see `pipelines.side`):
   `action_outside_space`, `env_captcha`, `env_http_error`, `env_sandbox_crash`,
   `eval_contamination`. Turn reasons (only judged in trajectories that survive whole):
   `retry_cycle` (a malformed action the harness rejected, or a failed action re-issued verbatim
-  with the same failure — the retry that follows and the state it leads to are kept; the skipped
+  with the same failure: output and exit code — the retry that follows and the state it leads to are kept; the skipped
   turn changed nothing), `gui_no_change` (a GUI action after which the screen is canonically the
   same as before: dropping it keeps the state chain intact).
 - `redactions` (`trajectory_id`, `turn_index`, `column`, `kind`, `count`): which texts contain
@@ -145,7 +145,11 @@ class CleanConfig:
         d["decontam"] = self.decontam.fingerprint(eval_digest)
         d["redact"] = self.redact.fingerprint()
         d["patterns"] = hashlib.sha256("\n".join((CAPTCHA_RE, HTTP_ERROR_RE, SANDBOX_CRASH_RE, MALFORMED_RE)).encode()).hexdigest()[:12]
+        d["verdicts"] = VERDICTS_VERSION
         return hashlib.sha256(repr(sorted(d.items())).encode()).hexdigest()[:16]
+
+
+VERDICTS_VERSION = 2  # bump when a verdict's rule changes (2: a repeated failure counts only with the same exit code)
 
 
 @dataclass
@@ -360,11 +364,11 @@ def _turn_verdicts(con: duckdb.DuckDBPyConnection, cfg: CleanConfig, step: _Step
         err = "(coalesce(is_error, false) OR coalesce(exit_code, 0) <> 0)"
         identical = "false"
         if cfg.retry_identical:
-            identical = "(err AND next_err AND ah = next_ah AND oh = next_oh)"
+            identical = "(err AND next_err AND ah = next_ah AND oh = next_oh AND exit_code IS NOT DISTINCT FROM next_exit)"
         con.execute(f"""
             INSERT INTO _udrop
             WITH u AS (
-                SELECT trajectory_id, turn_index, {err} AS err,
+                SELECT trajectory_id, turn_index, exit_code, {err} AS err,
                        regexp_matches(left(coalesce(observation, ''), 400), {sql_str(MALFORMED_RE)}) AS malformed,
                        CASE WHEN {err} THEN md5_number_lower({canonical_sql('action')}) END AS ah,
                        CASE WHEN {err} THEN md5_number_lower({canonical_sql('observation')}) END AS oh,
@@ -372,7 +376,7 @@ def _turn_verdicts(con: duckdb.DuckDBPyConnection, cfg: CleanConfig, step: _Step
                 FROM turns u WHERE kind = 'env' AND NOT EXISTS (SELECT 1 FROM _tdrop d WHERE d.trajectory_id = u.trajectory_id)),
             w AS (
                 SELECT *, lead(turn_index) OVER w AS next_turn, lead(err) OVER w AS next_err,
-                       lead(ah) OVER w AS next_ah, lead(oh) OVER w AS next_oh
+                       lead(ah) OVER w AS next_ah, lead(oh) OVER w AS next_oh, lead(exit_code) OVER w AS next_exit
                 FROM u WINDOW w AS (PARTITION BY trajectory_id ORDER BY turn_index))
             SELECT trajectory_id, turn_index, 'retry_cycle',
                    CASE WHEN malformed THEN 'malformed action rejected: ' || replace(excerpt, chr(10), ' ')

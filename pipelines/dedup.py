@@ -11,9 +11,12 @@ Pass 1, signatures (per turns file, streaming; memory independent of corpus size
   last one is the trajectory's exact hash. Written to side tables `dedup_signatures` (one row per
   trajectory) and `dedup_prefixes` (one row per turn, for the first `max_prefix_turns`).
   Turns and trajectories that cleaning dropped are left out (so a trajectory with a retry cycle and
-  its clean twin are exact duplicates). What is hashed is each turn's kind, action and observation:
-  the environment dynamics a world model learns. Task, thought and metadata are not, so two runs of
-  different tasks that did exactly the same thing are duplicates.
+  its clean twin are exact duplicates). What is hashed is each turn's kind, action and observation,
+  and its exit code where it has one (the rendered training text ends an observation with it, so
+  two runs that differ only there are not duplicates, nor is one's prefix the other's): the
+  environment dynamics a world model learns. Task, thought and metadata are not, so two runs of
+  different tasks that did exactly the same thing are duplicates. Shingles (near duplicates) are
+  words of the kind, action and observation only.
 
 Pass 2, verdicts (from stored signatures only: a new threshold never re-reads the turns):
   exact groups by exact hash; one member of each goes into LSH. Band hashes (b bands of r rows,
@@ -212,7 +215,7 @@ class DedupSummary:
 # Signatures: numpy over Arrow buffers
 # ---------------------------------------------------------------------------------------------
 
-_TOKENIZER_VERSION = 4  # bump when signatures or the stored layout change
+_TOKENIZER_VERSION = 5  # bump when signatures or the stored layout change
 _M64 = (1 << 64) - 1
 _P = np.uint64(0x100000001B3)  # FNV prime: odd, so invertible mod 2^64
 _Q = np.uint64(0x9E3779B97F4A7C15)
@@ -519,9 +522,11 @@ def _iter_turn_batches(con: duckdb.DuckDBPyConnection, files: list[Path], batch_
     """Per turns file: batches of complete trajectories (trajectory_id, turn_index, text, digest),
     turns in file order, minus what cleaning dropped."""
     text = f"kind || chr(31) || {canonical_sql('action')} || chr(30) || {canonical_sql('observation')}"
+    # the exact digest also covers the exit code; a turn without one hashes as it did before codes counted
+    digest = "md5_number_lower(CASE WHEN exit_code IS NULL THEN text ELSE text || chr(29) || exit_code END)"
     for f in files:
-        sql = (f"SELECT trajectory_id, turn_index, text, md5_number_lower(text) AS digest "
-               f"FROM (SELECT trajectory_id, turn_index, {text} AS text FROM read_parquet({sql_str(str(f))}))")
+        sql = (f"SELECT trajectory_id, turn_index, text, {digest} AS digest "
+               f"FROM (SELECT trajectory_id, turn_index, exit_code, {text} AS text FROM read_parquet({sql_str(str(f))}))")
         carry: pa.Table | None = None
         reader = con.sql(sql).to_arrow_reader(batch_rows)
         for rb in reader:

@@ -113,6 +113,9 @@ def planted(sample_corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> tu
     rejected = Turn(kind="env", action="ls -la |", observation=REJECTED, observation_kind="stdout", is_error=True)
     add("term_retry", term, lambda t: t.insert(1, rejected))
     add("term_trailing_malformed_ok", term, lambda t: t.append(dataclasses.replace(rejected)))
+    # a failed command re-issued with the same output and exit code (dropped), and with another exit code (kept)
+    for name, code in (("term_same_failure", 1), ("term_other_exit_code_ok", 2)):
+        add(name, term, lambda t, code=code: (setattr(t[1], "exit_code", 1), t.insert(2, dataclasses.replace(t[1], exit_code=code))))
     # the same screen twice (only a timestamp in it differs: canonical form)
     add("web_no_change", web, lambda t: setattr(t[2], "observation", t[1].observation + "\n\tStaticText 'at 2026-01-01T10:00:00Z'"))
     cases["web_no_change"].turns[1].observation += "\n\tStaticText 'at 2026-01-02T11:11:11Z'"
@@ -135,6 +138,7 @@ def test_planted_verdicts(planted: tuple[Path, dict[str, str]]) -> None:
         "web_http_error": [(None, "env_http_error", "turn 1: RootWebArea '502 Bad Gateway', focused \theading '502 Bad Gateway'")],
         "term_sandbox_crash": [(None, "env_sandbox_crash", "turn 2: " + CRASH[:100])],
         "term_retry": [(1, "retry_cycle", "malformed action rejected: " + REJECTED[:80])],
+        "term_same_failure": [(1, "retry_cycle", "same failed action repeated at turn 2")],
         "web_no_change": [(2, "gui_no_change", "same screen as after turn 1")],
         "term_one_turn": [(None, "too_few_turns", "1 environment turn(s)")],
         # inherited from the real trajectory: SWE-agent's linter rejected an edit, which was retried
@@ -142,8 +146,8 @@ def test_planted_verdicts(planted: tuple[Path, dict[str, str]]) -> None:
                                                 "Please understand the fix")],
     }
     # not dropped: raw shell under a bash tool, the harness's recall, curl printing a 404 page, a
-    # malformed action with no retry after it, the unchanged original
-    for ok in ("web_clean", "openhands_recall_ok", "term_curl_404_ok", "term_trailing_malformed_ok"):
+    # malformed action with no retry after it, a repeated command that failed another way, the unchanged original
+    for ok in ("web_clean", "openhands_recall_ok", "term_curl_404_ok", "term_trailing_malformed_ok", "term_other_exit_code_ok"):
         assert ok not in got
 
 

@@ -16,7 +16,7 @@ from pipelines.clean import clean
 from pipelines.clean_contracts import run_clean_contracts
 from pipelines.dedup import DedupConfig, _components, dedup, shingle_hashes, signatures_of_texts, token_hashes
 from pipelines.dedup_workload import StepPool, generate, pairwise_scores, write_corpus
-from schemas.records import Turn
+from schemas.records import Trajectory, Turn
 from tests.pipelines.clean_support import (  # noqa: F401
     copy_corpus,
     load,
@@ -295,3 +295,41 @@ def test_cli_bad_memory_limit_is_one_line(sample_corpus: Path, tmp_path: Path, c
     assert main(["dedup", str(corpus), "--quiet", "--bands", "3"]) == 1
     assert "--bands needs --rows" in capsys.readouterr().err
     assert not (corpus / "side" / "duplicates").exists()
+
+
+def _with_exit_codes(t: Trajectory, failed_at: int | None = None) -> Trajectory:
+    for i, u in enumerate(t.turns):
+        u.exit_code = 1 if i == failed_at else 0
+    return t
+
+
+def test_exit_codes_count_in_exact_and_prefix_hashes(sample_corpus: Path, tmp_path: Path) -> None:  # noqa: F811
+    """The training text ends an observation with its exit code: two runs that differ only there are not
+    exact duplicates (near ones, by their words), and a prefix is shared up to the turn whose code differs."""
+    corpus = copy_corpus(sample_corpus, tmp_path / "corpus")
+    mar = load(corpus, trajectory_id(corpus, "swe-agent/marshmallow-1867__function"))  # 11 turns, no exit codes
+    other = load(corpus, trajectory_id(corpus, "openhands/multi", 1))
+    tau = load(corpus, trajectory_id(corpus, "tau-bench"))
+    v = {f"same_{k}": _with_exit_codes(variant(mar, f"same_{k}")) for k in range(2)}
+    v["failed_at_3"] = _with_exit_codes(variant(mar, "failed_at_3"), failed_at=3)
+    # two runs that begin with marshmallow's first four turns and go on differently; one's fourth command failed
+    for name, src, failed_at in (("ok_then_other", other, None), ("failed_then_tau", tau, 3)):
+        t = variant(mar, name)
+        t.turns = [dataclasses.replace(u) for u in mar.turns[:4]] + [dataclasses.replace(u, tool_name=None) for u in src.turns[3:9]]
+        v[name] = _with_exit_codes(t, failed_at)
+    ids = dict(zip(v, plant(corpus, list(v.values())), strict=True))
+    name = {t: k for k, t in ids.items()}
+    dedup(corpus, progress=False)
+    h = dict(rows(corpus, f"SELECT trajectory_id, exact_hash FROM dedup_signatures WHERE trajectory_id IN {tuple(ids.values())!r}"))
+    assert h[ids["same_0"]] == h[ids["same_1"]] != h[ids["failed_at_3"]]
+    got = rows(corpus, f"SELECT trajectory_id, is_representative, kind FROM duplicates WHERE trajectory_id IN {tuple(ids.values())!r}")
+    # (a representative's kind says how the cluster was found: the other two are near duplicates of it)
+    assert sorted((name[t], r, k) for t, r, k in got) == [("failed_at_3", False, "near"), ("same_0", True, "near"), ("same_1", False, "exact")]
+    # the kept copy (same_0) and the run that went on without a failure share four turns; the run whose
+    # fourth command failed shares the three before it
+    got = rows(corpus, f"""SELECT trajectory_id, turn_index, share_count FROM shared_prefixes
+                           WHERE trajectory_id IN {(ids['same_0'], ids['ok_then_other'], ids['failed_then_tau'])!r}""")
+    assert sorted((name[t], i, n) for t, i, n in got) == [
+        ("failed_then_tau", 0, 3), ("failed_then_tau", 1, 3), ("failed_then_tau", 2, 3),
+        ("ok_then_other", 0, 3), ("ok_then_other", 1, 3), ("ok_then_other", 2, 3), ("ok_then_other", 3, 2),
+        ("same_0", 0, 3), ("same_0", 1, 3), ("same_0", 2, 3), ("same_0", 3, 2)]
