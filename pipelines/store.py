@@ -78,6 +78,38 @@ def publish_dir(tmp: Path, out: Path) -> Path:
     return out
 
 
+_INPUT_COUNTS = ("records", "trajectories", "turns", "quarantined")
+
+
+def manifest_problem(m: dict) -> str | None:
+    """What in a corpus manifest's structure every stage relies on is missing or of the wrong type
+    (a hand edit, a bad merge), or None: checked on every read, so that no stage fails half-way
+    with a Python error deep in its own code."""
+    inputs, batches, side = m.get("inputs"), m.get("batches"), m.get("side", {})
+    if not isinstance(inputs, dict):
+        return f"'inputs' must be an object, got {type(inputs).__name__}"
+    if not isinstance(batches, list):
+        return f"'batches' must be a list, got {type(batches).__name__}"
+    if not isinstance(side, dict):
+        return f"'side' must be an object, got {type(side).__name__}"
+    for sha, e in inputs.items():
+        if not isinstance(e, dict) or not all(type(e.get(k)) is int for k in _INPUT_COUNTS):
+            return f"input {sha[:16]}: not an object with the counts {', '.join(_INPUT_COUNTS)}"
+    for i, b in enumerate(batches):
+        if not isinstance(b, dict) or not isinstance(b.get("id"), str) or not isinstance(b.get("files"), list):
+            return f"batches[{i}]: not an object with an 'id' and its 'files'"
+        if not all(isinstance(f, dict) and isinstance(f.get("path"), str) for f in b["files"]):
+            return f"batches[{i}] ({b['id']}): a file entry without its 'path'"
+    for name, e in side.items():
+        if not isinstance(e, dict):
+            return f"side table {name!r}: its entry must be an object, got {type(e).__name__}"
+    return None
+
+
+# what an ingest writes into a corpus folder besides manifest.json
+_CORPUS_DATA = ("trajectories", "turns", "quarantine", "side")
+
+
 class Corpus:
     """A corpus directory. Reading needs no lock; writing goes through `writer()`."""
 
@@ -95,9 +127,7 @@ class Corpus:
         """This corpus, or a CorpusError that says how to make one (for stages that only read)."""
         if not self.exists():
             raise CorpusError(f"{self.root} is not a corpus (no manifest.json); create one with `worldline ingest`")
-        m = self.manifest()  # raises for a manifest that is not a corpus's (an export's, say)
-        if not isinstance(m.get("inputs"), dict) or not isinstance(m.get("batches"), list):
-            raise CorpusError(f"{self.manifest_path}: a corpus manifest without its inputs and batches; damaged?")
+        self.manifest()  # raises for a manifest that is not a corpus's (an export's, say), or a damaged one
         return self
 
     def manifest(self) -> dict:
@@ -110,7 +140,27 @@ class Corpus:
         if not isinstance(m, dict) or m.get("format") != CORPUS_FORMAT:
             fmt = m.get("format") if isinstance(m, dict) else type(m).__name__
             raise CorpusError(f"{self.manifest_path}: not a Worldline corpus manifest (format {fmt!r})")
+        if (problem := manifest_problem(m)) is not None:
+            raise CorpusError(f"{self.manifest_path}: damaged corpus manifest ({problem}); restore it from a copy, "
+                              "or ingest the inputs again into a new folder")
         return m
+
+    def _refuse_misplaced(self) -> None:
+        root = self.root.resolve()
+        for parent in root.parents:
+            if (parent / "manifest.json").is_file() and Corpus(parent)._is_corpus_manifest():
+                raise CorpusError(f"{self.root} is inside the corpus {parent}; write a corpus into a folder of its own")
+        if not self.exists() and root.is_dir():
+            held = [d for d in _CORPUS_DATA if (root / d).is_dir() and any((root / d).rglob("*.parquet"))]
+            if held:
+                raise CorpusError(f"{self.root} holds corpus data ({', '.join(d + '/' for d in held)}) but no manifest.json; "
+                                  "restore the manifest, or write the corpus into a new folder")
+
+    def _is_corpus_manifest(self) -> bool:
+        try:
+            return orjson.loads(self.manifest_path.read_bytes()).get("format") == CORPUS_FORMAT
+        except (OSError, ValueError, AttributeError):
+            return False
 
     def table_glob(self, table: str) -> str:
         if table == "quarantine":
@@ -124,7 +174,9 @@ class Corpus:
     @contextmanager
     def writer(self, wait_s: float = 0.0) -> Iterator[CorpusWriter]:
         """Exclusive write access; a second writer waits up to `wait_s`, then gets `CorpusLocked`
-        saying who holds it."""
+        saying who holds it. Refuses a folder inside another corpus, and one that holds a corpus's
+        data without its manifest (a new manifest there would hide the old rows, not replace them)."""
+        self._refuse_misplaced()
         self.root.mkdir(parents=True, exist_ok=True)
         lock_path = self.root / ".lock"
         fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)

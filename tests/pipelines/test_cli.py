@@ -3,6 +3,7 @@ and outputs that would overwrite the corpus refused."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -151,3 +152,37 @@ def test_export_help_states_the_defaults(capsys) -> None:
                     "validation (default: 0.05)", "(default: 0)", "(default: 16777216)", "(default: 2)"):
         assert default in text, default
     assert "(default: None)" not in text and "(default: False)" not in text
+
+
+@pytest.mark.parametrize("edit, problem", [
+    (lambda m: m.update(batches="x"), "'batches' must be a list, got str"),
+    (lambda m: m.pop("inputs"), "'inputs' must be an object, got NoneType"),
+    (lambda m: m.update(side="x"), "'side' must be an object, got str"),
+    (lambda m: m["batches"][0].pop("files"), "batches[0]: not an object with an 'id' and its 'files'"),
+    (lambda m: next(iter(m["inputs"].values())).pop("turns"), "input {sha}: not an object with the counts records, trajectories, turns, quarantined"),
+])
+def test_a_damaged_manifest_is_one_line_for_every_stage(corpus: Path, sample: Path, capsys, edit, problem: str) -> None:
+    path = corpus / "manifest.json"
+    m = json.loads(path.read_text())
+    edit(m)
+    path.write_text(json.dumps(m))
+    problem = problem.format(sha=next(iter(json.loads(path.read_text()).get("inputs") or {"": 0}))[:16])
+    for cmd in (["ingest", str(sample / "fireact"), "--out", str(corpus)], ["clean", str(corpus)],
+                ["score", str(corpus), "--tier", "surface"], ["stats", str(corpus)], ["check", str(corpus)]):
+        assert main(cmd) == 1, cmd
+        assert capsys.readouterr().err == (f"worldline {cmd[0]}: error: {path}: damaged corpus manifest ({problem}); "
+                                           "restore it from a copy, or ingest the inputs again into a new folder\n")
+    assert json.loads(path.read_text()) == m  # nothing was written over it
+
+
+def test_ingest_refuses_a_folder_inside_a_corpus_or_one_with_data_but_no_manifest(corpus: Path, sample: Path, capsys) -> None:
+    files = sorted(p for p in corpus.rglob("*") if p.is_file())
+    for out in (corpus / "turns", corpus / "new"):
+        assert main(["ingest", str(sample / "fireact"), "--out", str(out)]) == 1
+        assert capsys.readouterr().err == (f"worldline ingest: error: {out} is inside the corpus {corpus}; "
+                                           "write a corpus into a folder of its own\n")
+    assert sorted(p for p in corpus.rglob("*") if p.is_file()) == files and not (corpus / "new").exists()
+    (corpus / "manifest.json").unlink()
+    assert main(["ingest", str(sample / "fireact"), "--out", str(corpus)]) == 1
+    assert capsys.readouterr().err == (f"worldline ingest: error: {corpus} holds corpus data (trajectories/, turns/) but no "
+                                       "manifest.json; restore the manifest, or write the corpus into a new folder\n")
