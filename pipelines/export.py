@@ -1564,6 +1564,8 @@ def export(
             if (staging / d).exists():
                 os.replace(staging / d, out / d)
         shutil.rmtree(staging, ignore_errors=True)
+        if config.record_in_corpus:  # before the manifest: an export whose record failed is not complete
+            _record(corpus, assignments, fingerprint, config, summary, echo)
         write_json_atomic(out / "manifest.json", manifest)
         files = list(manifest_files(manifest))
         summary.files, summary.bytes = len(files), sum(f["bytes"] for f in files)
@@ -1571,8 +1573,6 @@ def export(
     finally:
         shutil.rmtree(staging, ignore_errors=True)  # what a failed run left half-written
         os.close(fd)
-    if config.record_in_corpus:
-        _record(corpus, assignments, fingerprint, config, summary, echo)
     summary.seconds = time.monotonic() - t0
     return summary
 

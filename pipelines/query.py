@@ -163,9 +163,26 @@ _CONTROL = {c: f"\\u{c:04x}" for c in [*range(0x20), *range(0x7F, 0xA0), 0x200E,
 _CONTROL.update({ord("\n"): "\\n", ord("\r"): "\\r", ord("\t"): "\\t"})
 
 
+def unique_names(columns: list[str]) -> list[str]:
+    """Column names as JSON object keys: a repeated name (`SELECT t.domain, s.domain`) gets `_1`, `_2`, ...
+    as DuckDB names the columns of such a subquery, instead of one value overwriting the other."""
+    taken = set(columns)
+    out: list[str] = []
+    seen: set[str] = set()
+    for c in columns:
+        name, k = c, 0
+        while name in seen or (k and name in taken):  # not a name another column has
+            k += 1
+            name = f"{c}_{k}"
+        seen.add(name)
+        out.append(name)
+    return out
+
+
 def render(columns: list[str], rows: list[tuple], fmt: str = "table", max_width: int = 60) -> str:
     if fmt == "json":
-        return orjson.dumps([{c: _jsonable(v) for c, v in zip(columns, r, strict=True)} for r in rows], default=str).decode()
+        keys = unique_names(columns)
+        return orjson.dumps([{c: _jsonable(v) for c, v in zip(keys, r, strict=True)} for r in rows], default=str).decode()
     if fmt == "csv":
         buf = io.StringIO()
         w = csv.writer(buf, lineterminator="\n")

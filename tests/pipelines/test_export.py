@@ -653,6 +653,27 @@ def test_interrupted_export_leaves_no_complete_looking_output(corpus: Path, tok:
     assert ex._complete(out, _manifest(out))
 
 
+def test_an_export_whose_record_in_the_corpus_failed_is_not_up_to_date(corpus: Path, tok: ex.ExportTokenizer, tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The side table `export_assignments` is written before the export's manifest: a run that could not
+    write it (a read-only corpus) leaves no complete-looking export, and the rerun does both."""
+    work = tmp_path / "corpus"
+    shutil.copytree(corpus, work)
+    out = tmp_path / "out"
+
+    def read_only(*a, **k) -> None:  # noqa: ANN002, ANN003
+        raise PermissionError(13, "Permission denied", str(work / "side" / ex.ASSIGNMENTS))
+
+    monkeypatch.setattr(ex, "_record", read_only)
+    with pytest.raises(PermissionError):
+        export(work, out, small_config(record_in_corpus=True), tokenizer=tok, progress=False)
+    assert not (out / "manifest.json").exists()
+    monkeypatch.undo()
+    s = export(work, out, small_config(record_in_corpus=True), tokenizer=tok, progress=False)
+    assert not s.up_to_date and ex._complete(out, _manifest(out))
+    assert run_query(work, f"SELECT count(*) FROM {ex.ASSIGNMENTS}")[1] == [(s.trajectories_total - s.dropped_by_cleaning - s.duplicates,)]
+
+
 # --- eval set ----------------------------------------------------------------------------------
 
 

@@ -25,6 +25,16 @@ def test_formats(tmp_path: Path, sample: Path) -> None:
     assert table[2].split(" │ ")[4].rstrip() == r"x\r\ny\u0000\u202ez"
 
 
+
+def test_json_keeps_columns_of_the_same_name(tmp_path: Path, sample: Path) -> None:
+    ingest([sample / "tau-bench"], tmp_path / "c", progress=False)
+    cols, rows = run_query(tmp_path / "c", "SELECT 1 AS a, 2 AS a, 3 AS a_1, 4 AS b")
+    assert json.loads(render(cols, rows, "json")) == [{"a": 1, "a_2": 2, "a_1": 3, "b": 4}]
+    cols, rows = run_query(tmp_path / "c", """SELECT t.domain, u.domain, count(*) AS n FROM trajectories t
+                                               JOIN turns u USING (trajectory_id) GROUP BY ALL""")
+    assert json.loads(render(cols, rows, "json")) == [{"domain": "mcp", "domain_1": "mcp", "n": rows[0][2]}]
+
+
 _HOLD = """
 import sys, time, duckdb
 sys.path.insert(0, {root!r})
