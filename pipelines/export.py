@@ -115,6 +115,7 @@ from pipelines.store import (
     write_json_atomic,
 )
 from pipelines.views import duplicates_left_out
+from schemas.options import process_count
 from schemas.tables import check_domains
 
 EXPORT_FORMAT = "worldline-export/1"
@@ -183,6 +184,7 @@ class ExportConfig:
             raise ValueError(f"--shard-tokens {self.shard_tokens}: must be positive")
         if self.eval_middle_turns < 0:
             raise ValueError(f"--eval-middle-turns {self.eval_middle_turns}: must be ≥ 0")
+        process_count("--workers", self.workers)
 
     def settings(self) -> dict[str, Any]:
         """Everything that shapes the output (what the fingerprint covers)."""

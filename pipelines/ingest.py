@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import signal
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
@@ -24,6 +25,7 @@ from pipelines.progress import StatusLine
 from pipelines.reader import InputUnit, discover, read_unit
 from pipelines.sources import ReadLimits
 from pipelines.store import Corpus, CorpusError, DomainBuffers, PartWriter
+from schemas.options import process_count
 from schemas.records import QuarantineRecord, Trajectory, record_problem
 from schemas.tables import DOMAINS, SCHEMA_VERSION
 
@@ -41,8 +43,7 @@ class IngestConfig:
     def __post_init__(self) -> None:
         if self.task_bytes <= 0:
             raise ValueError(f"--task-mb must be positive (task_bytes={self.task_bytes})")
-        if self.workers < 0:
-            raise ValueError(f"--workers must be 0 (automatic) or more (got {self.workers})")
+        process_count("--workers", self.workers)
 
     def fingerprint(self) -> str:
         d = asdict(self)
@@ -245,17 +246,46 @@ def ingest(
     workers = config.workers or (
         min(os.cpu_count() or 1, -(-total_in // config.task_bytes)) if total_in > config.task_bytes else 1
     )
+    workers = max(1, min(workers, len(units)))  # a process has at least one input to hash and convert
     # One pool for hashing and converting: hashing every input in the parent first was a serial
     # pre-pass of about 1/10 of the run at 2 workers. With another `runner` (Beam) it only hashes.
     pool = None
     if workers > 1:
         preload_for_workers()
-        pool = ProcessPoolExecutor(max_workers=workers)
+        pool = ProcessPoolExecutor(max_workers=workers, initializer=die_with_parent, initargs=(os.getpid(),))
     try:
-        return _ingest(units, sizes, workers, pool, corpus, summary, config, progress, echo, t0, runner)
-    finally:
+        result = _ingest(units, sizes, workers, pool, corpus, summary, config, progress, echo, t0, runner)
+    except BaseException:
         if pool is not None:
-            pool.shutdown()
+            stop_pool(pool)  # an interrupt or an error: the groups still running are not wanted
+        raise
+    if pool is not None:
+        pool.shutdown()
+    return result
+
+
+def die_with_parent(parent: int) -> None:
+    """A pool worker's initializer: the kernel kills the worker when the process that started it dies
+    (SIGTERM or SIGKILL of an ingest), instead of leaving it converting for nobody (Linux only)."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:  # the parent died before the call above
+            os._exit(1)
+    except (OSError, AttributeError):
+        pass
+
+
+def stop_pool(pool: ProcessPoolExecutor) -> None:
+    """Cancel the queued groups and kill the running ones (their staging is dropped by the next writer)."""
+    procs = list((getattr(pool, "_processes", None) or {}).values())  # the executor has no public kill
+    pool.shutdown(wait=False, cancel_futures=True)
+    for p in procs:
+        p.kill()
+    for p in procs:
+        p.join(5)
 
 
 def preload_for_workers() -> None:

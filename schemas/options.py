@@ -13,6 +13,21 @@ def at_least(option: str, value: Any, low: int | float) -> None:
         raise ValueError(f"{option} must be at least {low} (got {value})")
 
 
+def max_processes() -> int:
+    """The most worker processes a stage starts: far past any gain on this machine, well short of a fork bomb."""
+    import os
+
+    return max(64, 8 * (os.cpu_count() or 1))
+
+
+def process_count(option: str, value: Any) -> None:
+    """A `--workers` value: 0 (automatic) up to `max_processes()`."""
+    if type(value) is not int or value < 0:
+        raise ValueError(f"{option} must be 0 (automatic) or more (got {value})")
+    if value > (cap := max_processes()):
+        raise ValueError(f"{option} {value}: more processes than this machine can use (at most {cap} here)")
+
+
 _MEMORY_VALUE = re.compile(r"\s*(-?\d+(?:\.\d*)?|-?\.\d+)\s*[a-z]*\s*", re.I)
 
 

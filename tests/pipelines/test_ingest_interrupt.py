@@ -1,0 +1,72 @@
+"""An ingest stopped by a signal: its worker processes go with it, nothing is committed, and the rerun
+imports everything."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from pipelines.ingest import IngestConfig
+from pipelines.store import Corpus
+from tests.conftest import SAMPLE
+
+FIREACT = "fireact/finetune_gpt_format_hotpotqa.jsonl"
+COPIES = 160  # about 85 MB: a few seconds of two workers
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    d = tmp_path_factory.mktemp("many")
+    data = (SAMPLE / FIREACT).read_bytes().rstrip(b"\n")
+    for i in range(COPIES):
+        (d / f"copy{i:03d}.jsonl").write_bytes(data + b"\n" * (i + 1))  # each its own sha256, the same records
+    return d
+
+
+def _start(inputs: Path, out: Path) -> tuple[subprocess.Popen, list[psutil.Process]]:
+    proc = subprocess.Popen([sys.executable, "-m", "pipelines.cli", "ingest", str(inputs), "--out", str(out), "--workers", "2",
+                             "--task-mb", "8", "--quiet"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    parent = psutil.Process(proc.pid)
+    deadline = time.monotonic() + 60
+    while len(workers := parent.children()) < 2:
+        assert proc.poll() is None and time.monotonic() < deadline, "the ingest never started its two workers"
+        time.sleep(0.05)
+    time.sleep(0.5)  # converting by now
+    return proc, workers
+
+
+def _gone(workers: list[psutil.Process], within_s: float) -> list[int]:
+    _, alive = psutil.wait_procs(workers, timeout=within_s)
+    alive = [p for p in alive if p.status() != psutil.STATUS_ZOMBIE]
+    for p in alive:  # do not leave them running for the next test
+        p.kill()
+    return [p.pid for p in alive]
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGTERM, -signal.SIGTERM), (signal.SIGINT, 130)])
+def test_workers_stop_with_the_ingest_and_the_rerun_imports_everything(inputs: Path, tmp_path: Path, sig: int, code: int) -> None:
+    out = tmp_path / "c"
+    proc, workers = _start(inputs, out)
+    proc.send_signal(sig)  # to the ingest alone, not its process group (a service manager's stop, `kill PID`)
+    assert proc.wait(timeout=10) == code, proc.stderr.read().decode()
+    assert _gone(workers, within_s=2.0) == []
+    assert not Corpus(out).exists() or json.loads((out / "manifest.json").read_text())["batches"] == []
+    proc.stderr.close()
+    rerun = subprocess.run([sys.executable, "-m", "pipelines.cli", "ingest", str(inputs), "--out", str(out), "--workers", "2",
+                            "--quiet"], capture_output=True, text=True, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr
+    m = json.loads((out / "manifest.json").read_text())
+    assert len(m["inputs"]) == COPIES and sum(e["quarantined"] for e in m["inputs"].values()) == 0
+    assert not list(out.glob(".staging-*"))
+
+
+def test_workers_are_bounded() -> None:
+    with pytest.raises(ValueError, match=r"--workers 100000: more processes than this machine can use \(at most \d+ here\)"):
+        IngestConfig(workers=100_000)
