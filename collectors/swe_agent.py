@@ -1,7 +1,9 @@
 """SWE-agent `.traj` files, both the classic (text commands) and function-calling variants.
 
 A turn is one `trajectory[]` step. Files that carry only `history` (some demonstrations) are read
-from the chat: each assistant action paired with the observation message that follows it.
+from the chat: each assistant action paired with the observation message that follows it. A step
+whose `observation` is null recorded no reply: a `message` turn keeping the action
+(`metadata.observation_missing`), as the other importers keep an unanswered call.
 
 SWE-agent 1.x variants: the structured call of a step is in its assistant message in `history`,
 matched by the step's `action` (a reply that was rejected and requeried has a step but no message);
@@ -58,6 +60,9 @@ def step_messages(steps: list, calls: list[dict]) -> list[dict | None]:
         else:
             out.append(None)
     return out
+
+
+_OBSERVATION_MISSING = dumps({"observation_missing": True})
 
 
 class SweAgentImporter(Importer):
@@ -169,11 +174,12 @@ class SweAgentImporter(Importer):
                 tool_args = dumps(loose_json(fn.get("arguments")))
                 tool_call_id = tc[0].get("id")
         state = loose_json(step.get("state"))
+        answered = observation is not None  # null: nothing recorded, as an action whose reply is missing elsewhere
         return Turn(
-            kind="env",
+            kind="env" if answered else "message",
             action=as_text(action).rstrip("\n") if action is not None else None,
             observation=as_text(observation),
-            observation_kind=self._obs_kind(action),
+            observation_kind=self._obs_kind(action) if answered else "none",
             tool_name=tool_name,
             tool_args=tool_args,
             tool_call_id=tool_call_id,
@@ -181,6 +187,7 @@ class SweAgentImporter(Importer):
             duration_s=to_float(step.get("execution_time")),
             state=dumps(state) if state is not None else None,
             locator=where,
+            metadata=None if answered else _OBSERVATION_MISSING,
         )
 
     @staticmethod

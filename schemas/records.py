@@ -22,11 +22,17 @@ from schemas.tables import QUARANTINE, SCHEMA_VERSION, TRAJECTORIES, TURNS
 
 
 def dumps(obj: Any) -> str | None:
-    """Deterministic compact JSON (sorted keys) for the JSON-valued string columns."""
+    """Deterministic compact JSON (sorted keys) for the JSON-valued string columns. A string is taken
+    as JSON text already; one that does not parse (a model's malformed tool arguments, say) is kept,
+    unchanged, as a JSON string, so that every value of these columns parses."""
     if obj is None:
         return None
     if isinstance(obj, str):
-        return obj
+        try:
+            orjson.loads(obj)
+            return obj
+        except orjson.JSONDecodeError:
+            return orjson.dumps(obj).decode()
     return orjson.dumps(obj, option=orjson.OPT_SORT_KEYS, default=str).decode()
 
 

@@ -126,3 +126,21 @@ def test_integer_call_ids_pair_as_text(tmp_path: Path) -> None:
     assert isinstance(t, Trajectory)
     assert [(u.kind, u.tool_call_id, json.loads(u.tool_args)["path"], u.observation) for u in t.turns] == [
         ("env", "1", "a", "10K a"), ("env", "2", "b", "20K b")]
+
+
+def test_malformed_tool_arguments_stay_json(tmp_path: Path) -> None:
+    """OpenAI: `arguments` is JSON text the model wrote and "does not always generate valid JSON".
+    The turn keeps it unchanged, as a JSON string (the column's values all parse); the action shows it."""
+    bad = '{"cmd": "ls /tmp"'
+    line = {"messages": [
+        {"role": "user", "content": "List /tmp."},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "run_shell", "arguments": bad}},
+            {"id": "c2", "type": "function", "function": {"name": "run_shell", "arguments": '{"cmd": "pwd"}'}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "error: arguments are not valid JSON"},
+        {"role": "tool", "tool_call_id": "c2", "content": "/root"}]}
+    (tmp_path / "t.jsonl").write_text(json.dumps(line) + "\n")
+    [t] = list(read_path(tmp_path / "t.jsonl"))
+    first, second = t.turns
+    assert json.loads(first.tool_args) == bad and first.action == f"run_shell {bad}"
+    assert second.tool_args == '{"cmd":"pwd"}'

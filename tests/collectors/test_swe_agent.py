@@ -245,3 +245,16 @@ def test_messages_without_action_are_matched_by_position(tmp_path: Path) -> None
     doc["trajectory"].append({"action": "exit", "observation": "", "thought": ""})  # a step with no message
     t = one_trajectory(_write(tmp_path, doc))
     assert [(u.tool_name, u.tool_call_id) for u in t.turns] == [*_calls(json.loads(FC_SAMPLE.read_text())), (None, None)]
+
+
+def test_step_whose_observation_is_null_is_an_unanswered_action(tmp_path: Path) -> None:
+    """A step with `observation: null` (nothing recorded, e.g. a run cut off after the action) is a
+    message turn that keeps the action, not an environment turn of some output kind."""
+    doc = json.loads(FC_SAMPLE.read_text())
+    edit = next(i for i, s in enumerate(doc["trajectory"]) if str(s["action"]).startswith(("edit", "str_replace_editor")))
+    doc["trajectory"][edit]["observation"] = None
+    t = one_trajectory(_write(tmp_path, doc))
+    u = t.turns[edit]
+    assert (u.kind, u.observation, u.observation_kind) == ("message", None, "none")
+    assert u.action == doc["trajectory"][edit]["action"].rstrip("\n") and json.loads(u.metadata) == {"observation_missing": True}
+    assert [v.kind for i, v in enumerate(t.turns) if i != edit] == ["env"] * (len(t.turns) - 1)
