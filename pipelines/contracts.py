@@ -51,6 +51,14 @@ def schema_valid(corpus: Corpus) -> ContractResult:
                 continue
             if not got.remove_metadata().equals(schema.remove_metadata()):
                 bad_files.append(f"{f.relative_to(corpus.root)}: schema differs from `{table}`")
+    side = corpus.root / "side"
+    stages = {name: e.get("stage") for name, e in corpus.manifest().get("side", {}).items()}
+    for f in sorted(side.glob("*/*.parquet")) if side.is_dir() else []:
+        try:  # the stages' side tables: readable (their columns are each stage's own)
+            pq.read_schema(f)
+        except Exception as e:  # noqa: BLE001
+            stage = stages.get(f.parent.name) or "the stage that wrote it"
+            bad_files.append(f"{f.relative_to(corpus.root)}: unreadable ({type(e).__name__}); rerun `worldline {stage}`")
     bad_values: dict[str, int] = {}
     if not bad_files:
         con = connect(corpus.root)

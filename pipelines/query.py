@@ -110,13 +110,55 @@ def connect(corpus_dir: Path | str, con: duckdb.DuckDBPyConnection | None = None
             con.execute(f"CREATE OR REPLACE VIEW {name} AS SELECT * FROM _empty_{name}")
     side = corpus.root / "side"
     side_names = []
+    blind: dict[str, str] = {}  # damaged side tables whose columns are not known: message
     if side.is_dir():
+        entries = None
         for d in sorted(p for p in side.iterdir() if p.is_dir() and any(p.rglob("*.parquet"))):
             glob = str(d / "**" / "*.parquet").replace("'", "''")
-            con.execute(f"CREATE OR REPLACE VIEW {d.name} AS SELECT * FROM read_parquet('{glob}', hive_partitioning=false, union_by_name=true)")
+            try:
+                con.execute(f"CREATE OR REPLACE VIEW {d.name} AS SELECT * FROM read_parquet('{glob}', hive_partitioning=false, union_by_name=true)")
+            except duckdb.Error as e:
+                entries = corpus.manifest().get("side", {}) if entries is None else entries
+                if not _damaged_side_view(con, d, entries.get(d.name) or {}, e):
+                    blind[d.name] = _damaged_message(d, entries.get(d.name) or {}, e)
+                    continue
             side_names.append(d.name)
     define_derived_views(con, side_names)  # kept_turns, kept_trajectories (pipelines.views)
+    for name in KEPT_INPUTS & set(blind):  # they would silently leave that table's verdicts out
+        for view in ("kept_turns", "kept_trajectories"):
+            con.execute(_failing_view(view, blind[name]))
     return con
+
+
+KEPT_INPUTS = {"cleaning", "duplicates", "shared_prefixes"}  # the side tables `kept_*` are built from
+
+
+def _failing_view(name: str, message: str) -> str:
+    """A view whose every read fails with `message` (a filter, so that `count(*)` evaluates it too)."""
+    return f"CREATE OR REPLACE VIEW {name} AS SELECT d AS damaged FROM (SELECT error({sql_str(message)}) AS d) WHERE d IS NULL"
+
+
+def _damaged_message(d: Path, entry: dict, error: duckdb.Error) -> str:
+    reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
+    stage = entry.get("stage") or "the stage that wrote it"
+    return f"side table {d.name} cannot be read ({reason}); run `worldline {stage}` again to rewrite it"
+
+
+def _damaged_side_view(con: duckdb.DuckDBPyConnection, d: Path, entry: dict, error: duckdb.Error) -> bool:
+    """A side table whose file DuckDB cannot read: a view with its columns (from the manifest) that
+    fails, naming the file and the stage that rewrites it, when a query reads it; the corpus's other
+    views work as before. Without its columns in the manifest (written before they were recorded) the
+    view has one column, and reading it fails the same way; False then."""
+    message = _damaged_message(d, entry, error)
+    try:
+        schema = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(entry["arrow_schema"])))
+    except (KeyError, TypeError, ValueError, pa.ArrowInvalid):
+        con.execute(_failing_view(d.name, message))
+        return False
+    con.register(f"_damaged_{d.name}", pa.table({f.name: pa.array([], f.type) for f in schema}))
+    con.execute(f"CREATE OR REPLACE VIEW {d.name} AS SELECT e.* FROM _damaged_{d.name} e, "
+                f"(SELECT error({sql_str(message)}) AS d) WHERE d IS NULL")
+    return True
 
 
 def run_query(corpus_dir: Path | str, sql: str) -> tuple[list[str], list[tuple]]:

@@ -226,7 +226,10 @@ def _existing(corpus: Corpus) -> pa.Schema | None:
     """The schema (columns and metadata) of the table written last; its rows are read by DuckDB,
     column by column and streaming, never as a whole."""
     p = side_path(corpus, TABLE)
-    return pq.read_schema(p) if p.exists() else None
+    try:
+        return pq.read_schema(p) if p.exists() else None
+    except (pa.ArrowInvalid, OSError):  # a damaged table: scored again and written over
+        return None
 
 
 class _Status:

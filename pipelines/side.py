@@ -9,6 +9,7 @@ data contract) can tell whether the table is current.
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
 import hashlib
 import os
@@ -136,6 +137,8 @@ class SideTableWriter:
         self.close()
         entry = {
             "path": str(side_path(self.corpus, self.name).relative_to(self.corpus.root)),
+            # its columns, for a view that still binds (and names the damage) if the file is ever unreadable
+            "arrow_schema": base64.b64encode(self.schema.remove_metadata().serialize().to_pybytes()).decode(),
             "stage": self.stage,
             "fingerprint": self.fingerprint,
             "config": self.config,

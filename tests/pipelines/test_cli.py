@@ -186,3 +186,44 @@ def test_ingest_refuses_a_folder_inside_a_corpus_or_one_with_data_but_no_manifes
     assert main(["ingest", str(sample / "fireact"), "--out", str(corpus)]) == 1
     assert capsys.readouterr().err == (f"worldline ingest: error: {corpus} holds corpus data (trajectories/, turns/) but no "
                                        "manifest.json; restore the manifest, or write the corpus into a new folder\n")
+
+
+def _damage(corpus: Path, table: str) -> Path:
+    f = corpus / "side" / table / "data.parquet"
+    f.write_bytes(b"not parquet")
+    return f
+
+
+def test_a_damaged_side_table_breaks_only_what_reads_it_and_its_stage_rewrites_it(corpus: Path, capsys) -> None:
+    for cmd in (["clean", str(corpus)], ["dedup", str(corpus)], ["score", str(corpus), "--tier", "surface"]):
+        assert main(cmd) == 0
+    capsys.readouterr()
+    want = main(["query", str(corpus), "SELECT count(*) FROM kept_turns", "--format", "json"]), capsys.readouterr().out
+    f = _damage(corpus, "turn_scores")
+    assert main(["query", str(corpus), "SELECT count(*) AS n FROM turns", "--format", "json"]) == 0  # the rest still reads
+    assert json.loads(capsys.readouterr().out)[0]["n"] > 0
+    assert (main(["query", str(corpus), "SELECT count(*) FROM kept_turns", "--format", "json"]), capsys.readouterr().out) == want
+    assert main(["query", str(corpus), "SELECT trajectory_id FROM turn_scores"]) == 1
+    assert capsys.readouterr().err == (
+        f"worldline query: error: Invalid Input Error: side table turn_scores cannot be read (Invalid Input Error: "
+        f"File '{f}' too small to be a Parquet file); run `worldline score` again to rewrite it\n")
+    assert main(["check", str(corpus)]) == 1
+    assert "bad_files: ['side/turn_scores/data.parquet: unreadable (ArrowInvalid); rerun `worldline score`']" in capsys.readouterr().out
+    assert main(["score", str(corpus), "--tier", "surface"]) == 0  # its own stage writes it again
+    _damage(corpus, "dedup_signatures")
+    assert main(["dedup", str(corpus)]) == 0  # signatures computed again, not reused
+    assert "signatures: reused" not in capsys.readouterr().out
+    assert main(["check", str(corpus)]) == 0
+    # verdicts that kept_turns is built from: it fails rather than leave them out
+    _damage(corpus, "cleaning")
+    assert main(["query", str(corpus), "SELECT count(*) FROM kept_turns"]) == 1
+    assert "side table cleaning cannot be read" in capsys.readouterr().err
+    m = json.loads((corpus / "manifest.json").read_text())  # a corpus from before the columns were recorded
+    del m["side"]["cleaning"]["arrow_schema"]
+    (corpus / "manifest.json").write_text(json.dumps(m))
+    for sql in ("SELECT * FROM cleaning", "SELECT count(*) FROM kept_trajectories"):
+        assert main(["query", str(corpus), sql]) == 1
+        assert "side table cleaning cannot be read" in capsys.readouterr().err
+    assert main(["clean", str(corpus)]) == 0
+    capsys.readouterr()
+    assert (main(["query", str(corpus), "SELECT count(*) FROM kept_turns", "--format", "json"]), capsys.readouterr().out) == want
