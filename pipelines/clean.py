@@ -46,7 +46,7 @@ from pipelines.query import connect, spill_workspace, sql_str
 from pipelines.redact import TRAJECTORY_TEXT_COLUMNS, TURN_TEXT_COLUMNS, RedactConfig, Redactor, rules_digest
 from pipelines.side import corpus_state, write_side_table
 from pipelines.store import Corpus
-from schemas.options import check_memory_limit
+from schemas.options import at_least, check_memory_limit
 from schemas.tables import _f, side_table_schema
 
 TRAJECTORY_REASONS: dict[str, str] = {
@@ -137,6 +137,7 @@ class CleanConfig:
 
     def __post_init__(self) -> None:
         check_memory_limit(self.memory_limit)
+        at_least("--min-turns", self.min_turns, 0)
 
     def fingerprint(self, eval_digest: str = "") -> str:
         d = asdict(self)

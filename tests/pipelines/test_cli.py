@@ -227,3 +227,15 @@ def test_a_damaged_side_table_breaks_only_what_reads_it_and_its_stage_rewrites_i
     assert main(["clean", str(corpus)]) == 0
     capsys.readouterr()
     assert (main(["query", str(corpus), "SELECT count(*) FROM kept_turns", "--format", "json"]), capsys.readouterr().out) == want
+
+
+@pytest.mark.parametrize("cmd, message", [
+    (["clean", "{c}", "--min-turns", "-5"], "--min-turns must be at least 0 (got -5)"),
+    (["score", "{c}", "--tier", "model", "--max-context", "-1"], "--max-context must be at least 16 (got -1)"),
+    (["score", "{c}", "--tier", "model", "--batch-tokens", "-1"], "--batch-tokens must be at least 0 (got -1)"),
+    (["ingest", "{c}", "--out", "{c}2", "--workers", "100000"], "--workers 100000: more processes than this machine can use"),
+])
+def test_option_values_are_checked_before_the_run(corpus: Path, capsys, cmd: list[str], message: str) -> None:
+    assert main([a.format(c=corpus) for a in cmd]) == 1
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1 and "Traceback" not in err
