@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from pathlib import Path
 
@@ -287,6 +288,9 @@ def main(argv: list[str] | None = None) -> int:
     except (CorpusLocked, CorpusError, ValueError) as e:
         print(f"worldline {args.command}: error: {e}", file=sys.stderr)
         return 1
+    except BrokenPipeError:  # the reader of the output went away (`| head`): quietly, as a killed `cat` would
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when Python flushes
+        return 141
     except OSError as e:  # a path that is missing, unreadable, read-only, a directory where a file goes
         where = f": {e.filename}" if e.filename is not None else ""
         print(f"worldline {args.command}: error: {e.strerror or e}{where}", file=sys.stderr)

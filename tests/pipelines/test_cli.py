@@ -239,3 +239,17 @@ def test_option_values_are_checked_before_the_run(corpus: Path, capsys, cmd: lis
     assert main([a.format(c=corpus) for a in cmd]) == 1
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_a_reader_that_goes_away_ends_the_command_quietly(corpus: Path) -> None:
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-m", "pipelines.cli", "query", str(corpus),
+                             "SELECT * FROM turns, range(20)", "--format", "csv"],  # far more than a pipe holds
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert len(proc.stdout.read(100)) == 100
+    proc.stdout.close()  # `| head -c 100`
+    assert proc.wait(timeout=60) == 141
+    assert proc.stderr.read() == b""
+    proc.stderr.close()
