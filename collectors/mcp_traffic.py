@@ -107,7 +107,7 @@ import orjson
 from collectors.base import ImportContext, Importer, parse_time
 from collectors.mcp import shape
 from pipelines.sources import ReadLimits, iter_lines, json_problem, read_bounded
-from schemas.records import RecordError, Trajectory, Turn, dumps
+from schemas.records import RecordError, Trajectory, Turn, dumps, value_json
 
 _NOTES = 20  # entries kept per list of notes (orphan responses, duplicate ids, ...); the count is kept too
 _EVENTS = 100  # log lifecycle lines kept per session
@@ -887,7 +887,7 @@ def _turn(req: _Request) -> Turn:
     if req.cancelled:
         meta["cancelled"] = req.cancelled
     return Turn(
-        kind="env", action=shape.action_text(name, args), tool_name=name, tool_args=dumps(args),
+        kind="env", action=shape.action_text(name, args), tool_name=name, tool_args=value_json(args),
         tool_call_id=str(msg["id"]), observation=observation, observation_kind=kind, is_error=is_error,
         started_at=req.wire.when.at if req.wire.when is not None else None, duration_s=duration,
         locator=locator, metadata=dumps(meta),

@@ -36,6 +36,12 @@ def dumps(obj: Any) -> str | None:
     return orjson.dumps(obj, option=orjson.OPT_SORT_KEYS, default=str).decode()
 
 
+def value_json(obj: Any) -> str | None:
+    """`dumps` for a decoded JSON value (MCP `arguments`): a string is a value and is quoted, never
+    taken for JSON text."""
+    return None if obj is None else orjson.dumps(obj, option=orjson.OPT_SORT_KEYS, default=str).decode()
+
+
 def digest(*parts: str | bytes) -> str:
     """sha256 of each part's bytes (text as UTF-8), each followed by a NUL byte.
 

@@ -67,7 +67,7 @@ from collectors.mcp.wire import (
     wait_for_port,
 )
 from collectors.policies import Action, Policy, ReplayPolicy, ScriptedPolicy, Step
-from schemas.records import Trajectory, Turn, digest, dumps
+from schemas.records import Trajectory, Turn, digest, dumps, value_json
 
 SOURCE_FORMAT = "mcp-live"
 # Outcomes of a session that ended before its tool listing was recorded (no action space to expect)
@@ -493,7 +493,7 @@ class SessionRecorder:
             else:
                 meta["fault_skipped"] = {"kind": inj.kind, **inj.detail}
         turn = Turn(  # one canonical action text whatever the policy's own formatting
-            kind="env", action=action_text(name, args), tool_name=name, tool_args=dumps(args),
+            kind="env", action=action_text(name, args), tool_name=name, tool_args=value_json(args),
             tool_call_id=action.tool_call_id or (str(rid) if rid is not None else None), thought=action.thought,
             observation=observation, observation_kind=kind, is_error=is_error, started_at=started,
             duration_s=round(latency, 6), perturbation=perturbation, locator=f"jsonrpc:{rid}",

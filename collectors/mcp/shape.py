@@ -13,7 +13,7 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from schemas.records import dumps
+from schemas.records import dumps, value_json
 
 # The requests that are turns: the agent acting on the server's world. Reading a resource or getting a
 # prompt is a turn whose tool name is its method.
@@ -76,8 +76,8 @@ def request_action(method: str, params: Any) -> tuple[str, Any]:
 
 
 def action_text(tool_name: str, args: Any) -> str:
-    """The canonical action text: `name(canonical-JSON-args)`."""
-    return f"{tool_name}({dumps(args)})"
+    """The canonical action text: `name(canonical-JSON-args)` (`args` the decoded value the protocol carries)."""
+    return f"{tool_name}({value_json(args)})"
 
 
 def tool_schema_sha256(tools: list[dict]) -> str:

@@ -415,7 +415,8 @@ def test_odd_values_never_stop_a_file(tmp_path: Path) -> None:
     assert bad == [] and len(trajs) == 1
     (t,) = trajs
     call, read = t.turns
-    assert (call.action, call.observation, call.is_error, call.duration_s) == ('x(a string)', "[1,2]", False, None)
+    assert (call.action, call.observation, call.is_error, call.duration_s) == ('x("a string")', "[1,2]", False, None)
+    assert call.tool_args == '"a string"'  # the protocol's value, as JSON (a string, not JSON text)
     assert call.started_at == datetime(2025, 7, 20, 8, 4, 16, 395000, tzinfo=UTC)  # epoch milliseconds
     assert (read.action, read.locator) == ('resources/read({"uri":7})', "line:7+line:9")  # "5" is not 5
     assert read.observation == '{"error":{"code":"x","data":[1],"message":null}}'
