@@ -20,7 +20,9 @@ answers no action): that observation is an unpaired `env` turn. Histories with n
 pair each observation with the action just before it. Resolver rows written with
 `dataclasses.asdict(event)` are typed by `action`/`observation` but have no `source`, `args` or
 `extras`: the event's own fields are read as its `args`/`extras` (a command's `metadata` holds its
-exit code and working directory), and the first message is the task.
+exit code and working directory), and the first message is the task. Exit code -1 is OpenHands' mark
+of a command that had not exited when its output was taken (a timeout, a server left running): the
+turn records no exit code and `metadata.command_running` (V0 and V1 alike).
 
 An eval row's outcome: `resolved`/`unresolved` where SWE-bench-style evaluation reports it, else
 `success`/`failure` from a scored `test_result` (GAIA's bool `score`, MiniWoB's `reward`; reward 1.0
@@ -56,7 +58,7 @@ from collectors.base import (
     outcome_of,
     parse_time,
 )
-from collectors.openhands_v1 import AGENT, MAX_EVENT_BYTES, V1Stream, event_files, is_v1_history
+from collectors.openhands_v1 import AGENT, MAX_EVENT_BYTES, RUNNING, V1Stream, event_files, is_v1_history
 from schemas.records import RecordError, Trajectory, Turn, dumps
 
 # Observation types that are not environment output.
@@ -436,6 +438,9 @@ class _Stream:
         if content is None and obs.get("output") is not None:
             content = as_text(obs.get("output"))
         exit_code = _int(_extra(obs, "exit_code"))
+        if exit_code == RUNNING:  # no exit status: the command was still running (a timeout, an interactive one)
+            exit_code = None
+            meta["command_running"] = True
         kind = _obs_kind(otype, content, obs)
         err = (
             otype == "error"

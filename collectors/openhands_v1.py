@@ -46,6 +46,8 @@ _SHELL_OBS = {"TerminalObservation", "ExecuteBashObservation", "BashObservation"
 _FILE_OBS = {"FileEditorObservation", "StrReplaceEditorObservation"}
 _ACK_ACTIONS = {"FinishAction", "ThinkAction"}  # answered by an acknowledgement, not by the environment
 
+RUNNING = -1  # OpenHands' exit code of a command that had not exited when its output was taken (V0 and V1)
+
 
 def is_v1_history(history: Any) -> bool:
     """A V1 history: event objects typed by `kind` (`...Event`, `...Observation`); V0 events have none."""
@@ -142,9 +144,12 @@ class V1Stream:
                         else "file_view" if okind in _FILE_OBS else "tool_result")
             code = obs.get("exit_code")
             exit_code = code if isinstance(code, int) and not isinstance(code, bool) else None
+            meta = {"observation_kind": okind} if okind else {}
+            if exit_code == RUNNING:  # as for V0: still running, no exit status
+                exit_code = None
+                meta["command_running"] = True
             if exit_code is not None and exit_code != 0:
                 is_error = True  # as for V0 commands: a non-zero exit is an error turn
-            meta = {"observation_kind": okind} if okind else {}
         elif kind == "UserRejectObservation":
             text, is_error, obs_kind, exit_code = ev.get("rejection_reason"), None, "user_reply", None
             meta = {"rejected": True, "rejection_source": ev.get("rejection_source")}

@@ -40,14 +40,13 @@ def _cmd_ingest(a: argparse.Namespace) -> int:
 def _cmd_query(a: argparse.Namespace) -> int:
     import duckdb
 
-    from pipelines.query import render, run_query
+    from pipelines.query import write_query
 
-    try:
-        cols, rows = run_query(a.corpus, a.sql)
+    try:  # csv and json are written as DuckDB produces them: a large result never sits in memory
+        write_query(a.corpus, a.sql, a.format, sys.stdout)
     except duckdb.Error as e:  # the user's SQL: its message, not a traceback
         print(f"worldline query: error: {e}", file=sys.stderr)
         return 1
-    print(render(cols, rows, a.format))
     return 0
 
 

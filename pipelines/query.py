@@ -169,6 +169,39 @@ def run_query(corpus_dir: Path | str, sql: str) -> tuple[list[str], list[tuple]]
     return list(rel.columns), rel.fetchall()
 
 
+def write_query(corpus_dir: Path | str, sql: str, fmt: str, out: Any, batch_rows: int = 10_000) -> int:
+    """Run `sql` and write its result to the text stream `out` as `render` would (plus a newline).
+    csv and json are written batch by batch, so memory does not grow with the result; a table needs
+    every row for its column widths. Returns the number of rows."""
+    if fmt not in ("table", "csv", "json"):
+        raise ValueError(f"unknown format {fmt!r}; use table, csv or json")
+    cur = connect(corpus_dir).execute(sql)
+    if cur.description is None:  # a statement without a result
+        columns, fetch = [], lambda: []
+    else:
+        columns, fetch = [d[0] for d in cur.description], lambda: cur.fetchmany(batch_rows)
+    if fmt == "table":
+        rows = cur.fetchall() if columns else []
+        out.write(render(columns, rows, fmt) + "\n")
+        return len(rows)
+    n = 0
+    if fmt == "csv":
+        w = csv.writer(out, lineterminator="\n")
+        w.writerow(columns)
+        while batch := fetch():
+            w.writerows([_csv_cell(v) for v in r] for r in batch)
+            n += len(batch)
+        return n
+    keys = unique_names(columns)
+    out.write("[")
+    while batch := fetch():
+        text = orjson.dumps([{c: _jsonable(v) for c, v in zip(keys, r, strict=True)} for r in batch], default=str).decode()
+        out.write(("," if n else "") + text[1:-1])
+        n += len(batch)
+    out.write("]\n")
+    return n
+
+
 def _jsonable(v: Any) -> Any:
     """JSON for any DuckDB value, losing nothing: NaN and ±inf as the strings "NaN", "Infinity",
     "-Infinity" (JSON has no such numbers; null would read as a missing value), bytes as base64,

@@ -293,3 +293,16 @@ def test_v1_persisted_conversation_directory(tmp_path: Path) -> None:
     _check_v1_turns(t)
     assert t.turns[0].locator == "events[2]+events[3]"
     assert json.loads(t.metadata)["event_files"] == len(history)
+
+
+def test_v1_command_still_running_has_no_exit_code(tmp_path: Path) -> None:
+    """SDK terminal observations use exit code -1 for a command that had not exited (the soft timeout):
+    no exit status to learn, so none is recorded; the turn says so in its metadata."""
+    history = _v1_history()
+    history[3]["observation"].update(exit_code=-1, timeout=True)
+    history[3]["observation"]["content"][0]["text"] = "Serving HTTP on 0.0.0.0 port 8000 ...\n[The command timed out]"
+    row = {"instance_id": "x__y-1", "instruction": "Fix the bug in foo.py", "history": history}
+    (tmp_path / "output.jsonl").write_text(json.dumps(row) + "\n")
+    (t,) = list(read_path(tmp_path / "output.jsonl"))
+    run = t.turns[0]
+    assert (run.exit_code, run.is_error, json.loads(run.metadata)["command_running"]) == (None, False, True)

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 
+import duckdb
+import pytest
+
 from pipelines.ingest import ingest
-from pipelines.query import render, run_query
+from pipelines.query import render, run_query, write_query
 
 SQL = r"""SELECT 'nan'::DOUBLE AS a, [1.5, '-inf'::DOUBLE] AS b, '\x00\xFF'::BLOB AS c, {'x': 1, 'd': DATE '2026-12-02'} AS d,
                  'x' || chr(13) || chr(10) || 'y' || chr(0) || chr(8238) || 'z' AS e, NULL AS f"""
@@ -33,6 +37,22 @@ def test_json_keeps_columns_of_the_same_name(tmp_path: Path, sample: Path) -> No
     cols, rows = run_query(tmp_path / "c", """SELECT t.domain, u.domain, count(*) AS n FROM trajectories t
                                                JOIN turns u USING (trajectory_id) GROUP BY ALL""")
     assert json.loads(render(cols, rows, "json")) == [{"domain": "mcp", "domain_1": "mcp", "n": rows[0][2]}]
+
+
+
+def test_csv_and_json_are_written_as_the_result_streams(tmp_path: Path, sample: Path) -> None:
+    ingest([sample / "tau-bench"], tmp_path / "c", progress=False)
+    for fmt in ("csv", "json", "table"):  # the same text as render, whatever the batch size
+        buf = io.StringIO()
+        assert write_query(tmp_path / "c", "SELECT * FROM turns ORDER BY ALL", fmt, buf, batch_rows=7) == 108
+        assert buf.getvalue() == render(*run_query(tmp_path / "c", "SELECT * FROM turns ORDER BY ALL"), fmt) + "\n"
+    # rows reach the output before the query has produced them all (here: before a row that fails);
+    # a result held whole would have written nothing
+    buf = io.StringIO()
+    with pytest.raises(duckdb.Error, match="late"):
+        write_query(tmp_path / "c", "SELECT CASE WHEN i < 300000 THEN i ELSE error('late') END AS i FROM range(1000000) t(i)",
+                    "csv", buf, batch_rows=1000)
+    assert 1000 < len(buf.getvalue().splitlines()) <= 300001
 
 
 _HOLD = """
