@@ -1558,6 +1558,9 @@ def export(
             summary = new_summary()
             manifest, assignments = _run(_open(corpus.root, config, False, opened.con), config, tok, staging, summary,
                                          progress, echo)
+        if summary.splits["train"].loss_tokens == 0 and opened.counts["total"]:
+            echo("export: the train split has no token to train on (what the settings left: every weight 0, "
+                 "--validation and --test taking everything, or nothing kept by clean and dedup)")
         manifest.update({"format": EXPORT_FORMAT, "fingerprint": fingerprint, "settings": config.settings(),
                          "tokenizer": tok.info(), "corpus": {"path": str(corpus.root), "state": state, "side_tables": sides}})
         (out / "manifest.json").unlink(missing_ok=True)  # from here on the old export is incomplete

@@ -98,6 +98,8 @@ class IngestSummary:
             + ("" if self.reconciles else "   ← DOES NOT RECONCILE"),
             f"  turns {self.turns}",
         ]
+        if not self.inputs:
+            lines.append("  nothing to read: the paths given hold no files")
         for dom in sorted(self.by_domain):
             t, u = self.by_domain[dom]
             lines.append(f"  {dom:<9} {t:>7} trajectories {u:>9} turns")

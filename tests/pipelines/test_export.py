@@ -674,6 +674,18 @@ def test_an_export_whose_record_in_the_corpus_failed_is_not_up_to_date(corpus: P
     assert run_query(work, f"SELECT count(*) FROM {ex.ASSIGNMENTS}")[1] == [(s.trajectories_total - s.dropped_by_cleaning - s.duplicates,)]
 
 
+def test_an_export_with_nothing_to_train_on_says_so(corpus: Path, tok: ex.ExportTokenizer, tmp_path: Path) -> None:
+    said: list[str] = []
+    s = export(corpus, tmp_path / "all-validation", small_config(split=ex.SplitConfig(validation=1.0, test=0.0)),
+               tokenizer=tok, progress=False, echo=said.append)
+    assert s.splits["train"].loss_tokens == 0 and s.splits["validation"].loss_tokens > 0
+    assert said == ["export: the train split has no token to train on (what the settings left: every weight 0, "
+                    "--validation and --test taking everything, or nothing kept by clean and dedup)"]
+    said.clear()
+    export(corpus, tmp_path / "usual", small_config(), tokenizer=tok, progress=False, echo=said.append)
+    assert said == []
+
+
 # --- eval set ----------------------------------------------------------------------------------
 
 

@@ -480,3 +480,12 @@ def test_domain_replaces_a_guess_but_not_a_recorded_environment(tmp_path: Path, 
     assert s.quarantined == 0
     assert run_query(tmp_path / "c", "SELECT source_format, domain FROM trajectories ORDER BY 1")[1] == [
         ("droidbot", "android"), ("swe-agent", "web")]
+
+
+def test_paths_with_no_files_say_so(tmp_path: Path, capsys) -> None:
+    (tmp_path / "inbox" / "sub").mkdir(parents=True)
+    assert main(["ingest", str(tmp_path / "inbox"), "--out", str(tmp_path / "c")]) == 0  # nothing failed
+    out = capsys.readouterr().out
+    assert out.splitlines()[1:] == ["  records in 0 = accepted 0 + quarantined 0", "  turns 0",
+                                    "  nothing to read: the paths given hold no files"]
+    assert Corpus(tmp_path / "c").require().manifest()["batches"] == []  # an empty corpus the later stages read
