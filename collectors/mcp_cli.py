@@ -56,7 +56,7 @@ def _cmd_collect_mcp(a: argparse.Namespace) -> int:
 
 def register(subparsers: argparse._SubParsersAction, collect_subparsers: argparse._SubParsersAction) -> None:
     """Add `worldline collect mcp`."""
-    from collectors.mcp.faults import FAULTS
+    from collectors.mcp.fault_kinds import FAULTS
 
     s = collect_subparsers.add_parser(
         "mcp", help="record sessions with MCP servers (stdio or streamable HTTP), optionally with injected faults",

@@ -279,9 +279,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    args = None
+    try:
+        args = build_parser().parse_args(argv)
+        return _run(args)
+    except KeyboardInterrupt:  # also while the parser and the stage's modules load (a second or so)
+        print(f"worldline{' ' + args.command if args else ''}: interrupted", file=sys.stderr)
+        return 130
+
+
+def _run(args: argparse.Namespace) -> int:
     from pipelines.store import CorpusError, CorpusLocked
 
-    args = build_parser().parse_args(argv)
     try:
         return args.func(args)
     except (CorpusLocked, CorpusError, ValueError) as e:
@@ -302,9 +311,6 @@ def main(argv: list[str] | None = None) -> int:
         hint = f" (`worldline check {args.corpus}` tests every file)" if getattr(args, "corpus", None) else ""
         print(f"worldline {args.command}: error: DuckDB: {first}{hint}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
-        print(f"worldline {args.command}: interrupted", file=sys.stderr)
-        return 130
 
 
 if __name__ == "__main__":

@@ -26,21 +26,9 @@ import anyio
 from mcp.shared.message import SessionMessage
 from mcp_types import ErrorData, JSONRPCError, JSONRPCRequest, JSONRPCResponse
 
+from collectors.mcp.fault_kinds import FAULTS
 from collectors.mcp.wire import WireLog, _StreamWrapper
 from schemas.records import digest
-
-FAULTS: dict[str, str] = {
-    "tool_error": "in-band tool error: the result becomes `isError: true` with an error text",
-    "truncated": "partial payload: the first content block's text cut to 10-60% of its length; "
-                 "later blocks and `structuredContent` dropped",
-    "empty_result": "an empty result: `content: []`, no `structuredContent`",
-    "schema_violation": "`structuredContent` that violates the tool's declared `outputSchema` "
-                        "(a required property of the wrong type)",
-    "latency": "the unchanged response, delivered after an added delay",
-    "timeout": "the response is withheld, so the client's request timeout fires",
-    "server_crash": "the server process group is SIGKILLed after it answered; the client sees the connection close",
-    "rate_limit": "a JSON-RPC error -32010 `Rate limit exceeded` (with `data.retryAfterSeconds`) instead of the result",
-}
 
 RATE_LIMIT_CODE = -32010  # implementation-defined band (-32000..-32019); -32000/-32001 are SDK-internal
 

@@ -6,6 +6,16 @@ variants (`prompts`) → strict parse (`form`) → verifiers per domain and an o
 `checks`. Nothing here imports torch until a local model is set up.
 """
 
-from pipelines.traces.stage import JudgeConfig, TracesConfig, TracesSummary, traces
+from typing import Any
 
 __all__ = ["JudgeConfig", "TracesConfig", "TracesSummary", "traces"]
+
+
+def __getattr__(name: str) -> Any:
+    """The stage's names, imported when first used: the CLI's parser imports `pipelines.traces.cli`
+    for every command, and the stage's imports cost it half a second."""
+    if name in __all__:
+        from pipelines.traces import stage
+
+        return getattr(stage, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -253,3 +253,27 @@ def test_a_reader_that_goes_away_ends_the_command_quietly(corpus: Path) -> None:
     assert proc.wait(timeout=60) == 141
     assert proc.stderr.read() == b""
     proc.stderr.close()
+
+
+def test_the_parser_imports_no_stage(tmp_path: Path) -> None:
+    """Every command builds the whole parser first: with the MCP SDK and the traces stage imported for
+    it, `worldline --help` took 1.5-2 s; those come with the command that needs them."""
+    import subprocess
+    import sys
+
+    heavy = ("mcp", "pipelines.traces.stage", "torch", "transformers", "duckdb", "polars", "apache_beam", "dagster", "docker")
+    code = (f"import sys; from pipelines.cli import build_parser; build_parser(); "
+            f"print([m for m in {heavy!r} if m in sys.modules])")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.stdout == "[]\n", r.stderr
+
+
+def test_an_interrupt_while_the_parser_loads_is_one_line(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    import pipelines.cli as cli
+
+    def interrupted():  # noqa: ANN202
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "build_parser", interrupted)
+    assert main(["stats", "x"]) == 130
+    assert capsys.readouterr().err == "worldline: interrupted\n"
