@@ -9,7 +9,9 @@
   (`shared_prefixes`), true otherwise. Context turns are kept; only the loss counts once.
 - `kept_trajectories`: the rows of `trajectories` that keep at least one turn by the same rules.
 
-Each part applies only when its side table exists, so the views are useful after `clean` alone.
+Each part applies only when its side table exists, so the views are useful after `clean` alone; before
+any of them ran, every turn and trajectory is kept (the views exist from the first ingest, so a query
+written against them runs at every stage of a corpus).
 """
 
 from __future__ import annotations
@@ -35,8 +37,6 @@ def duplicates_left_out(side_tables: Iterable[str]) -> str:
 
 def define_derived_views(con: duckdb.DuckDBPyConnection, side_tables: Iterable[str]) -> None:
     have = set(side_tables)
-    if not have & {"cleaning", "duplicates", "shared_prefixes"}:
-        return
     joins, traj_joins = [], []
     if "cleaning" in have:
         whole = "(SELECT DISTINCT trajectory_id FROM cleaning WHERE turn_index IS NULL)"

@@ -10,7 +10,7 @@ import pytest
 from pipelines.clean import clean
 from pipelines.dedup import dedup
 from pipelines.ingest import IngestConfig, ingest
-from pipelines.query import run_query
+from pipelines.query import connect, run_query
 from pipelines.side import stale_side_tables
 from pipelines.store import Corpus
 
@@ -84,3 +84,13 @@ def test_dedup_ignoring_cleaning_keeps_one_member_per_cluster(clusters: Path, tm
                            "(SELECT trajectory_id FROM cleaning WHERE turn_index IS NULL)")[1] == [(5,)]
     assert run_query(root, "SELECT count(*) FROM kept_trajectories")[1] == [(5,)]
     assert stale_side_tables(Corpus(root)) == {}  # as asked: not stale, and nothing lost or doubled
+
+
+def test_kept_views_exist_before_any_stage(tmp_path: Path, sample: Path) -> None:
+    """A query written against kept_turns runs on a corpus just ingested: everything is kept."""
+    ingest([sample / "tau-bench"], tmp_path / "c", progress=False)
+    con = connect(tmp_path / "c")
+    assert con.sql("SELECT count(*), count(*) FILTER (WHERE counts_for_training) FROM kept_turns").fetchall() == \
+        con.sql("SELECT count(*), count(*) FROM turns").fetchall()
+    assert con.sql("SELECT count(*) FROM kept_trajectories").fetchall() == \
+        con.sql("SELECT count(*) FROM trajectories WHERE num_turns > 0").fetchall()
