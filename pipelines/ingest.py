@@ -83,6 +83,7 @@ class IngestSummary:
     by_domain: dict[str, list[int]] = field(default_factory=dict)  # domain -> [trajectories, turns]
     reasons: dict[str, int] = field(default_factory=dict)
     skipped: list[str] = field(default_factory=list)
+    corpora_skipped: list[str] = field(default_factory=list)  # Worldline corpora among the inputs: not read
     messages: list[str] = field(default_factory=list)
 
     @property
@@ -98,6 +99,9 @@ class IngestSummary:
             + ("" if self.reconciles else "   ← DOES NOT RECONCILE"),
             f"  turns {self.turns}",
         ]
+        if self.corpora_skipped:
+            lines.append(f"  not read: {len(self.corpora_skipped)} folder(s) that are Worldline corpora, not traces: "
+                         + ", ".join(self.corpora_skipped[:5]) + (" ..." if len(self.corpora_skipped) > 5 else ""))
         if not self.inputs:
             lines.append("  nothing to read: the paths given hold no files")
         for dom in sorted(self.by_domain):
@@ -242,7 +246,9 @@ def ingest(
     if inside:  # the corpus's own files are not inputs (an input folder may hold the corpus, though)
         raise CorpusError(f"input {inside[0]} is the corpus --out {corpus.root} or inside it; "
                           "write the corpus elsewhere (inside the input folder is fine)")
-    units = list(discover(paths, skip=[corpus.root]))  # not its own output, if among the inputs
+    corpora: list[Path] = []
+    units = list(discover(paths, skip=[corpus.root], corpora=corpora))  # not its own output, if among the inputs
+    summary.corpora_skipped = [str(c) for c in corpora]
     sizes = [u.size() for u in units]
     total_in = sum(sizes)
     workers = config.workers or (

@@ -37,6 +37,7 @@ from pipelines.sources import (
     sha256_file,
     stream_problem,
 )
+from pipelines.store import is_corpus_dir
 from schemas.records import QuarantineRecord, RecordError, Trajectory
 from schemas.tables import DOMAINS
 
@@ -92,15 +93,17 @@ class InputUnit:
 
 
 def discover(paths: Iterable[Path], source_prefix: str | None = None, root: Path | None = None,
-             skip: Iterable[Path] = ()) -> Iterator[InputUnit]:
+             skip: Iterable[Path] = (), corpora: list[Path] | None = None) -> Iterator[InputUnit]:
     """Expand paths into input units, in a deterministic order. Directories claimed by a
     directory-format importer become one unit; their consumed files are not offered again.
-    Directories in `skip` (the corpus being written, when it lies among the inputs) are not walked."""
+    Directories in `skip` (the corpus being written, when it lies among the inputs) are not walked,
+    nor are Worldline corpora (their Parquet parts are no trace format): with `corpora`, those are
+    appended to it."""
     skipped = {(st.st_dev, st.st_ino) for d in skip if (st := _stat_dir(Path(d))) is not None}
     for path in paths:
         path = Path(path)
         if path.is_dir():
-            yield from _walk(path, source_prefix, root if root is not None else path.parent, set(skipped))
+            yield from _walk(path, source_prefix, root if root is not None else path.parent, set(skipped), corpora)
         elif path.exists():
             yield InputUnit(path, _display(path, source_prefix, root))
         else:
@@ -115,11 +118,16 @@ def _display(path: Path, prefix: str | None, root: Path | None) -> str:
 
 
 
-def _walk(directory: Path, prefix: str | None, root: Path, seen: set[tuple[int, int]]) -> Iterator[InputUnit]:
+def _walk(directory: Path, prefix: str | None, root: Path, seen: set[tuple[int, int]],
+          corpora: list[Path] | None = None) -> Iterator[InputUnit]:
     st = _stat_dir(directory)
     if st is None or (st.st_dev, st.st_ino) in seen:  # a symlink back up the tree: walked already (two such links would
         return  # make the walk exponential)
     seen.add((st.st_dev, st.st_ino))
+    if is_corpus_dir(directory):
+        if corpora is not None:
+            corpora.append(directory)
+        return
     for imp in _BY_CONTAINER.get("dir", []):
         try:
             claimed = imp.sniff(directory)
@@ -139,7 +147,7 @@ def _walk(directory: Path, prefix: str | None, root: Path, seen: set[tuple[int, 
     for e in entries:
         p = directory / e.name
         if _is(e.is_dir):
-            yield from _walk(p, prefix, root, seen)
+            yield from _walk(p, prefix, root, seen, corpora)
         elif _is(e.is_file):
             yield InputUnit(p, _display(p, prefix, root))
 

@@ -106,6 +106,15 @@ def manifest_problem(m: dict) -> str | None:
     return None
 
 
+def is_corpus_dir(path: Path) -> bool:
+    """Whether `path` holds a Worldline corpus manifest (an export's manifest.json is not one)."""
+    m = path / "manifest.json"
+    try:
+        return m.is_file() and orjson.loads(m.read_bytes()).get("format") == CORPUS_FORMAT
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
 # what an ingest writes into a corpus folder besides manifest.json
 _CORPUS_DATA = ("trajectories", "turns", "quarantine", "side")
 
@@ -148,19 +157,13 @@ class Corpus:
     def _refuse_misplaced(self) -> None:
         root = self.root.resolve()
         for parent in root.parents:
-            if (parent / "manifest.json").is_file() and Corpus(parent)._is_corpus_manifest():
+            if is_corpus_dir(parent):
                 raise CorpusError(f"{self.root} is inside the corpus {parent}; write a corpus into a folder of its own")
         if not self.exists() and root.is_dir():
             held = [d for d in _CORPUS_DATA if (root / d).is_dir() and any((root / d).rglob("*.parquet"))]
             if held:
                 raise CorpusError(f"{self.root} holds corpus data ({', '.join(d + '/' for d in held)}) but no manifest.json; "
                                   "restore the manifest, or write the corpus into a new folder")
-
-    def _is_corpus_manifest(self) -> bool:
-        try:
-            return orjson.loads(self.manifest_path.read_bytes()).get("format") == CORPUS_FORMAT
-        except (OSError, ValueError, AttributeError):
-            return False
 
     def table_glob(self, table: str) -> str:
         if table == "quarantine":

@@ -489,3 +489,21 @@ def test_paths_with_no_files_say_so(tmp_path: Path, capsys) -> None:
     assert out.splitlines()[1:] == ["  records in 0 = accepted 0 + quarantined 0", "  turns 0",
                                     "  nothing to read: the paths given hold no files"]
     assert Corpus(tmp_path / "c").require().manifest()["batches"] == []  # an empty corpus the later stages read
+
+
+def test_a_corpus_among_the_inputs_is_not_read_and_is_named(tmp_path: Path, sample: Path, capsys) -> None:
+    """Its Parquet parts and lock are no trace format: before, each was quarantined as unknown_format."""
+    inbox = tmp_path / "inbox"
+    shutil.copytree(sample / "tau-bench", inbox / "tau")
+    assert main(["ingest", str(sample / "intercode"), "--out", str(inbox / "old-corpus"), "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["ingest", str(inbox), "--out", str(tmp_path / "c")]) == 0
+    out = capsys.readouterr().out
+    assert f"  not read: 1 folder(s) that are Worldline corpora, not traces: {inbox / 'old-corpus'}" in out.splitlines()
+    assert _q(tmp_path / "c", "SELECT count(*) FROM quarantine") == [(0,)]
+    assert _q(tmp_path / "c", "SELECT DISTINCT source_format FROM trajectories") == [("tau-bench",)]
+    # the corpus written inside its own input folder is not reported (it is the output, skipped as before)
+    for _ in range(2):
+        assert main(["ingest", str(inbox), "--out", str(inbox / "new-corpus")]) == 0
+        said = capsys.readouterr().out
+        assert f"  not read: 1 folder(s) that are Worldline corpora, not traces: {inbox / 'old-corpus'}" in said.splitlines()
