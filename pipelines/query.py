@@ -16,7 +16,7 @@ import math
 import os
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -176,28 +176,31 @@ def write_query(corpus_dir: Path | str, sql: str, fmt: str, out: Any, batch_rows
     if fmt not in ("table", "csv", "json"):
         raise ValueError(f"unknown format {fmt!r}; use table, csv or json")
     cur = connect(corpus_dir).execute(sql)
-    if cur.description is None:  # a statement without a result
-        columns, fetch = [], lambda: []
-    else:
-        columns, fetch = [d[0] for d in cur.description], lambda: cur.fetchmany(batch_rows)
+    columns = [d[0] for d in cur.description] if cur.description is not None else []  # None: no result
     if fmt == "table":
         rows = cur.fetchall() if columns else []
         out.write(render(columns, rows, fmt) + "\n")
         return len(rows)
+    return _write_rows(out, columns, iter(lambda: cur.fetchmany(batch_rows), []) if columns else [], fmt)
+
+
+def _write_rows(out: Any, columns: list[str], batches: Iterable[list[tuple]], fmt: str) -> int:
+    """csv or json of the rows in `batches`, each batch written as it comes, ending with a newline."""
     n = 0
     if fmt == "csv":
         w = csv.writer(out, lineterminator="\n")
         w.writerow(columns)
-        while batch := fetch():
+        for batch in batches:
             w.writerows([_csv_cell(v) for v in r] for r in batch)
             n += len(batch)
         return n
     keys = unique_names(columns)
     out.write("[")
-    while batch := fetch():
-        text = orjson.dumps([{c: _jsonable(v) for c, v in zip(keys, r, strict=True)} for r in batch], default=str).decode()
-        out.write(("," if n else "") + text[1:-1])
-        n += len(batch)
+    for batch in batches:
+        if batch:
+            text = orjson.dumps([{c: _jsonable(v) for c, v in zip(keys, r, strict=True)} for r in batch], default=str).decode()
+            out.write(("," if n else "") + text[1:-1])
+            n += len(batch)
     out.write("]\n")
     return n
 
@@ -255,15 +258,10 @@ def unique_names(columns: list[str]) -> list[str]:
 
 
 def render(columns: list[str], rows: list[tuple], fmt: str = "table", max_width: int = 60) -> str:
-    if fmt == "json":
-        keys = unique_names(columns)
-        return orjson.dumps([{c: _jsonable(v) for c, v in zip(keys, r, strict=True)} for r in rows], default=str).decode()
-    if fmt == "csv":
+    if fmt in ("csv", "json"):
         buf = io.StringIO()
-        w = csv.writer(buf, lineterminator="\n")
-        w.writerow(columns)
-        w.writerows([_csv_cell(v) for v in r] for r in rows)
-        return buf.getvalue().rstrip("\n")
+        _write_rows(buf, columns, [rows], fmt)
+        return buf.getvalue().removesuffix("\n")
     if fmt != "table":
         raise ValueError(f"unknown format {fmt!r}; use table, csv or json")
 
