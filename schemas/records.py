@@ -33,7 +33,7 @@ def dumps(obj: Any) -> str | None:
             return obj
         except orjson.JSONDecodeError:
             return orjson.dumps(obj).decode()
-    return orjson.dumps(obj, option=orjson.OPT_SORT_KEYS, default=str).decode()
+    return value_json(obj)
 
 
 def value_json(obj: Any) -> str | None:
