@@ -159,7 +159,7 @@ class Corpus:
         for parent in root.parents:
             if is_corpus_dir(parent):
                 raise CorpusError(f"{self.root} is inside the corpus {parent}; write a corpus into a folder of its own")
-        if not self.exists() and root.is_dir():
+        if root.is_dir():
             held = [d for d in _CORPUS_DATA if (root / d).is_dir() and any((root / d).rglob("*.parquet"))]
             if held:
                 raise CorpusError(f"{self.root} holds corpus data ({', '.join(d + '/' for d in held)}) but no manifest.json; "
@@ -178,8 +178,10 @@ class Corpus:
     def writer(self, wait_s: float = 0.0) -> Iterator[CorpusWriter]:
         """Exclusive write access; a second writer waits up to `wait_s`, then gets `CorpusLocked`
         saying who holds it. Refuses a folder inside another corpus, and one that holds a corpus's
-        data without its manifest (a new manifest there would hide the old rows, not replace them)."""
-        self._refuse_misplaced()
+        data without its manifest (a new manifest there would hide the old rows, not replace them):
+        checked when the corpus is created, not at every write."""
+        if not self.exists():
+            self._refuse_misplaced()
         self.root.mkdir(parents=True, exist_ok=True)
         lock_path = self.root / ".lock"
         fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
