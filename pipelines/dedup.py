@@ -54,7 +54,7 @@ import pyarrow.parquet as pq
 
 from pipelines.canonical import RULES, canonical_sql
 from pipelines.query import connect, spill_workspace, sql_str
-from pipelines.side import SideTableWriter, corpus_state, side_info, side_path
+from pipelines.side import SideTableWriter, corpus_state, side_info, side_path, side_schema
 from pipelines.store import Corpus, CorpusError
 from schemas.options import at_least, check_memory_limit
 from schemas.tables import _f, side_table_schema
@@ -792,16 +792,6 @@ def _pass_verdicts(con: duckdb.DuckDBPyConnection, corpus: Corpus, cfg: DedupCon
         w.commit({"turns_not_counted": summary.shared_prefix_turns, "min_prefix_share": cfg.min_prefix_share})
 
 
-def _readable(corpus: Corpus, *names: str) -> bool:
-    """Whether the side tables' files are readable Parquet (a damaged one is computed again, not reused)."""
-    try:
-        for name in names:
-            pq.read_metadata(side_path(corpus, name))
-    except (pa.ArrowInvalid, OSError):
-        return False
-    return True
-
-
 def dedup(corpus_dir: Path | str, config: DedupConfig = DedupConfig(), progress: bool = True,
           echo: Callable[[str], None] | None = None) -> DedupSummary:
     """Compute (or reuse) signatures, then duplicate clusters and shared prefixes for the corpus."""
@@ -829,7 +819,7 @@ def _dedup(con: duckdb.DuckDBPyConnection, corpus: Corpus, work: Path, config: D
     prev_p = side_info(corpus, "dedup_prefixes")
     t0 = time.monotonic()
     if (config.reuse_signatures and prev and prev_p and prev.get("fingerprint") == sig_fp and prev.get("corpus_state") == state
-            and prev_p.get("fingerprint") == sig_fp and _readable(corpus, "dedup_signatures", "dedup_prefixes")):
+            and prev_p.get("fingerprint") == sig_fp and all(side_schema(corpus, n) is not None for n in ("dedup_signatures", "dedup_prefixes"))):  # damaged: computed again
         summary.signatures_reused = True
         bar("signatures: reusing the stored ones (same settings, same corpus)", force=True)
     else:

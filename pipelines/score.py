@@ -44,7 +44,7 @@ from pipelines.query import connect, spill_workspace, sql_str, views
 from pipelines.render import cut_bound
 from pipelines.score_model import MODEL_FIELDS, MODEL_SCHEMA, Plan  # no torch at import time
 from pipelines.score_surface import CATEGORIES, SURFACE_FIELDS, SURFACE_SCHEMA, SurfaceConfig, score_surface
-from pipelines.side import SideTableWriter, corpus_state, side_fingerprints, side_path
+from pipelines.side import SideTableWriter, corpus_state, side_fingerprints, side_path, side_schema
 from pipelines.store import Corpus
 from schemas.options import check_memory_limit
 from schemas.tables import side_table_schema
@@ -220,16 +220,6 @@ class ScoreSummary:
 
 # ---------------------------------------------------------------------------------------------
 # the stage
-
-
-def _existing(corpus: Corpus) -> pa.Schema | None:
-    """The schema (columns and metadata) of the table written last; its rows are read by DuckDB,
-    column by column and streaming, never as a whole."""
-    p = side_path(corpus, TABLE)
-    try:
-        return pq.read_schema(p) if p.exists() else None
-    except (pa.ArrowInvalid, OSError):  # a damaged table: scored again and written over
-        return None
 
 
 class _Status:
@@ -523,7 +513,7 @@ def _score(corpus: Corpus, con: Any, work: Path, config: ScoreConfig, progress: 
            scorer: Any, t0: float) -> ScoreSummary:
     state = corpus_state(corpus)
     summary = ScoreSummary(corpus=str(corpus.root), tier=config.tier, max_tokens=config.max_tokens)
-    old = _existing(corpus)
+    old = side_schema(corpus, TABLE)  # the table written last; DuckDB reads its rows column by column, streaming
     old_sql = f"read_parquet({sql_str(str(side_path(corpus, TABLE)))})"
     old_names = old.names if old is not None else []
     schema = turn_scores_schema()

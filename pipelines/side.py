@@ -39,6 +39,16 @@ def corpus_state(corpus: Corpus) -> dict[str, Any]:
     return {"batches": len(ids), "batches_digest": hashlib.sha256("\n".join(ids).encode()).hexdigest()[:16]}
 
 
+def side_schema(corpus: Corpus, name: str) -> pa.Schema | None:
+    """The schema (columns and metadata) of a side table's file, or None when there is none or it
+    cannot be read: a stage then computes the table again and writes over a damaged file."""
+    p = side_path(corpus, name)
+    try:
+        return pq.read_schema(p) if p.exists() else None
+    except (pa.ArrowInvalid, OSError):
+        return None
+
+
 def side_info(corpus: Corpus, name: str) -> dict[str, Any] | None:
     """The manifest entry of a side table, or None if it was never written (or its file is gone)."""
     if not corpus.exists() or not side_path(corpus, name).exists():
