@@ -119,8 +119,8 @@ def connect(corpus_dir: Path | str, con: duckdb.DuckDBPyConnection | None = None
                 con.execute(f"CREATE OR REPLACE VIEW {d.name} AS SELECT * FROM read_parquet('{glob}', hive_partitioning=false, union_by_name=true)")
             except duckdb.Error as e:
                 entries = corpus.manifest().get("side", {}) if entries is None else entries
-                if not _damaged_side_view(con, d, entries.get(d.name) or {}, e):
-                    blind[d.name] = _damaged_message(d, entries.get(d.name) or {}, e)
+                if (message := _damaged_side_view(con, d, entries.get(d.name) or {}, e)) is not None:
+                    blind[d.name] = message
                     continue
             side_names.append(d.name)
     define_derived_views(con, side_names)  # kept_turns, kept_trajectories (pipelines.views)
@@ -133,32 +133,28 @@ def connect(corpus_dir: Path | str, con: duckdb.DuckDBPyConnection | None = None
 KEPT_INPUTS = {"cleaning", "duplicates", "shared_prefixes"}  # the side tables `kept_*` are built from
 
 
-def _failing_view(name: str, message: str) -> str:
-    """A view whose every read fails with `message` (a filter, so that `count(*)` evaluates it too)."""
-    return f"CREATE OR REPLACE VIEW {name} AS SELECT d AS damaged FROM (SELECT error({sql_str(message)}) AS d) WHERE d IS NULL"
+def _failing_view(name: str, message: str, rows_of: str | None = None) -> str:
+    """A view whose every read fails with `message` (a filter, so that `count(*)` evaluates it too); with
+    the columns of the registered table `rows_of`, else one column."""
+    cols, source = ("e.*", f"{rows_of} e, ") if rows_of else ("d AS damaged", "")
+    return f"CREATE OR REPLACE VIEW {name} AS SELECT {cols} FROM {source}(SELECT error({sql_str(message)}) AS d) WHERE d IS NULL"
 
 
-def _damaged_message(d: Path, entry: dict, error: duckdb.Error) -> str:
-    reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
-    stage = entry.get("stage") or "the stage that wrote it"
-    return f"side table {d.name} cannot be read ({reason}); run `worldline {stage}` again to rewrite it"
-
-
-def _damaged_side_view(con: duckdb.DuckDBPyConnection, d: Path, entry: dict, error: duckdb.Error) -> bool:
+def _damaged_side_view(con: duckdb.DuckDBPyConnection, d: Path, entry: dict, error: duckdb.Error) -> str | None:
     """A side table whose file DuckDB cannot read: a view with its columns (from the manifest) that
     fails, naming the file and the stage that rewrites it, when a query reads it; the corpus's other
     views work as before. Without its columns in the manifest (written before they were recorded) the
-    view has one column, and reading it fails the same way; False then."""
-    message = _damaged_message(d, entry, error)
+    view has one column, and the message is returned (`kept_*` cannot be built on it)."""
+    reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
+    message = f"side table {d.name} cannot be read ({reason}); run `worldline {entry.get('stage') or 'the stage that wrote it'}` again to rewrite it"
     try:
         schema = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(entry["arrow_schema"])))
     except (KeyError, TypeError, ValueError, pa.ArrowInvalid):
         con.execute(_failing_view(d.name, message))
-        return False
+        return message
     con.register(f"_damaged_{d.name}", pa.table({f.name: pa.array([], f.type) for f in schema}))
-    con.execute(f"CREATE OR REPLACE VIEW {d.name} AS SELECT e.* FROM _damaged_{d.name} e, "
-                f"(SELECT error({sql_str(message)}) AS d) WHERE d IS NULL")
-    return True
+    con.execute(_failing_view(d.name, message, f"_damaged_{d.name}"))
+    return None
 
 
 def run_query(corpus_dir: Path | str, sql: str) -> tuple[list[str], list[tuple]]:
