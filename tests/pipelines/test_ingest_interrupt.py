@@ -70,3 +70,26 @@ def test_workers_stop_with_the_ingest_and_the_rerun_imports_everything(inputs: P
 def test_workers_are_bounded() -> None:
     with pytest.raises(ValueError, match=r"--workers 100000: more processes than this machine can use \(at most \d+ here\)"):
         IngestConfig(workers=100_000)
+
+
+def test_stop_pool_kills_groups_still_running() -> None:
+    """What an interrupted ingest does with its pool: `shutdown()` would wait for the running group
+    (here a minute) and run the queued ones; stop_pool cancels those and kills the workers."""
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
+
+    from pipelines.ingest import stop_pool
+
+    pool = ProcessPoolExecutor(max_workers=2)
+    futures = [pool.submit(time.sleep, 60) for _ in range(4)]
+    deadline = time.monotonic() + 30
+    while not all(f.running() for f in futures[:2]):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    workers = [psutil.Process(p.pid) for p in pool._processes.values()]
+    t0 = time.monotonic()
+    stop_pool(pool)
+    assert time.monotonic() - t0 < 10
+    assert _gone(workers, within_s=2.0) == []
+    # none ran to its end: queued ones cancelled, ones already handed to a worker broken with it
+    assert all(f.done() and (f.cancelled() or isinstance(f.exception(), BrokenProcessPool)) for f in futures)
