@@ -93,3 +93,14 @@ def test_stop_pool_kills_groups_still_running() -> None:
     assert _gone(workers, within_s=2.0) == []
     # none ran to its end: queued ones cancelled, ones already handed to a worker broken with it
     assert all(f.done() and (f.cancelled() or isinstance(f.exception(), BrokenProcessPool)) for f in futures)
+
+
+def test_no_more_worker_processes_than_inputs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import pipelines.ingest as ingest_module
+
+    def no_pool(*a, **k):  # noqa: ANN002, ANN003, ANN202
+        pytest.fail("a process pool for a single input")
+
+    monkeypatch.setattr(ingest_module, "ProcessPoolExecutor", no_pool)
+    s = ingest_module.ingest([SAMPLE / "tau-bench"], tmp_path / "c", IngestConfig(workers=8), progress=False)
+    assert (s.inputs, s.trajectories, s.quarantined) == (1, 8, 0)
