@@ -2,7 +2,7 @@
 
 Registered through `pipelines.cli.EXTENSIONS`. Exit codes: 0 every session ran; 3 the run
 finished but some sessions failed (start, initialize, protocol, server death; the summary lists
-them); 1 a usage-level error (bad spec, locked corpus); 130 stopped by SIGTERM or SIGINT (servers
+them); 1 a usage-level error (bad spec, bad --out or --replay corpus, a corpus still locked after 10 minutes); 130 stopped by SIGTERM or SIGINT (servers
 stopped, finished sessions written, the summary says so), as `worldline collect sandbox`.
 """
 

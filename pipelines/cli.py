@@ -1,6 +1,7 @@
 """`worldline`: the command line. Thin: every subcommand calls a core function.
 
-Exit codes: 0 success; 1 failure (e.g. the corpus is locked, a path is missing or unwritable, an
+Exit codes: 0 success; 1 failure (e.g. the corpus is locked: at once for `ingest`, after a wait of up to
+10 minutes, announced on stderr, for the other writers; a path is missing or unwritable, an
 option value is out of range); 2 usage error; 3 `ingest` or `collect` finished but quarantined
 some input or recorded failed trajectories (the summary says what); 4 `collect sandbox|replay` or
 `sandbox` found no Docker engine answering.

@@ -238,8 +238,7 @@ def ingest(
         raise ValueError(f"--domain {config.domain_override!r} is not one of {list(DOMAINS)}")
     t0 = time.monotonic()
     corpus = Corpus(corpus_dir)
-    if corpus.root.exists() and not corpus.root.is_dir():
-        raise CorpusError(f"{corpus.root} is a file, not a corpus directory")
+    corpus.check_writable()
     summary = IngestSummary(corpus=str(corpus.root), config_fingerprint=config.fingerprint())
     paths = [Path(p) for p in paths]
     inside = [p for p in paths if p.resolve().is_relative_to(corpus.root.resolve())]

@@ -21,6 +21,7 @@ import fcntl
 import os
 import secrets
 import shutil
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -154,6 +155,18 @@ class Corpus:
                               "or ingest the inputs again into a new folder")
         return m
 
+    def check_writable(self, what: str = "") -> Corpus:
+        """Refuse, before any work, a place this corpus cannot be written: a file, a folder inside
+        another corpus, one holding corpus data without its manifest, a manifest that is not a
+        corpus's (`what` names the option in the message, e.g. "--out")."""
+        if self.root.exists() and not self.root.is_dir():
+            raise CorpusError(f"{what} {self.root} is a file, not a corpus directory".lstrip())
+        if self.exists():
+            self.manifest()
+        else:
+            self._refuse_misplaced()
+        return self
+
     def _refuse_misplaced(self) -> None:
         root = self.root.resolve()
         for parent in root.parents:
@@ -176,8 +189,8 @@ class Corpus:
 
     @contextmanager
     def writer(self, wait_s: float = 0.0) -> Iterator[CorpusWriter]:
-        """Exclusive write access; a second writer waits up to `wait_s`, then gets `CorpusLocked`
-        saying who holds it. Refuses a folder inside another corpus, and one that holds a corpus's
+        """Exclusive write access; a second writer waits up to `wait_s` (saying so on stderr, once),
+        then gets `CorpusLocked` saying who holds it. Refuses a folder inside another corpus, and one that holds a corpus's
         data without its manifest (a new manifest there would hide the old rows, not replace them):
         checked when the corpus is created, not at every write."""
         if not self.exists():
@@ -187,6 +200,7 @@ class Corpus:
         fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             deadline = time.monotonic() + wait_s
+            said = False
             while True:
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -194,10 +208,14 @@ class Corpus:
                 except OSError as e:
                     if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
                         raise
+                    holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "unknown"
                     if time.monotonic() < deadline:
+                        if not said:  # a wait of minutes is not silent
+                            said = True
+                            print(f"corpus {self.root} is being written by another process ({holder}); "
+                                  f"waiting up to {wait_s:.0f} s for it to finish", file=sys.stderr, flush=True)
                         time.sleep(0.2)
                         continue
-                holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "unknown"
                 raise CorpusLocked(
                     f"corpus {self.root} is being written by another process ({holder}); "
                     "wait for it to finish (the lock is released when that process exits)"

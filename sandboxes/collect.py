@@ -709,11 +709,10 @@ def collected_jobs(out: Path | str, keys: Iterable[str]) -> set[str]:
 def check_collect_options(out: Path | str, workers: int) -> None:
     """What `collect` checks before it reaches the engine: a usage error is reported as such, not
     after a Docker round trip (or as "no engine" where none answers)."""
-    from pipelines.store import CorpusError
+    from pipelines.store import Corpus
 
     at_least("--workers", workers, 1)
-    if Path(out).exists() and not Path(out).is_dir():
-        raise CorpusError(f"--out {out} is a file, not a corpus directory")
+    Corpus(out).check_writable("--out")
 
 
 def collect(jobs: Iterable[Job], out: Path | str, workers: int = 2, seed: int = 0,

@@ -269,7 +269,12 @@ def collect(spec_paths: list[Path | str | ServerSpec], out: Path | str, *, fault
     """Record every session of every spec into the corpus at `out`. A directory among `spec_paths`
     stands for the specs in it. Options and sessions are checked before any server starts.
     Raises `CollectionInterrupted` after SIGTERM or SIGINT, once the finished sessions are written."""
+    from pipelines.store import Corpus
+
     check_options(repeat, concurrency, call_timeout_s, replay_limit, policy)
+    Corpus(out).check_writable("--out")  # before any server starts: a bad --out would lose every session
+    if replay_corpus is not None:
+        Corpus(replay_corpus).require()
     specs: list[ServerSpec] = []
     for p in spec_paths:
         specs += [p] if isinstance(p, ServerSpec) else [load_spec(f) for f in spec_files([p])]
@@ -281,13 +286,33 @@ def collect(spec_paths: list[Path | str | ServerSpec], out: Path | str, *, fault
             raise ValueError(f"no session to run in {', '.join(str(s.path) for s in specs)}"
                              + (" (--policy scripted leaves out sessions without steps)" if policy == "scripted" else ""))
         check_agent_endpoint(jobs, openai or {})
-    with _callers_signal_handlers() as watch:
+    with _callers_signal_handlers() as watch, _sole_error():
         summary = anyio.run(lambda: _collect(specs, jobs, Path(out), faults or FaultConfig(), repeat, concurrency,
                                              openai or {}, replay_corpus, replay_limit, call_timeout_s, commit_every,
                                              echo, watch))
     if summary.interrupted:
         raise CollectionInterrupted(summary)
     return summary
+
+
+@contextmanager
+def _sole_error() -> Iterator[None]:
+    """A task group's error group that holds one error (a locked corpus, a full disk) raised as that
+    error, which callers and the command line know how to report; a group of several stays one."""
+    try:
+        yield
+    except BaseExceptionGroup as eg:
+        leaves: list[BaseException] = []
+        stack: list[BaseException] = [eg]
+        while stack:
+            e = stack.pop()
+            if isinstance(e, BaseExceptionGroup):
+                stack.extend(reversed(e.exceptions))
+            else:
+                leaves.append(e)
+        if len(leaves) == 1:
+            raise leaves[0] from None
+        raise
 
 
 async def _collect(specs: list[ServerSpec], planned: list[Job] | None, out: Path, faults: FaultConfig, repeat: int,

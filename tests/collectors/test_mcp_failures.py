@@ -13,6 +13,7 @@ from collectors.mcp.collect import collect
 from collectors.mcp.raw import read_raw
 from collectors.mcp.spec import SpecError, load_spec
 from pipelines.cli import main as cli_main
+from pipelines.store import Corpus
 from tests.collectors.mcp_support import DATA, SPECS, alive, obs, require_servers, sessions
 
 MODES = ["ok", "exit", "hang", "garbage", "garbage-after-init", "die-after-init", "stubborn"]
@@ -254,6 +255,44 @@ def test_cli_rejects_options_before_any_server_starts(args: list[str], message: 
     assert cli_main(["collect", "mcp", str(spec), "--out", str(out), "--quiet", *args]) == 1
     assert capsys.readouterr().err == f"worldline collect: error: {message.format(spec=spec.resolve())}\n"
     assert not out.exists() and not (tmp_path / "ok.pids").exists()  # no corpus, no server process
+
+
+@pytest.mark.parametrize(("case", "message"), [
+    ("file", "--out {out} is a file, not a corpus directory"),
+    ("inside", "{out} is inside the corpus {corpus}; write a corpus into a folder of its own"),
+    ("replay", "{replay} is not a corpus (no manifest.json); create one with `worldline ingest`"),
+])
+def test_cli_checks_the_corpora_before_any_server_starts(case: str, message: str, tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture) -> None:
+    """These were found only after every session had run (then an ExceptionGroup traceback, the
+    sessions lost)."""
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "manifest.json").write_bytes(orjson.dumps(Corpus(corpus).manifest()))
+    spec, replay = _spec(tmp_path, "ok"), tmp_path / "traces"
+    replay.mkdir()
+    out = {"file": tmp_path / "afile", "inside": corpus / "mcp", "replay": tmp_path / "c"}[case]
+    if case == "file":
+        out.write_text("x")
+    extra = ["--replay", str(replay)] if case == "replay" else []
+    assert cli_main(["collect", "mcp", str(spec), "--out", str(out), "--quiet", *extra]) == 1
+    assert capsys.readouterr().err == f"worldline collect: error: {message.format(out=out, corpus=corpus, replay=replay)}\n"
+    assert not (tmp_path / "ok.pids").exists() and not (tmp_path / "c").exists() and not (corpus / "mcp").exists()
+
+
+def test_a_task_group_error_reaches_the_caller_as_itself() -> None:
+    """A locked corpus or a full disk inside the run's task group is raised as that error (the
+    command line reports it in one line); several errors stay a group."""
+    from collectors.mcp.collect import _sole_error
+    from pipelines.store import CorpusLocked
+
+    locked = CorpusLocked("corpus c is being written by another process (pid 1)")
+    with pytest.raises(CorpusLocked) as e, _sole_error():
+        raise ExceptionGroup("outer", [ExceptionGroup("inner", [locked])])
+    assert e.value is locked
+    with pytest.raises(ExceptionGroup) as g, _sole_error():
+        raise ExceptionGroup("two", [locked, OSError("disk full")])
+    assert len(g.value.exceptions) == 2
 
 
 def test_a_directory_of_specs_stands_for_its_specs(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

@@ -123,6 +123,10 @@ def test_report_section_without_sandbox_data(tmp_path: Path, sample: Path) -> No
     (["collect", "replay", "{intercode}", "--out", "{out}", "--limit", "-1"], "worldline collect: error: --limit must be at least 1 (got -1)"),
     (["collect", "replay", "{intercode}", "--out", "{out}", "--workers", "0"], "worldline collect: error: --workers must be at least 1 (got 0)"),
     (["collect", "replay", "{intercode}", "--out", "{file}"], "worldline collect: error: --out {file} is a file, not a corpus directory"),
+    (["collect", "sandbox", "{tasks}", "--out", "{inside}"],
+     "worldline collect: error: {inside} is inside the corpus {corpus}; write a corpus into a folder of its own"),
+    (["collect", "replay", "{intercode}", "--out", "{inside}"],
+     "worldline collect: error: {inside} is inside the corpus {corpus}; write a corpus into a folder of its own"),
 ])
 def test_usage_errors_come_before_the_engine(argv: list[str], message: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                              capsys: pytest.CaptureFixture[str]) -> None:
@@ -130,8 +134,12 @@ def test_usage_errors_come_before_the_engine(argv: list[str], message: str, tmp_
     monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no.sock")
     afile = tmp_path / "afile"
     afile.write_text("not a corpus")
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "manifest.json").write_text('{"format": "worldline-corpus/1"}')
     where = {"tasks": str(TASKS_DIR / "text-csv-sum.yaml"), "out": str(tmp_path / "c"), "file": str(afile),
+             "corpus": str(corpus), "inside": str(corpus / "sandbox"),
              "intercode": str(Path(__file__).resolve().parents[2] / "data" / "sample" / "corpus" / "intercode")}
     assert main([a.format(**where) for a in argv]) == 1
     assert capsys.readouterr().err == message.format(**where) + "\n"
-    assert not (tmp_path / "c").exists() and afile.read_text() == "not a corpus"
+    assert not (tmp_path / "c").exists() and not (corpus / "sandbox").exists() and afile.read_text() == "not a corpus"
