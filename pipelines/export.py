@@ -754,7 +754,7 @@ def token_spans(offsets: np.ndarray, char_spans: list[tuple[int, int]]) -> np.nd
 class SplitStats:
     trajectories: int = 0
     groups: int = 0  # env turns rendered
-    loss_turns: int = 0  # of which trained on
+    loss_turns: int = 0  # of which trained on: some of the observation's tokens have loss
     documents: int = 0
     windows: int = 0  # documents that are a window of a longer trajectory
     truncated: int = 0
@@ -1002,11 +1002,15 @@ class DocumentBuilder:
             ids, mask = ids[: self.cfg.seq_len], mask[: self.cfg.seq_len]
         if len(mask):
             mask[0] = 0
+        # a turn counts as trained where some of its tokens are left (an action that fills the
+        # window leaves none of its observation): the manifest's count and the chat form say so too
+        train = [t and bool(mask[s:e].any()) for t, (s, e) in zip(train, spans.tolist(), strict=True)]
         t = w.traj
         if w.full:
             groups = [w.full.get(g.turn_index, g) for g in groups]  # the chat form keeps the whole texts
         chat = (system, groups, train) if "chat" in self.cfg.formats else None  # texts a worker need not send back
-        return Document(ids, mask, t["trajectory_id"], window, 0, t["domain"], t["source_format"], truncated, chat)
+        return Document(ids, mask, t["trajectory_id"], window, 0, t["domain"], t["source_format"], truncated, chat,
+                        loss_turns=sum(train))
 
     def texts(self, work: list[_Work]) -> tuple[list[str], list[list[tuple[int, int]]]]:
         """Each trajectory's whole rendering and the character spans of its observations."""
@@ -1236,7 +1240,7 @@ def finish_rows(prep: _Prepared, cfg: ExportConfig, tok: ExportTokenizer) -> _Ba
     for w, docs in zip(prep.work, builder.build(prep.work, tok.finish(prep.pending, prep.spans)), strict=True):
         t = w.traj
         res.items.append((_Done(t["trajectory_id"], t["domain"], t["source_format"], w.split, w.key, w.copies,
-                                len(w.conv.groups), sum(w.loss)), docs))
+                                len(w.conv.groups), sum(d.loss_turns for d in docs)), docs))
         if w.split == "test":  # the benchmark's ground truth: the whole texts, not the cut for encoding
             conv = Conversation(w.conv.system, [w.full.get(g.turn_index, g) for g in w.conv.groups]) if w.full else w.conv
             rows_, bad = eval_rows(t, conv, cfg.eval_middle_turns, cfg.render)

@@ -45,6 +45,7 @@ class Document:
     # the chat form, built only when a format asks (`messages`): (system, groups with `.user` and
     # `.observation`, whether each group's observation is trained)
     chat: tuple[str, list[Any], list[bool]] | None = None
+    loss_turns: int = 0  # turns with at least one loss token here (one window trains each turn)
 
     def __len__(self) -> int:
         return int(self.ids.shape[0])

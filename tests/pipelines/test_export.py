@@ -1030,3 +1030,33 @@ def test_control_token_strings_inside_messages_are_text(tok: ex.ExportTokenizer,
     text, cs = ex.chat_text(tok, plain)
     assert text not in tok.careful
     assert tok.encode([text], [cs])[0][0].tolist() == tok.backend.encode(text, add_special_tokens=False).ids
+
+
+def test_a_turn_whose_action_fills_the_window_is_not_counted_as_trained(tok: ex.ExportTokenizer, tmp_path: Path) -> None:
+    """An action longer than the sequence leaves none of its observation in its window (cut at the
+    sequence length, then dropped for having no loss): the manifest counted the turn as trained,
+    and the chat form marked it `train`."""
+    from pipelines.ingest import IngestConfig, ingest
+
+    def chat(i: int, cmd: str) -> bytes:
+        calls = [(cmd, "done"), ("ls", f"a.txt b.txt run {i}")]
+        msgs: list[dict] = [{"role": "user", "content": f"task {i}"}]
+        for k, (c, out) in enumerate(calls):
+            msgs += [{"role": "assistant", "content": "", "tool_calls": [
+                {"id": f"c{k}", "type": "function", "function": {"name": "bash", "arguments": orjson.dumps({"cmd": c}).decode()}}]},
+                {"role": "tool", "tool_call_id": f"c{k}", "content": out}]
+        return orjson.dumps({"messages": msgs})
+
+    (tmp_path / "in.jsonl").write_bytes(chat(0, "echo " + " ".join(f"w{j}" for j in range(400))) + b"\n" + chat(1, "pwd") + b"\n")
+    root = tmp_path / "corpus"
+    ingest([tmp_path / "in.jsonl"], root, IngestConfig(domain_override="terminal", workers=1), progress=False)
+    out = tmp_path / "out"
+    s = export(root, out, small_config(split=ex.SplitConfig(validation=0.0, test=0.0)), tokenizer=tok, progress=False)
+    train = _manifest(out)["splits"]["train"]
+    assert (train["trajectories"], train["groups"], train["loss_turns"]) == (2, 4, 3)
+    assert s.splits["train"].loss_turns == 3
+    docs = documents(out, "train")
+    assert sorted((len(ids) > 0, int(mask.any())) for _, ids, mask in docs) == [(True, 1), (True, 1)]
+    records = [r for shard in train["shards"] for r in fmt.read_chat(out / shard["files"]["chat"][0]["path"])]
+    trained = sorted(tuple(m["content"] for m in r["messages"] if m["role"] == "assistant" and m["train"]) for r in records)
+    assert trained == [("a.txt b.txt run 0",), ("done", "a.txt b.txt run 1")]
