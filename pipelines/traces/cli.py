@@ -90,7 +90,8 @@ def run(a: argparse.Namespace) -> int:
     from pipelines.traces.stage import JudgeConfig, TracesConfig, traces
 
     if not a.endpoint or not a.model:
-        raise ValueError("traces needs --endpoint URL (or `local`) and --model NAME")
+        raise ValueError("traces needs --endpoint URL (or `local`) and --model NAME, "
+                         "or WORLDLINE_TRACES_BASE_URL and WORLDLINE_TRACES_MODEL")
     q = QueryConfig(max_queries=a.max_queries, domains=tuple(d for d in a.domains.split(",") if d),
                     per_stratum=a.per_stratum, balance=tuple(b for b in a.balance.split(",") if b), max_target_chars=a.max_target_chars, history_turns=a.history_turns,
                     seed=a.seed)

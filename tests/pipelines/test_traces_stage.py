@@ -338,6 +338,21 @@ def test_cli_rejects_options_that_select_or_send_nothing(args: list[str], messag
     assert not out.exists()
 
 
+def test_cli_without_an_endpoint_names_the_options_and_the_variables(small: Path, tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str],
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    for var in ("WORLDLINE_TRACES_BASE_URL", "WORLDLINE_TRACES_MODEL"):
+        monkeypatch.delenv(var, raising=False)
+    out = tmp_path / "traces"
+    assert main(["traces", str(small), "--out", str(out), "--quiet"]) == 1
+    assert capsys.readouterr().err == ("worldline traces: error: traces needs --endpoint URL (or `local`) and --model NAME, "
+                                       "or WORLDLINE_TRACES_BASE_URL and WORLDLINE_TRACES_MODEL\n")
+    monkeypatch.setenv("WORLDLINE_TRACES_BASE_URL", NOWHERE)
+    assert main(["traces", str(small), "--out", str(out), "--quiet", "-k", "0"]) == 1  # the URL taken; the model still missing
+    assert capsys.readouterr().err.endswith("or WORLDLINE_TRACES_BASE_URL and WORLDLINE_TRACES_MODEL\n")
+    assert not out.exists()
+
+
 def test_no_turn_to_ask_about_fails_and_writes_nothing(small: Path, tmp_path: Path,
                                                       capsys: pytest.CaptureFixture[str]) -> None:
     # a valid domain the corpus does not hold: no empty SFT set, but why, and what the corpus has
