@@ -41,10 +41,11 @@ def _cmd_ingest(a: argparse.Namespace) -> int:
 def _cmd_query(a: argparse.Namespace) -> int:
     import duckdb
 
-    from pipelines.query import write_query
+    from pipelines.query import connect, write_query
 
+    con = connect(a.corpus)  # a damaged corpus file fails here: one line with the `check` hint, as every stage (_run)
     try:  # csv and json are written as DuckDB produces them: a large result never sits in memory
-        write_query(a.corpus, a.sql, a.format, sys.stdout)
+        write_query(a.corpus, a.sql, a.format, sys.stdout, con=con)
     except duckdb.Error as e:  # the user's SQL: its message, not a traceback
         print(f"worldline query: error: {e}", file=sys.stderr)
         return 1

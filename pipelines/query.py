@@ -165,13 +165,15 @@ def run_query(corpus_dir: Path | str, sql: str) -> tuple[list[str], list[tuple]]
     return list(rel.columns), rel.fetchall()
 
 
-def write_query(corpus_dir: Path | str, sql: str, fmt: str, out: Any, batch_rows: int = 10_000) -> int:
+def write_query(corpus_dir: Path | str, sql: str, fmt: str, out: Any, batch_rows: int = 10_000,
+                con: duckdb.DuckDBPyConnection | None = None) -> int:
     """Run `sql` and write its result to the text stream `out` as `render` would (plus a newline).
     csv and json are written batch by batch, so memory does not grow with the result; a table needs
-    every row for its column widths. Returns the number of rows."""
+    every row for its column widths. Returns the number of rows. `con`: the corpus's connection,
+    when the caller made it (`connect`)."""
     if fmt not in ("table", "csv", "json"):
         raise ValueError(f"unknown format {fmt!r}; use table, csv or json")
-    cur = connect(corpus_dir).execute(sql)
+    cur = (con or connect(corpus_dir)).execute(sql)
     columns = [d[0] for d in cur.description] if cur.description is not None else []  # None: no result
     if fmt == "table":
         rows = cur.fetchall() if columns else []

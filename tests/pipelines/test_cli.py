@@ -28,6 +28,8 @@ def test_a_damaged_parquet_part_is_one_line_from_duckdb(corpus: Path, capsys) ->
     err = capsys.readouterr().err
     assert err == (f"worldline stats: error: DuckDB: Invalid Input Error: No magic bytes found at end of file '{part}' "
                    f"(`worldline check {corpus}` tests every file)\n")
+    assert main(["query", str(corpus), "SELECT count(*) FROM turns"]) == 1  # not the view's SQL: the same line
+    assert capsys.readouterr().err == err.replace("worldline stats", "worldline query")
 
 
 def test_os_errors_are_one_line(corpus: Path, tmp_path: Path, capsys) -> None:
