@@ -43,7 +43,14 @@ def _convert(item: tuple[int, Group], staging: str, batch_id: str, config: Inges
 
 def beam_runner(runner: str = "DirectRunner", options: list[str] | None = None) -> GroupRunner:
     """A GroupRunner that converts the groups with Beam (`runner`: DirectRunner, PrismRunner,
-    DataflowRunner, ...; `options`: pipeline options as on a Beam command line)."""
+    DataflowRunner, ...; `options`: pipeline options as on a Beam command line). An unknown runner
+    is a ValueError here, before the ingest takes the corpus lock."""
+    from apache_beam.runners.runner import create_runner
+
+    try:
+        create_runner(runner)
+    except ValueError as e:
+        raise ValueError(f"--beam-runner {runner}: {e}") from None
 
     def run(groups: list[Group], staging: str, batch_id: str, config: IngestConfig) -> Iterator[GroupResult]:
         import apache_beam as beam

@@ -32,7 +32,9 @@ def _cmd_ingest(a: argparse.Namespace) -> int:
     if a.beam:
         from pipelines.beam_ingest import beam_runner
 
-        runner = beam_runner(a.beam_runner, a.beam_option)
+        runner = beam_runner(a.beam_runner or "DirectRunner", a.beam_option)
+    elif a.beam_runner or a.beam_option:
+        raise ValueError("--beam-runner and --beam-option apply only with --beam (the conversion as a Beam pipeline)")
     summary = ingest(a.paths, a.out, cfg, progress=not a.quiet, echo=lambda m: print(m, file=sys.stderr), runner=runner)
     print(summary.render())
     return EXIT_QUARANTINED if summary.quarantined else 0
@@ -173,7 +175,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--task-mb", type=float, default=64.0, help="MB of input per conversion task")
     s.add_argument("--beam", action="store_true",
                    help="convert with an Apache Beam pipeline (the corpus directory must be reachable by every worker)")
-    s.add_argument("--beam-runner", default="DirectRunner", metavar="RUNNER",
+    s.add_argument("--beam-runner", metavar="RUNNER",
                    help="Beam runner for --beam (default DirectRunner; PrismRunner, FlinkRunner, DataflowRunner, ...)")
     s.add_argument("--beam-option", action="append", default=[], metavar="OPTION",
                    help="a Beam pipeline option, e.g. --beam-option=--direct_num_workers=2 (repeatable)")

@@ -78,3 +78,21 @@ def test_a_retried_group_commits_one_attempt(sample: Path, local: Path, tmp_path
     for sql in ROWS.values():
         assert run_query(out, sql)[1] == run_query(local, sql)[1]
     assert not list(out.glob(".staging-*"))
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--beam", "--beam-runner", "NoSuchRunner"], "--beam-runner NoSuchRunner: Unexpected pipeline runner: NoSuchRunner."),
+    (["--beam-runner", "PrismRunner"], "--beam-runner and --beam-option apply only with --beam"),
+    (["--beam-option=--direct_num_workers=2"], "--beam-runner and --beam-option apply only with --beam"),
+])
+def test_beam_options_are_checked_before_the_corpus_is_touched(args: list[str], message: str, tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """An unknown runner failed only once the ingest held the lock and had staged its batch;
+    a runner without --beam was ignored."""
+    from pipelines.cli import main
+
+    out = tmp_path / "corpus"
+    assert main(["ingest", str(SAMPLE / "intercode"), "--out", str(out), *args]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"worldline ingest: error: {message}"), err
+    assert not out.exists()
