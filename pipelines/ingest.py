@@ -248,6 +248,10 @@ def ingest(
     corpora: list[Path] = []
     units = list(discover(paths, skip=[corpus.root], corpora=corpora))  # not its own output, if among the inputs
     summary.corpora_skipped = [str(c) for c in corpora]
+    if not units and corpora:  # every input a corpus: an empty corpus written would look like a result
+        raise CorpusError(f"nothing to ingest: {', '.join(map(str, corpora[:5]))} "
+                          f"{'is a Worldline corpus' if len(corpora) == 1 else 'are Worldline corpora'}, not traces; "
+                          "`worldline query` reads a corpus, and `collect mcp --replay` replays one")
     sizes = [u.size() for u in units]
     total_in = sum(sizes)
     workers = config.workers or (

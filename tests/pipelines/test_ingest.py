@@ -491,6 +491,17 @@ def test_paths_with_no_files_say_so(tmp_path: Path, capsys) -> None:
     assert Corpus(tmp_path / "c").require().manifest()["batches"] == []  # an empty corpus the later stages read
 
 
+def test_inputs_that_are_only_corpora_are_an_error_and_write_nothing(tmp_path: Path, sample: Path, capsys) -> None:
+    """Before, an empty corpus was written and the run exited 0, as if the corpus had been copied."""
+    old = tmp_path / "old"
+    assert main(["ingest", str(sample / "intercode"), "--out", str(old), "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["ingest", str(old), "--out", str(tmp_path / "c")]) == 1
+    assert capsys.readouterr().err == (f"worldline ingest: error: nothing to ingest: {old} is a Worldline corpus, not traces; "
+                                       "`worldline query` reads a corpus, and `collect mcp --replay` replays one\n")
+    assert not (tmp_path / "c").exists()
+
+
 def test_a_corpus_among_the_inputs_is_not_read_and_is_named(tmp_path: Path, sample: Path, capsys) -> None:
     """Its Parquet parts and lock are no trace format: before, each was quarantined as unknown_format."""
     inbox = tmp_path / "inbox"
