@@ -80,7 +80,8 @@ def _cmd_tasks(a: argparse.Namespace) -> int:
 
 def _run_collect(jobs: list, a: argparse.Namespace, **kw: object) -> int:
     """`collect` with the summary printed, also when the engine went away mid-run (then the
-    EngineLost message follows, exit 4); 130 when interrupted, 3 with quarantined jobs."""
+    EngineLost message follows, exit 4); 130 when interrupted, 3 with quarantined jobs or
+    trajectories that their agent endpoint's failure ended."""
     from sandboxes.collect import EngineLost, collect
 
     try:
@@ -92,7 +93,7 @@ def _run_collect(jobs: list, a: argparse.Namespace, **kw: object) -> int:
     print(summary.render())
     if summary.interrupted:
         return 130
-    return 3 if summary.quarantined else 0
+    return 3 if summary.quarantined or summary.policy_failed else 0
 
 
 def _cmd_collect(a: argparse.Namespace) -> int:

@@ -582,6 +582,7 @@ class CollectSummary:
     interrupted_by: str | None = None  # SIGINT, SIGTERM
     engine_error: str | None = None  # the engine stopped answering during the run: why
     cut_by_engine: int = 0  # trajectories in flight then, kept as `interrupted`
+    policy_failed: int = 0  # trajectories ended by their agent endpoint failing (a rerun collects them again)
 
     @property
     def jobs(self) -> int:
@@ -596,6 +597,11 @@ class CollectSummary:
         self.turns += len(t.turns)
         if o.engine_error is not None and t.outcome == "interrupted":
             self.cut_by_engine += 1
+        if t.outcome == "error":
+            error = str(json.loads(t.metadata or "{}").get("error", ""))
+            if error.startswith(POLICY_ERROR):
+                self.policy_failed += 1
+                self.errors.append(f"{o.job.key}: {error}")
         for counts, key in ((self.by_outcome, t.outcome or "none"), (self.by_domain, t.domain),
                             (self.by_perturbation, o.job.perturbation.name if o.job.perturbation else "none")):
             counts[key] = counts.get(key, 0) + 1
@@ -628,6 +634,10 @@ class CollectSummary:
             why = "interrupted" if self.interrupted or self.engine_error is None else "the Docker engine stopped answering"
             lines.append(f"  {_n(self.not_run, 'job')} not run ({why}): rerun the same command to collect "
                          f"{'it' if self.not_run == 1 else 'them'}")
+        if self.policy_failed:
+            lines.append(f"  agent endpoint failed in {_n(self.policy_failed, 'trajectory', 'trajectories')} (kept with the "
+                         "turns before the failure, outcome error): rerun the same command to collect "
+                         f"{'it' if self.policy_failed == 1 else 'them'} again")
         if self.warm.get("started"):
             w = self.warm
             lines.append(f"  started ahead: {w['started']} sandboxes, {w['taken']} used, {w['wasted']} unused")

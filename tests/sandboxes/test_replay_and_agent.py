@@ -162,3 +162,26 @@ def test_cli_says_what_it_left_out_when_nothing_is_left(tmp_path: Path, capsys) 
         "2 without shell actions; 4 left out: they acted on files the sandbox lacks (/workspace/ponylang__ponyc__0.1 (3), "
         "/workspace (1); --allow-missing-env replays them anyway)\n")
     assert not (tmp_path / "c").exists()
+
+
+def test_cli_exits_3_when_the_agent_endpoint_ended_trajectories(images, tmp_path: Path, capsys) -> None:
+    """A refusing endpoint ends each trajectory with outcome error and no turns; the run said
+    nothing of it and exited 0 (and each rerun records it again, as it should: not collected)."""
+    from pipelines.cli import main
+
+    spec = str(TASKS_DIR / "text-count-errors.yaml")
+    script = [{"status": 400, "error": "no such model"}, tool_call("bash", command="grep -c ERROR app.log > count.txt && cat count.txt")]
+    with ScriptedOpenAIServer(script) as srv:
+        argv = ["collect", "sandbox", spec, "--out", str(tmp_path / "c"), "--policy", "openai",
+                "--base-url", srv.base_url, "--model", "m", "--quiet"]
+        assert main(argv) == 3
+        out = capsys.readouterr().out
+        assert "  outcomes:      error=1" in out.splitlines()
+        assert ("  agent endpoint failed in 1 trajectory (kept with the turns before the failure, outcome error): "
+                "rerun the same command to collect it again") in out.splitlines()
+        [bang] = [x for x in out.splitlines() if x.startswith("  ! ")]
+        assert bang.startswith("  ! text-count-errors") and ": policy openai-chat: EndpointError: " in bang and "HTTP 400" in bang
+        assert main(argv) == 0  # collected again, now that the endpoint answers
+        assert "  outcomes:      success=1" in capsys.readouterr().out.splitlines()
+    assert run_query(tmp_path / "c", "SELECT outcome, num_turns FROM trajectories ORDER BY 1")[1] == [
+        ("error", 0), ("success", 1)]
