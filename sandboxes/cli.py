@@ -183,7 +183,7 @@ def register(subparsers: argparse._SubParsersAction, collect_subparsers: argpars
                    help="scripted: the spec's actions; openai: an agent behind an OpenAI-compatible endpoint")
     c.add_argument("--base-url", help="agent endpoint (default $WORLDLINE_AGENT_BASE_URL)")
     c.add_argument("--model", help="agent model (default $WORLDLINE_AGENT_MODEL)")
-    c.add_argument("--max-turns", type=int, default=20)
+    c.add_argument("--max-turns", type=int, default=20, help="with --policy openai: actions per trajectory at most")
     c.add_argument("--quiet", action="store_true", help="no per-trajectory progress lines")
     c.add_argument("--again", action="store_true",
                    help="also run the jobs that already have a trajectory in --out (by default a rerun skips them)")
@@ -194,7 +194,7 @@ def register(subparsers: argparse._SubParsersAction, collect_subparsers: argpars
                                                   "SWE-agent shell commands; recorded actions are kept verbatim.")
     r.add_argument("paths", nargs="+", type=Path, help="trace files or directories (any format `worldline ingest` reads)")
     r.add_argument("--out", required=True, type=Path, help="corpus directory (created if missing)")
-    r.add_argument("--workers", type=int, default=2)
+    r.add_argument("--workers", type=int, default=2, help="sandboxes running at once")
     r.add_argument("--limit", type=int, help="replay at most this many trajectories")
     r.add_argument("--fresh", action="store_true", help="a new container for every trajectory")
     r.add_argument("--quiet", action="store_true")

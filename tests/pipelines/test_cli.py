@@ -150,10 +150,33 @@ def test_export_help_states_the_defaults(capsys) -> None:
     with pytest.raises(SystemExit):
         main(["export", "--help"])
     text = " ".join(capsys.readouterr().out.split())
-    for default in ("(default: 2048)", "(default: smollm2)", "(default: ['parquet', 'chat', 'megatron'])",
+    for default in ("(default: 2048)", "(default: smollm2)", "(default: parquet chat megatron)",
                     "validation (default: 0.05)", "(default: 0)", "(default: 16777216)", "(default: 2)"):
         assert default in text, default
     assert "(default: None)" not in text and "(default: False)" not in text
+
+
+def test_every_option_with_a_default_states_it_in_its_help() -> None:
+    """Each subcommand's parser (collect mcp, sandbox build, ... included) is made by build_parser's
+    parser class: an option with a default and without help, or whose help hides the default, fails."""
+    import argparse
+
+    from pipelines.cli import build_parser
+
+    missing = []
+
+    def walk(p: argparse.ArgumentParser, name: str) -> None:
+        for a in p._actions:
+            if isinstance(a, argparse._SubParsersAction):
+                for n, sub in a.choices.items():
+                    walk(sub, f"{name} {n}")
+            elif a.option_strings and a.default not in (None, False, [], argparse.SUPPRESS):
+                shown = p.formatter_class(prog=name)._get_help_string(a) or ""
+                if not a.help or "default" not in shown:
+                    missing.append(f"{name} {a.option_strings[-1]}")
+
+    walk(build_parser(), "worldline")
+    assert missing == []
 
 
 @pytest.mark.parametrize("edit, problem", [
