@@ -1,7 +1,7 @@
 """Resources: thin handles on the core, configured from the environment or a YAML file.
 
-Settings come from `WORLDLINE_CONFIG` (a YAML file) when set, else from environment variables
-(`WORLDLINE_CORPUS`, `WORLDLINE_INBOX`, ...), else defaults under `build/dagster/`. Secrets are
+Settings come from environment variables (`WORLDLINE_CORPUS`, `WORLDLINE_INBOX`, ...), else
+defaults under `build/dagster/`; the keys of `WORLDLINE_CONFIG` (a YAML file), when set, override both. Secrets are
 only ever read through `dagster.EnvVar`.
 """
 

@@ -43,14 +43,15 @@ def _convert(item: tuple[int, Group], staging: str, batch_id: str, config: Inges
 
 def beam_runner(runner: str = "DirectRunner", options: list[str] | None = None) -> GroupRunner:
     """A GroupRunner that converts the groups with Beam (`runner`: DirectRunner, PrismRunner,
-    DataflowRunner, ...; `options`: pipeline options as on a Beam command line). An unknown runner
-    is a ValueError here, before the ingest takes the corpus lock."""
+    DataflowRunner, ...; `options`: pipeline options as on a Beam command line). A runner Beam cannot
+    make (an unknown name, a dotted path that does not import) is a ValueError here, before the
+    ingest takes the corpus lock."""
     from apache_beam.runners.runner import create_runner
 
     try:
         create_runner(runner)
-    except ValueError as e:
-        raise ValueError(f"--beam-runner {runner}: {e}") from None
+    except (ValueError, ImportError, AttributeError, TypeError) as e:
+        raise ValueError(f"Beam runner {runner!r} cannot be used: {type(e).__name__}: {e}") from None
 
     def run(groups: list[Group], staging: str, batch_id: str, config: IngestConfig) -> Iterator[GroupResult]:
         import apache_beam as beam

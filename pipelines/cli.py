@@ -206,7 +206,8 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("check", help="data contracts: schema, counts, quarantine rate, unique ids, checksums")
     s.add_argument("corpus", type=Path)
     s.add_argument("--max-quarantine-rate", type=float, default=0.25,
-                   help="the quarantine contracts fail above this share of records in quarantined, over the corpus and in its newest ingest (default 0.25)")
+                   help="the quarantine contracts fail when more than this share of the input records was quarantined, "
+                        "over the corpus or in its newest ingest (default 0.25)")
     s.set_defaults(func=_cmd_check)
 
     s = sub.add_parser("report", help="write a self-contained HTML report of the corpus")

@@ -71,7 +71,7 @@ import sys
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from itertools import chain
 from pathlib import Path
 from typing import Any
@@ -1626,8 +1626,7 @@ def _run(opened: _Opened, cfg: ExportConfig, tok: ExportTokenizer, root: Path, s
             out_docs = []
             for c in range(w.copies):
                 for d in kept:
-                    dd = d if c == 0 else Document(d.ids, d.mask, d.trajectory_id, d.window, c, d.domain,
-                                                   d.source_format, d.truncated, d.chat)
+                    dd = d if c == 0 else replace(d, copy=c)
                     out_docs.append(dd)
                     _mix_add(summary.mix, w.split, dd, first=dd is out_docs[0])
             for d in out_docs:

@@ -37,14 +37,16 @@ ids, else int32; loss mask: uint8). `.idx` is Megatron-LM's `MMapIndexedDataset`
 
 The loss mask is aligned with the tokens, as in the Parquet form: mask[i] = 1 trains the
 prediction of token i from the tokens before it. Megatron-LM's GPT dataset predicts labels =
-tokens[1:], so the mask of its labels is mask[1:]. Stock Megatron-LM reads neither: its
-`GPTDataset` builds its own loss mask (ones; `--eod-mask-loss` zeroes its EOD token) and finds
-document ends inside a packed sample only at the tokenizer's EOD token, which these documents do
-not end with (they end with the chat template's end-of-message marker). Training on the masks
-needs a dataset class that reads the `_loss_mask` dataset beside the tokens (shifted as above)
-and, when several documents share a sample, resets positions and attention where a document
-ends (the lengths are in the index). The Parquet form carries all of this ready to use
-(`labels`, `position_ids`, `cu_seqlens`).
+tokens[1:], so the mask of its labels is mask[1:]. Stock Megatron-LM reads neither mask nor
+document lengths: its `GPTDataset` builds its own loss mask (ones; `--eod-mask-loss` zeroes the
+loss of predictions made from an EOD token), and `--reset-position-ids --reset-attention-mask`
+cut a packed sample at every EOD token, its tokenizer's end-of-sequence id. Where that id is the
+chat template's end-of-message marker (SmolLM2, the default tokenizer here: `<|im_end|>`; Qwen
+instruct models) every message would lose the history before it; where it is not, the documents
+hold no EOD token and nothing is cut. Training on the masks needs a dataset class that reads the
+`_loss_mask` dataset beside the tokens (shifted as above) and, when several documents share a
+sample, resets positions and attention where a document ends (the lengths are in the index). The
+Parquet form carries all of this ready to use (`labels`, `position_ids`, `cu_seqlens`).
 """
 
 from __future__ import annotations

@@ -249,7 +249,7 @@ def ingest(
     units = list(discover(paths, skip=[corpus.root], corpora=corpora))  # not its own output, if among the inputs
     summary.corpora_skipped = [str(c) for c in corpora]
     if not units and corpora:  # every input a corpus: an empty corpus written would look like a result
-        raise CorpusError(f"nothing to ingest: {', '.join(map(str, corpora[:5]))} "
+        raise CorpusError(f"nothing to ingest: {', '.join(map(str, corpora[:5]))}{' ...' if len(corpora) > 5 else ''} "
                           f"{'is a Worldline corpus' if len(corpora) == 1 else 'are Worldline corpora'}, not traces; "
                           "`worldline query` reads a corpus, and `collect mcp --replay` replays one")
     sizes = [u.size() for u in units]

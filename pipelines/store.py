@@ -213,7 +213,7 @@ class Corpus:
                         if not said:  # a wait of minutes is not silent
                             said = True
                             print(f"corpus {self.root} is being written by another process ({holder}); "
-                                  f"waiting up to {wait_s:.0f} s for it to finish", file=sys.stderr, flush=True)
+                                  f"waiting up to {wait_s:g} s for it to finish", file=sys.stderr, flush=True)
                         time.sleep(0.2)
                         continue
                 raise CorpusLocked(

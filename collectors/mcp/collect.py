@@ -311,7 +311,7 @@ def _sole_error() -> Iterator[None]:
             else:
                 leaves.append(e)
         if len(leaves) == 1:
-            raise leaves[0] from None
+            raise leaves[0] from leaves[0].__cause__
         raise
 
 

@@ -81,7 +81,10 @@ def test_a_retried_group_commits_one_attempt(sample: Path, local: Path, tmp_path
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    (["--beam", "--beam-runner", "NoSuchRunner"], "--beam-runner NoSuchRunner: Unexpected pipeline runner: NoSuchRunner."),
+    (["--beam", "--beam-runner", "NoSuchRunner"],
+     "Beam runner 'NoSuchRunner' cannot be used: ValueError: Unexpected pipeline runner: NoSuchRunner."),
+    (["--beam", "--beam-runner", "no.such.Runner"],
+     "Beam runner 'no.such.Runner' cannot be used: ModuleNotFoundError: No module named 'no'"),
     (["--beam-runner", "PrismRunner"], "--beam-runner and --beam-option apply only with --beam"),
     (["--beam-option=--direct_num_workers=2"], "--beam-runner and --beam-option apply only with --beam"),
 ])

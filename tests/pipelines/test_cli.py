@@ -170,7 +170,7 @@ def test_every_option_with_a_default_states_it_in_its_help() -> None:
             if isinstance(a, argparse._SubParsersAction):
                 for n, sub in a.choices.items():
                     walk(sub, f"{name} {n}")
-            elif a.option_strings and a.default not in (None, False, [], argparse.SUPPRESS):
+            elif a.option_strings and not (a.default is None or a.default is False or a.default == [] or a.default == argparse.SUPPRESS):
                 shown = p.formatter_class(prog=name)._get_help_string(a) or ""
                 if not a.help or "default" not in shown:
                     missing.append(f"{name} {a.option_strings[-1]}")
