@@ -38,6 +38,11 @@ What it does, in one run:
      when the input exceeds one 64 MiB task);
    - project w1: the same with `IngestConfig(workers=1)`.
 
+   Before and after the runs, `--host-rounds` rounds of `bench/two_cores.py`'s loop (no ingest
+   code) say what a second process costs the first on this host: on 2 cores the ratio of
+   `workers=auto` is its per-CPU-second ratio times what the second core is worth, and that
+   varies with the host, hour by hour.
+
 3. Checks that trajectories, turns and quarantined counts agree between the baseline, each
    project run and the generator's expectation, and that the trajectory id sets are equal.
    Prints a Markdown table and writes it, with the machine, load and rerun command, into
@@ -615,6 +620,16 @@ def generate_main(argv: list[str]) -> None:
     print(json.dumps({"gens": gens, "skipped": skipped, "importers": [i.name for i in IMPORTERS]}))
 
 
+def second_process_cost(rounds: int) -> float:
+    """Median CPU s of a pure-Python loop run beside a second copy over run alone (`bench/two_cores.py`)."""
+    from bench.two_cores import measure as two_cores
+
+    print(f"host: {rounds} rounds of bench/two_cores.py's loop ...", file=sys.stderr, flush=True)
+    slowdown = two_cores(rounds, 15_000_000, echo=False)[2]
+    print(f"  a second process: x{slowdown:.2f}", file=sys.stderr, flush=True)
+    return slowdown
+
+
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument(
@@ -647,6 +662,9 @@ def main(argv: list[str]) -> int:
         "a worktree or a copy holding a proposed change",
     )
     p.add_argument("--keep-output", action="store_true", help="keep the Parquet outputs under WORKDIR/out")
+    p.add_argument("--host-rounds", type=int, default=2,
+                   help="rounds of bench/two_cores.py's loop before and after the runs: what a second process "
+                        "costs the first on this host, which bounds workers=auto (0: skip)")
     a = p.parse_args(argv)
     runs = [r.strip() for r in a.runs.split(",") if r.strip()]
     for r in runs:
@@ -661,6 +679,9 @@ def main(argv: list[str]) -> int:
         print("no sample file imports cleanly; nothing to benchmark", file=sys.stderr)
         return 1
 
+    host: list[float] = []  # paired / alone of the two-process loop, before and after the runs
+    if a.host_rounds > 0:
+        host.append(second_process_cost(a.host_rounds))
     results: list[dict] = []
     problems: list[str] = []
     for gen in gens:
@@ -720,10 +741,12 @@ def main(argv: list[str]) -> int:
                 + ", ".join(f"{k} {v[0]} ids sha256 {v[1][:12]}" for k, v in digests.items())
             )
 
+    if a.host_rounds > 0:
+        host.append(second_process_cost(a.host_rounds))
     raw = a.workdir / f"results-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}.json"
     raw.parent.mkdir(parents=True, exist_ok=True)
     raw.write_text(
-        json.dumps({"argv": argv, "gens": gens, "results": results, "problems": problems}, indent=1)
+        json.dumps({"argv": argv, "gens": gens, "results": results, "problems": problems, "host": host}, indent=1)
     )
     md = table(results)
     verdict = []
@@ -752,6 +775,12 @@ def main(argv: list[str]) -> int:
             "the runs, so wall-clock throughput and its ratios are noisy and `workers=auto` cannot show its "
             "parallelism; the per-CPU-second ratio (how much less CPU the project spends per input byte) is "
             "the steadier number, and on idle cores `workers=auto` approaches it times the core count"
+        )
+    if host:
+        verdict.append(
+            f"- host: a second process made the first {host[0]:.2f}x as slow before the runs and {host[-1]:.2f}x after "
+            f"(`bench/two_cores.py`'s loop, {a.host_rounds} rounds each): at 1.00 the second core is a whole one and "
+            "`workers=auto` can run up to 2x as fast as `workers=1`; a slowdown of s caps that at 2/s"
         )
     bl = [r for r in results if r["run"] == "baseline"]
     if len(bl) >= 2:

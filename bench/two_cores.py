@@ -46,19 +46,25 @@ def _run(copies: int, n: int) -> list[float]:
     return [float(o) for o in out]
 
 
+def measure(rounds: int, iterations: int, echo: bool = True) -> tuple[list[float], list[float], float]:
+    """(CPU s of each lone loop, of each paired loop, median paired / median alone), alternating."""
+    alone: list[float] = []
+    paired: list[float] = []
+    for r in range(rounds):
+        alone += _run(1, iterations)
+        paired += _run(2, iterations)
+        if echo:
+            print(f"round {r + 1}: alone {alone[-1]:.2f} s, paired {paired[-2]:.2f} / {paired[-1]:.2f} s", flush=True)
+    return alone, paired, statistics.median(paired) / statistics.median(alone)
+
+
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--rounds", type=int, default=4)
     p.add_argument("--iterations", type=int, default=30_000_000)
     p.add_argument("--no-doc", action="store_true")
     a = p.parse_args(argv)
-    alone: list[float] = []
-    paired: list[float] = []
-    for r in range(a.rounds):
-        alone += _run(1, a.iterations)
-        paired += _run(2, a.iterations)
-        print(f"round {r + 1}: alone {alone[-1]:.2f} s, paired {paired[-2]:.2f} / {paired[-1]:.2f} s", flush=True)
-    slowdown = statistics.median(paired) / statistics.median(alone)
+    alone, paired, slowdown = measure(a.rounds, a.iterations)
     body = (
         f"Measured {time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC on {cpu_model()}; "
         f"rerun: `.venv/bin/python bench/two_cores.py --rounds {a.rounds}`.\n\n"
