@@ -49,7 +49,7 @@ def beam_runner(runner: str = "DirectRunner", options: list[str] | None = None) 
     from apache_beam.runners.runner import create_runner
 
     try:
-        create_runner(runner)
+        made = create_runner(runner)
     except (ValueError, ImportError, AttributeError, TypeError) as e:
         raise ValueError(f"Beam runner {runner!r} cannot be used: {type(e).__name__}: {e}") from None
 
@@ -59,7 +59,7 @@ def beam_runner(runner: str = "DirectRunner", options: list[str] | None = None) 
 
         results = Path(staging) / RESULTS_DIR
         results.mkdir(parents=True, exist_ok=True)
-        with beam.Pipeline(runner=runner, options=PipelineOptions(options or [])) as p:
+        with beam.Pipeline(runner=made, options=PipelineOptions(options or [])) as p:
             _ = (
                 p
                 | "groups" >> beam.Create(list(enumerate(groups)))

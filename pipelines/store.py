@@ -208,16 +208,15 @@ class Corpus:
                 except OSError as e:
                     if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
                         raise
-                    holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "unknown"
                     if time.monotonic() < deadline:
                         if not said:  # a wait of minutes is not silent
                             said = True
-                            print(f"corpus {self.root} is being written by another process ({holder}); "
+                            print(f"corpus {self.root} is being written by another process ({_holder(fd)}); "
                                   f"waiting up to {wait_s:g} s for it to finish", file=sys.stderr, flush=True)
                         time.sleep(0.2)
                         continue
                 raise CorpusLocked(
-                    f"corpus {self.root} is being written by another process ({holder}); "
+                    f"corpus {self.root} is being written by another process ({_holder(fd)}); "
                     "wait for it to finish (the lock is released when that process exits)"
                 )
             os.ftruncate(fd, 0)
@@ -227,6 +226,11 @@ class Corpus:
             yield w
         finally:
             os.close(fd)
+
+
+def _holder(lock_fd: int) -> str:
+    """What the process holding the corpus lock wrote into the lock file (its pid and since when)."""
+    return os.pread(lock_fd, 200, 0).decode(errors="replace").strip() or "unknown"
 
 
 class PartWriter:

@@ -597,11 +597,9 @@ class CollectSummary:
         self.turns += len(t.turns)
         if o.engine_error is not None and t.outcome == "interrupted":
             self.cut_by_engine += 1
-        if t.outcome == "error":
-            error = str(json.loads(t.metadata or "{}").get("error", ""))
-            if error.startswith(POLICY_ERROR):
-                self.policy_failed += 1
-                self.errors.append(f"{o.job.key}: {error}")
+        if (error := policy_error(t.outcome, json.loads(t.metadata or "{}"))) is not None:
+            self.policy_failed += 1
+            self.errors.append(f"{o.job.key}: {error}")
         for counts, key in ((self.by_outcome, t.outcome or "none"), (self.by_domain, t.domain),
                             (self.by_perturbation, o.job.perturbation.name if o.job.perturbation else "none")):
             counts[key] = counts.get(key, 0) + 1
@@ -664,6 +662,13 @@ class EngineLost(EngineUnavailable):
 POLICY_ERROR = "policy "  # how the metadata's `error` of a trajectory ended by its agent endpoint begins
 
 
+def policy_error(outcome: str | None, metadata: dict) -> str | None:
+    """The error of a trajectory that its agent endpoint's failure ended (None for any other):
+    the run's doing, not the environment's, so a rerun collects it again."""
+    error = str(metadata.get("error", ""))
+    return error if outcome == "error" and error.startswith(POLICY_ERROR) else None
+
+
 def _identity(native_id: str, spec_digest: str | None, image: str | None, policy: str | None, model: str | None,
               perturbation: Any) -> str:
     return dumps([native_id, spec_digest or "", image, policy, model, perturbation]) or ""
@@ -710,7 +715,7 @@ def collected_jobs(out: Path | str, keys: Iterable[str]) -> set[str]:
             m = json.loads(metadata or "{}")
         except ValueError:
             continue
-        if outcome == "error" and str(m.get("error", "")).startswith(POLICY_ERROR):
+        if policy_error(outcome, m) is not None:
             continue
         found.add(_identity(native_id, m.get("spec_digest"), m.get("image"), m.get("policy"), model, m.get("perturbation")))
     return found

@@ -38,6 +38,7 @@ from collectors.mcp.recorder import (
     FAILED_OUTCOMES,
     SessionRecorder,
     SessionResult,
+    leaves,
     make_policy,
 )
 from collectors.mcp.spec import ServerSpec, SessionSpec, load_spec, spec_files
@@ -302,16 +303,8 @@ def _sole_error() -> Iterator[None]:
     try:
         yield
     except BaseExceptionGroup as eg:
-        leaves: list[BaseException] = []
-        stack: list[BaseException] = [eg]
-        while stack:
-            e = stack.pop()
-            if isinstance(e, BaseExceptionGroup):
-                stack.extend(reversed(e.exceptions))
-            else:
-                leaves.append(e)
-        if len(leaves) == 1:
-            raise leaves[0] from leaves[0].__cause__
+        if len(found := leaves(eg)) == 1:
+            raise found[0] from found[0].__cause__
         raise
 
 

@@ -586,12 +586,17 @@ class SessionRecorder:
         return rows
 
 
+def leaves(e: BaseException) -> list[BaseException]:
+    """The plain exceptions inside (nested) exception groups, depth first; `[e]` for a plain one."""
+    if isinstance(e, BaseExceptionGroup):
+        return [x for sub in e.exceptions for x in leaves(sub)]
+    return [e]
+
+
 def _leaf(e: BaseException) -> BaseException:
     """The first `_Failure` inside (nested) exception groups, else the first plain exception."""
-    if isinstance(e, BaseExceptionGroup):
-        leaves = [_leaf(x) for x in e.exceptions]
-        return next((x for x in leaves if isinstance(x, _Failure)), leaves[0])
-    return e
+    found = leaves(e)
+    return next((x for x in found if isinstance(x, _Failure)), found[0])
 
 
 def _observation_of(sm: Any) -> tuple[str | None, bool | None]:

@@ -13,8 +13,8 @@ from collectors.mcp.collect import collect
 from collectors.mcp.raw import read_raw
 from collectors.mcp.spec import SpecError, load_spec
 from pipelines.cli import main as cli_main
-from pipelines.store import Corpus
 from tests.collectors.mcp_support import DATA, SPECS, alive, obs, require_servers, sessions
+from tests.support.corpus import empty_corpus
 
 MODES = ["ok", "exit", "hang", "garbage", "garbage-after-init", "die-after-init", "stubborn"]
 
@@ -266,9 +266,7 @@ def test_cli_checks_the_corpora_before_any_server_starts(case: str, message: str
                                                           capsys: pytest.CaptureFixture) -> None:
     """These were found only after every session had run (then an ExceptionGroup traceback, the
     sessions lost)."""
-    corpus = tmp_path / "corpus"
-    corpus.mkdir()
-    (corpus / "manifest.json").write_bytes(orjson.dumps(Corpus(corpus).manifest()))
+    corpus = empty_corpus(tmp_path / "corpus")
     spec, replay = _spec(tmp_path, "ok"), tmp_path / "traces"
     replay.mkdir()
     out = {"file": tmp_path / "afile", "inside": corpus / "mcp", "replay": tmp_path / "c"}[case]

@@ -7,23 +7,16 @@ import re
 import threading
 from pathlib import Path
 
-import orjson
 import pytest
 
 from pipelines.store import Corpus, CorpusError, CorpusLocked
-
-
-def _corpus_dir(path: Path) -> Path:
-    with Corpus(path).writer() as w:
-        w.new_batch_id()  # taking the lock creates the folder; an empty manifest makes it a corpus
-    (path / "manifest.json").write_bytes(orjson.dumps(Corpus(path).manifest()))
-    return path
+from tests.support.corpus import empty_corpus
 
 
 def test_check_writable_accepts_a_new_folder_and_an_existing_corpus(tmp_path: Path) -> None:
     assert Corpus(tmp_path / "new").check_writable().root == tmp_path / "new"
     assert not (tmp_path / "new").exists()  # a check writes nothing
-    corpus = _corpus_dir(tmp_path / "c")
+    corpus = empty_corpus(tmp_path / "c")
     assert Corpus(corpus).check_writable("--out").root == corpus
 
 
@@ -34,7 +27,7 @@ def test_check_writable_accepts_a_new_folder_and_an_existing_corpus(tmp_path: Pa
     ("foreign", "{p}/manifest.json: not a Worldline corpus manifest (format 'worldline-export/1')"),
 ])
 def test_check_writable_refuses_before_any_work(case: str, message: str, tmp_path: Path) -> None:
-    c = _corpus_dir(tmp_path / "c")
+    c = empty_corpus(tmp_path / "c")
     p = {"file": tmp_path / "afile", "inside": c / "sub" / "out", "orphaned": tmp_path / "o", "foreign": tmp_path / "e"}[case]
     if case == "file":
         p.write_text("x")

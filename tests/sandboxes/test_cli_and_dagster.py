@@ -16,6 +16,7 @@ from pipelines.query import connect, run_query
 from sandboxes.contracts import run_sandbox_contracts
 from sandboxes.report import section_sandbox
 from sandboxes.tasks import TASKS_DIR
+from tests.support.corpus import empty_corpus
 
 
 def test_cli_collect_list_and_errors(images, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -134,9 +135,7 @@ def test_usage_errors_come_before_the_engine(argv: list[str], message: str, tmp_
     monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no.sock")
     afile = tmp_path / "afile"
     afile.write_text("not a corpus")
-    corpus = tmp_path / "corpus"
-    corpus.mkdir()
-    (corpus / "manifest.json").write_text('{"format": "worldline-corpus/1"}')
+    corpus = empty_corpus(tmp_path / "corpus")
     where = {"tasks": str(TASKS_DIR / "text-csv-sum.yaml"), "out": str(tmp_path / "c"), "file": str(afile),
              "corpus": str(corpus), "inside": str(corpus / "sandbox"),
              "intercode": str(Path(__file__).resolve().parents[2] / "data" / "sample" / "corpus" / "intercode")}
