@@ -38,6 +38,7 @@ from typing import Any
 import orjson
 
 from collectors.base import ImportContext, Importer, as_text, require
+from pipelines.sources import parse_json
 from schemas.records import RecordError, Trajectory, Turn, dumps
 
 _ALIASES = {
@@ -129,7 +130,7 @@ def unfence(text: str) -> tuple[str, str | None]:
 def structured_call(body: str) -> tuple[str | None, Any]:
     """(tool name, arguments) of an action body, when it is a JSON call or an `<invoke>` block."""
     try:
-        value = orjson.loads(body)
+        value = parse_json(body)
     except orjson.JSONDecodeError:
         value = None
     if value is not None:
@@ -140,7 +141,7 @@ def structured_call(body: str) -> tuple[str | None, Any]:
                 args = value.get("arguments", value.get("parameters", value.get("input")))
                 if isinstance(args, str):
                     try:
-                        args = orjson.loads(args)
+                        args = parse_json(args)
                     except orjson.JSONDecodeError:
                         pass
                 return value["name"], args

@@ -55,6 +55,7 @@ from typing import IO, Any
 import orjson
 
 from collectors.base import ImportContext, Importer
+from pipelines.sources import parse_json
 from schemas.records import RecordError, Trajectory, Turn, dumps
 
 _TOKEN = re.compile(
@@ -455,7 +456,7 @@ class AsciicastImporter(Importer):
         nl = head.find(b"\n")
         first = head if nl < 0 else head[:nl]
         try:
-            obj = orjson.loads(first)
+            obj = parse_json(first)
         except orjson.JSONDecodeError:
             return False
         if not _is_header(obj):
@@ -473,7 +474,7 @@ class AsciicastImporter(Importer):
         except StopIteration:
             raise RecordError("empty_input", "line:1: no asciicast header") from None
         try:
-            header = orjson.loads(raw)
+            header = parse_json(raw)
         except orjson.JSONDecodeError as e:
             raise RecordError("invalid_json", f"line:{lineno}: header: {e}") from None
         if not _is_header(header):
@@ -497,7 +498,7 @@ class AsciicastImporter(Importer):
             if not raw.strip() or (version == 3 and raw.lstrip().startswith(b"#")):
                 continue
             try:
-                ev = orjson.loads(raw)
+                ev = parse_json(raw)
             except orjson.JSONDecodeError as e:
                 pending_error = RecordError("invalid_json", f"line:{lineno}: event: {e}")
                 continue

@@ -67,6 +67,7 @@ from collectors.base import (
     parse_time,
     require,
 )
+from pipelines.sources import parse_json
 from schemas.records import RecordError, Trajectory, Turn, dumps
 
 _TOKEN_ARRAYS = ("prompt_token_ids", "completion_token_ids", "logprobs")
@@ -459,7 +460,7 @@ class AtifImporter(Importer):
         try:
             if not p.is_file() or p.stat().st_size > _MAX_COMPANION:
                 return None
-            doc = orjson.loads(p.read_bytes())
+            doc = parse_json(p.read_bytes())
         except (OSError, orjson.JSONDecodeError):
             return None
         if not isinstance(doc, dict) or not ("verifier_result" in doc or "agent_info" in doc):

@@ -18,7 +18,7 @@ from typing import IO, Any, ClassVar
 
 import orjson
 
-from pipelines.sources import ReadLimits
+from pipelines.sources import ReadLimits, parse_json
 from schemas.records import RecordError, Trajectory, digest, dumps
 
 
@@ -95,7 +95,7 @@ def load_json_file(path: Path, where: str, limit: int) -> Any:
     if size > limit:
         raise RecordError("record_too_large", f"{where}: {size} bytes, above the {limit}-byte limit", where)
     try:
-        return orjson.loads(path.read_bytes())
+        return parse_json(path.read_bytes())
     except orjson.JSONDecodeError as e:
         raise RecordError("invalid_json", f"{where}: {e}", where) from None
 
@@ -137,7 +137,7 @@ def loose_json(value: Any) -> Any:
     if not s:
         return None
     try:
-        return orjson.loads(s)
+        return parse_json(s)
     except orjson.JSONDecodeError:
         pass
     try:

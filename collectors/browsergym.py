@@ -51,6 +51,7 @@ from typing import Any
 import orjson
 
 from collectors.base import ImportContext, Importer
+from pipelines.sources import parse_json
 from schemas.records import RecordError, Trajectory, Turn, dumps
 
 _MAX_LOG_BYTES = 256 << 20
@@ -611,7 +612,7 @@ class BrowserGymImporter(Importer):
         if not path.is_file():
             return None
         try:
-            obj = orjson.loads(path.read_bytes())
+            obj = parse_json(path.read_bytes())
         except orjson.JSONDecodeError as e:
             raise RecordError("invalid_json", f"summary_info.json: {e}") from None
         if not isinstance(obj, dict):

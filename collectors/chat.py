@@ -84,6 +84,7 @@ from collectors.base import (
     object_at,
     render_call,
 )
+from pipelines.sources import parse_json
 from schemas.records import RecordError, Trajectory, Turn, dumps
 
 _ASSISTANT = {"assistant", "gpt", "model", "chatgpt", "bot", "bard", "bing"}
@@ -105,7 +106,7 @@ def _loads(value: Any) -> Any:
         s = value.strip()
         if s[:1] in ("{", "["):
             try:
-                return orjson.loads(s)
+                return parse_json(s)
             except orjson.JSONDecodeError:
                 return value
     return value

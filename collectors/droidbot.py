@@ -27,6 +27,7 @@ import orjson
 
 from collectors.android_views import View, describe, parse_bounds_pairs, render_tree, walk
 from collectors.base import ImportContext, Importer, load_json_file, require
+from pipelines.sources import parse_json
 from schemas.records import RecordError, Trajectory, Turn, dumps
 
 _MAX_JSON_BYTES = 64 << 20  # one event or state file; larger ones are not DroidBot's
@@ -124,7 +125,7 @@ def _utg(path: Path) -> dict | None:
         return None
     body = text[start:].rstrip().rstrip(";")
     try:
-        obj = orjson.loads(body)
+        obj = parse_json(body)
     except orjson.JSONDecodeError:
         return None
     return obj if isinstance(obj, dict) else None
@@ -155,7 +156,7 @@ class DroidBotImporter(Importer):
             if len(head) > _SNIFF_BYTES:
                 return False
             try:
-                return _looks_like_event(orjson.loads(head))
+                return _looks_like_event(parse_json(head))
             except orjson.JSONDecodeError:
                 return False
         return False

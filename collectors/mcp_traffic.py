@@ -106,7 +106,7 @@ import orjson
 
 from collectors.base import ImportContext, Importer, parse_time
 from collectors.mcp import shape
-from pipelines.sources import ReadLimits, iter_lines, json_problem, read_bounded
+from pipelines.sources import ReadLimits, iter_lines, json_problem, parse_json, read_bounded
 from schemas.records import RecordError, Trajectory, Turn, dumps, value_json
 
 _NOTES = 20  # entries kept per list of notes (orphan responses, duplicate ids, ...); the count is kept too
@@ -315,7 +315,7 @@ def _inner(obj: dict) -> dict | list | None:
         v = obj.get(key)
         if isinstance(v, str) and v.lstrip()[:1] in ("{", "["):
             try:
-                v = orjson.loads(v)
+                v = parse_json(v)
             except orjson.JSONDecodeError:
                 continue
         if _is_rpc(v) or (isinstance(v, list) and v and all(_is_rpc(x) for x in v)):
@@ -404,7 +404,7 @@ def _detect(head: bytes) -> str | None:
         if not ln.strip():
             continue
         try:
-            obj = orjson.loads(ln)
+            obj = parse_json(ln)
         except orjson.JSONDecodeError:
             unreadable += 1
             if not decided and unreadable > _SNIFF_BAD_LINES:
@@ -433,7 +433,7 @@ def _mentions_mcp(text: bytes) -> bool:
 
 def _parses(data: bytes) -> bool:
     try:
-        orjson.loads(data)
+        parse_json(data)
     except orjson.JSONDecodeError:
         return False
     return True
@@ -485,7 +485,7 @@ def _line_items(stream: IO[bytes], limits: ReadLimits) -> Iterator[_Item]:
         if not line.strip():
             continue
         try:
-            obj = orjson.loads(line)
+            obj = parse_json(line)
         except orjson.JSONDecodeError as e:
             yield _bad_json(loc, line, e)
             continue
@@ -496,7 +496,7 @@ def _array_items(stream: IO[bytes], source: str, limits: ReadLimits) -> Iterator
     """One JSON array (the Inspector's history export): each element a message or a wrapper."""
     data = read_bounded(stream, limits.max_record_bytes, source)
     try:
-        doc = orjson.loads(data)
+        doc = parse_json(data)
     except orjson.JSONDecodeError as e:
         yield _bad_json("$", data, e)
         return

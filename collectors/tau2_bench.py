@@ -52,6 +52,7 @@ from collectors.base import (
     to_float,
 )
 from collectors.tau_bench import RESPOND, run_id
+from pipelines.sources import parse_json
 from schemas.records import RecordError, Trajectory, Turn, dumps
 
 
@@ -133,7 +134,7 @@ class Tau2BenchDirImporter(Importer):
         if not ((directory / "simulations").is_dir() and p.is_file()) or p.stat().st_size > _MAX_JSON_BYTES:
             return None
         try:
-            doc = orjson.loads(p.read_bytes())
+            doc = parse_json(p.read_bytes())
         except orjson.JSONDecodeError:
             return None
         ok = isinstance(doc, dict) and isinstance(doc.get("info"), dict) and isinstance(doc.get("simulation_index"), list)

@@ -36,6 +36,7 @@ from typing import Any
 import orjson
 
 from collectors.base import ImportContext, Importer, any_record, as_text, object_at, outcome_of, require
+from pipelines.sources import parse_json
 from schemas.records import RecordError, Trajectory, Turn, dumps
 
 RESPOND = "respond"  # tau_bench.types.RESPOND_ACTION_NAME
@@ -46,7 +47,7 @@ def _loads(value: Any) -> Any:
     if not isinstance(value, str):
         return value
     try:
-        return orjson.loads(value)
+        return parse_json(value)
     except orjson.JSONDecodeError:
         return value
 

@@ -33,6 +33,7 @@ from pipelines.sources import (
     iter_lines,
     json_problem,
     open_input,
+    parse_json,
     read_bounded,
     sha256_file,
     stream_problem,
@@ -263,7 +264,7 @@ def _read_json(stream: IO[bytes], ctx: ImportContext, limits: ReadLimits, lines_
         yield _q(ctx, "$", "empty_input", f"{ctx.source}: the input is empty"), None
         return
     try:
-        first_obj: Any = orjson.loads(first_line)
+        first_obj: Any = parse_json(first_line)
     except orjson.JSONDecodeError as e:
         # a pretty-printed document (its first line alone is not JSON), or JSON lines whose first line is broken
         ahead: list[_Unsniffed] = []
@@ -321,7 +322,7 @@ def _peek_lines(lines: Iterator[tuple[int, bytes | None, int]], first: bytes, ct
         size += len(line)
         if line.strip():
             try:
-                obj = orjson.loads(line)
+                obj = parse_json(line)
             except orjson.JSONDecodeError:
                 break
             if not isinstance(obj, dict | list):
@@ -413,7 +414,7 @@ def _looks_like_lines(data: bytes) -> bool:
     containers = 0
     for ln in lines:
         try:
-            containers += isinstance(orjson.loads(ln), dict | list)
+            containers += isinstance(parse_json(ln), dict | list)
         except orjson.JSONDecodeError:
             pass
     return containers >= 2 and 2 * containers >= len(lines)
@@ -478,7 +479,7 @@ def _json_lines(lines: Iterator[tuple[int, bytes | None, int]], ctx: ImportConte
             yield _too_large(ctx, lineno, n, limits)
         elif line.strip():
             try:
-                obj = orjson.loads(line)
+                obj = parse_json(line)
             except orjson.JSONDecodeError as e:
                 yield _bad_json(ctx, f"line:{lineno}", f"{ctx.source} line {lineno}", line, e)
             else:
@@ -500,7 +501,7 @@ def _read_jsonl(parsed: Iterator[_Line | QuarantineRecord], ctx: ImportContext, 
 
 def _read_doc(data: bytes, ctx: ImportContext, limits: ReadLimits) -> Iterator[Item]:
     try:
-        doc = orjson.loads(data)
+        doc = parse_json(data)
     except orjson.JSONDecodeError as e:
         if _looks_like_lines(data):  # JSON lines with more broken lines than the first
             yield from _read_json(io.BufferedReader(io.BytesIO(data)), ctx, limits, lines_only=True)  # type: ignore[arg-type]

@@ -11,6 +11,7 @@ import contextlib
 import gzip
 import hashlib
 import io
+import json
 import lzma
 import os
 import tarfile
@@ -18,8 +19,9 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
+import orjson
 import zstandard
 
 MiB = 1 << 20
@@ -210,6 +212,33 @@ def iter_lines(stream: IO[bytes], limit: int) -> Iterator[tuple[int, bytes | Non
             yield lineno, None, n
             continue
         yield lineno, line, len(line)
+
+
+def parse_json(data: bytes | str) -> Any:
+    """`orjson.loads`, also accepting the `NaN`, `Infinity` and `-Infinity` that Python's `json.dump`
+    writes by default (InterCode, tau-bench and FireAct results hold them): they become null, as
+    JSON has no such numbers and a NaN reward or score means none was recorded. orjson refuses them,
+    and only then is the standard library's parser tried, so good input pays nothing; input that
+    neither takes raises orjson's error."""
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError as err:
+        if not _has_nonfinite(data):
+            raise
+        try:
+            return json.loads(data, parse_constant=_nonfinite)
+        except (ValueError, RecursionError):  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+            raise err from None
+
+
+def _has_nonfinite(data: bytes | str) -> bool:
+    if isinstance(data, str):
+        return "NaN" in data or "Infinity" in data
+    return b"NaN" in data or b"Infinity" in data
+
+
+def _nonfinite(name: str) -> None:
+    return None
 
 
 def json_problem(data: bytes | str, err: Exception) -> tuple[str, str]:

@@ -269,3 +269,24 @@ def test_a_tar_member_the_file_system_refuses_is_one_row(tmp_path: Path) -> None
     assert [r[:2] for r in got if r[0] == "QuarantineRecord"] == [("QuarantineRecord", "unextractable_member")] * 2
     assert [r[2] for r in got if r[0] == "QuarantineRecord"] == ["member:x", "member:" + "n" * 300 + ".jsonl"]
     assert sum(r[0] == "Trajectory" for r in got) == 3  # a.jsonl, x/y.jsonl, z.jsonl
+
+
+def test_nan_written_by_python_costs_no_record(tmp_path: Path) -> None:
+    """InterCode, tau-bench and FireAct results are written with Python's json, which writes NaN for a
+    missing float: the record holding it imports with that value null, and no other record is lost."""
+    ic = tmp_path / "ic_results.json"
+    task = {"environment": "ic_bash", "query": "q", "turn_history": {
+        "actions": ["ls"], "observations": ["a"], "rewards": [1.0], "valid_action": [True]}}
+    ic.write_text(json.dumps({"0": {**task, "task_id": 0},
+                              "1": {**task, "task_id": 1, "turn_history": {**task["turn_history"], "rewards": [float("nan")]}}}))
+    tb = tmp_path / "tau.jsonl"
+    run = {"info": {}, "traj": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}
+    tb.write_text(json.dumps({**run, "task_id": 0, "reward": 1.0}) + "\n" + json.dumps({**run, "task_id": 1, "reward": float("inf")}) + "\n")
+    assert "NaN" in ic.read_text() and "Infinity" in tb.read_text()
+    got = {}
+    for unit in discover([tmp_path]):
+        for r, _ in read_unit(unit, unit.sha256()):
+            assert not isinstance(r, QuarantineRecord), r.detail
+            got[(r.source_format, r.locator)] = [t.reward for t in r.turns], r.reward
+    assert got == {("intercode", "line:1/key:0"): ([1.0], 1.0), ("intercode", "line:1/key:1"): ([None], None),
+                   ("tau-bench", "line:1"): ([None], 1.0), ("tau-bench", "line:2"): ([None], None)}

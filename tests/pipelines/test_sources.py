@@ -1,0 +1,32 @@
+"""pipelines.sources: parsing JSON as the formats' writers write it."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from pipelines.sources import parse_json
+
+
+def test_python_nonfinite_numbers_become_null() -> None:
+    # Python's json.dump writes these by default; orjson alone refuses them
+    doc = b'{"rewards": [1.0, NaN], "f1": Infinity, "low": -Infinity, "name": "NaN and Infinity"}'
+    with pytest.raises(orjson.JSONDecodeError):
+        orjson.loads(doc)
+    assert parse_json(doc) == {"rewards": [1.0, None], "f1": None, "low": None, "name": "NaN and Infinity"}
+    assert parse_json(doc.decode()) == parse_json(doc)
+
+
+def test_json_that_neither_parser_takes_raises_orjsons_error() -> None:
+    for bad in (b'{"a": NaN', b'{"a": nan}', b'{"a": 1,}', "{'a': NaN}"):
+        with pytest.raises(orjson.JSONDecodeError) as err:
+            parse_json(bad)
+        assert str(err.value) == _orjson_error(bad)
+
+
+def _orjson_error(data: bytes | str) -> str:
+    try:
+        orjson.loads(data)
+    except orjson.JSONDecodeError as e:
+        return str(e)
+    raise AssertionError("orjson parsed it")
