@@ -25,6 +25,7 @@ from collectors.base import (
     as_text,
     expect_object,
     loose_json,
+    object_at,
     require,
     to_float,
 )
@@ -105,7 +106,7 @@ class SweAgentImporter(Importer):
     def convert(self, doc: dict, locator: str, ctx: ImportContext) -> Trajectory:
         expect_object(doc, locator)
         history = _own(doc.get("history") or [])
-        info = doc.get("info") or {}
+        info = object_at(doc, "info")
         steps = doc.get("trajectory")
         if steps is not None:
             calls = [m for m in history if m.get("role") == "assistant"]
@@ -114,8 +115,8 @@ class SweAgentImporter(Importer):
             turns = self._from_history(history)
         task = self._task(history)
         replay = loose_json(doc.get("replay_config")) or {}
-        agent_cfg = replay.get("agent", {}) if isinstance(replay, dict) else {}
-        model = agent_cfg.get("model", {}).get("name") if isinstance(agent_cfg.get("model"), dict) else None
+        agent_cfg = object_at(replay, "agent") if isinstance(replay, dict) else {}
+        model = object_at(agent_cfg, "model").get("name")
         is_ctf = bool(task and _CTF.search(task[:2000]))
         meta = {
             "environment": doc.get("environment"),
@@ -169,7 +170,7 @@ class SweAgentImporter(Importer):
         if message is not None:
             tc = loose_json(message.get("tool_calls"))
             if isinstance(tc, list) and tc and isinstance(tc[0], dict):
-                fn = tc[0].get("function", {})
+                fn = object_at(tc[0], "function")
                 tool_name = fn.get("name")
                 tool_args = dumps(loose_json(fn.get("arguments")))
                 tool_call_id = tc[0].get("id")
@@ -218,7 +219,7 @@ class SweAgentImporter(Importer):
     def _hist_turn(self, act: tuple[int, dict], obs: tuple[int, dict] | None) -> Turn:
         j, m = act
         tc = loose_json(m.get("tool_calls"))
-        fn = tc[0].get("function", {}) if isinstance(tc, list) and tc and isinstance(tc[0], dict) else {}
+        fn = object_at(tc[0], "function") if isinstance(tc, list) and tc and isinstance(tc[0], dict) else {}
         action = m.get("action") or (fn.get("name") if fn else None)
         return Turn(
             kind="env" if obs is not None else "message",

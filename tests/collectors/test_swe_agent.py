@@ -258,3 +258,19 @@ def test_step_whose_observation_is_null_is_an_unanswered_action(tmp_path: Path) 
     assert (u.kind, u.observation, u.observation_kind) == ("message", None, "none")
     assert u.action == doc["trajectory"][edit]["action"].rstrip("\n") and json.loads(u.metadata) == {"observation_missing": True}
     assert [v.kind for i, v in enumerate(t.turns) if i != edit] == ["env"] * (len(t.turns) - 1)
+
+
+def test_null_sections_are_read_as_absent(tmp_path: Path) -> None:
+    # optional objects written as null (`replay_config.agent`, `info`, a tool call's `function`) are absent
+    doc = json.loads(FC_V1.read_text())
+    doc["replay_config"] = {"agent": None}
+    doc["info"] = None
+    for m in doc["history"]:
+        for c in m.get("tool_calls") or []:
+            c["function"] = None
+    t = one_trajectory(_write(tmp_path, doc))
+    assert (len(t.turns), t.model, t.outcome) == (5, None, None)
+    assert [u.tool_name for u in t.turns] == [None] * 5
+    assert [u.tool_call_id for u in t.turns] == [c["id"] for m in doc["history"] for c in m.get("tool_calls") or []] + [None]
+    doc["replay_config"] = json.dumps({"agent": {"model": None}})
+    assert one_trajectory(_write(tmp_path, doc)).model is None
