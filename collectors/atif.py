@@ -13,7 +13,9 @@ Turns, in step order:
   agree; one such result for several calls (Terminus-2 sends a batch of keystrokes and records one
   terminal screen) makes one `env` turn for the whole batch (actions joined by newlines, `tool_args` the
   list of calls, `metadata.batched_calls`); a call left without a result did not demonstrably touch
-  the environment and is a `message` turn that keeps the call (`metadata.result_missing`);
+  the environment and is a `message` turn that keeps the call (`metadata.result_missing`); results whose
+  `source_call_id` names a call the step does not have are never paired: they make one `env` turn
+  without an action (`metadata.call_unknown`);
 - actions read as the command itself for shell tools (Terminus `keystrokes`, `command`/`cmd` of a
   bash-like tool), else `name {arguments JSON}`;
 - a Terminus-2 `mark_task_complete` call sent with keystrokes (argument-less, named by no result) is the
@@ -351,13 +353,18 @@ class AtifImporter(Importer):
         # Pair results with calls: by source_call_id, then the rest in order.
         by_id = {str(calls[k].get("tool_call_id")): k for k in active if calls[k].get("tool_call_id") is not None}
         matched: dict[int, list[int]] = {}
-        loose: list[int] = []
+        loose: list[int] = []  # results that name no call: paired by position
+        unknown: list[int] = []  # results that name a call the step does not have: never paired
         for r_i, r in enumerate(results):
             sid = r.get("source_call_id")
-            if sid is not None and str(sid) in by_id:
+            if sid is None:
+                loose.append(r_i)
+            elif str(sid) in by_id:
                 matched.setdefault(by_id[str(sid)], []).append(r_i)
             else:
-                loose.append(r_i)
+                unknown.append(r_i)
+        if not calls:  # results of a step that made no call: all answer its message
+            loose, unknown = sorted(loose + unknown), []
         free = [k for k in active if k not in matched]
         batch: tuple[list[int], list[int]] | None = None  # several calls answered by one unnamed result
         if loose and len(loose) == len(free):
@@ -375,6 +382,8 @@ class AtifImporter(Importer):
             units.append(([k], matched.get(k, [])))
         if loose:
             units.append(([], loose))
+        if unknown:
+            units.append(([], unknown))
 
         turns: list[Turn] = []
         if not units:

@@ -227,3 +227,24 @@ def test_rewards_without_a_reward_key(tmp_path: Path) -> None:
     assert h["reward_ambiguous"] is True and h["rewards"] == {"accuracy": 0.75, "f1": 0.5, "passed": True}
     named = read("named", {"reward": 0.0, "accuracy": 0.75})
     assert named.reward == 0.0 and named.outcome == "failure" and "reward_ambiguous" not in json.loads(named.metadata)["harbor"]
+
+
+def test_a_result_naming_a_call_the_step_lacks_is_not_paired(tmp_path: Path) -> None:
+    # only results without a source_call_id are paired by position; one naming an absent call stands alone
+    step = {"step_id": 2, "source": "agent", "message": "m",
+            "tool_calls": [{"tool_call_id": "call_A", "function_name": "bash", "arguments": {"command": "rm -rf build"}}],
+            "observation": {"results": [{"source_call_id": "call_Z", "content": "output of some other call"}]}}
+    doc = {"schema_version": "ATIF-v1.5", "session_id": "s", "agent": {"name": "a", "version": "1"},
+           "steps": [{"step_id": 1, "source": "user", "message": "task"}, step]}
+    p = tmp_path / "trajectory.json"
+    p.write_text(json.dumps(doc))
+    (t,) = list(read_path(p))
+    got = [(u.kind, u.action, u.tool_call_id, u.observation, json.loads(u.metadata).get("result_missing"),
+            json.loads(u.metadata).get("call_unknown")) for u in t.turns]
+    assert got == [("message", "rm -rf build", "call_A", None, True, None),
+                   ("env", None, None, "output of some other call", None, True)]
+    # the same result without a source_call_id answers the call
+    del step["observation"]["results"][0]["source_call_id"]
+    p.write_text(json.dumps(doc))
+    (t,) = list(read_path(p))
+    assert [(u.kind, u.action, u.observation) for u in t.turns] == [("env", "rm -rf build", "output of some other call")]
