@@ -13,6 +13,7 @@ the first user message (the simulated user's request) is the `task` and the gree
 results happen inside the user's reply: they go to that turn's metadata (`user_tool_calls`), or to
 the trajectory's where no reply turn holds them (before the request, after the last agent message).
 Parallel calls may share an id (tau2's default is ""): results are paired with them in order.
+A result that answers no open call is an `env` turn without an action (`metadata.call_missing`).
 
 The task's `user_scenario` (the user simulator's hidden instructions), when the document's `tasks`
 lists the task, is the `initial_state`; `info.environment_info.tool_defs` is the action space.
@@ -51,7 +52,7 @@ from collectors.base import (
     require,
     to_float,
 )
-from collectors.tau_bench import RESPOND, run_id
+from collectors.tau_bench import RESPOND, run_id, unpaired_result
 from pipelines.sources import parse_json
 from schemas.records import RecordError, Trajectory, Turn, dumps
 
@@ -207,7 +208,9 @@ def _turns(messages: list, locator: str) -> tuple[str | None, str | None, list[T
             waiting = open_calls.get(str(m.get("id")))
             t = waiting.pop(0) if waiting else None
             if t is None:
-                raise RecordError("unpaired_tool_result", f"{where}: tool result {m.get('id')!r} answers no open tool call")
+                turns.append(unpaired_result(content, m.get("id"), m.get("name"),
+                                             m["error"] if isinstance(m.get("error"), bool) else None, loc))
+                continue
             done = parse_time(m.get("timestamp"))
             t.kind, t.observation, t.observation_kind = "env", content, "tool_result"
             t.is_error = m["error"] if isinstance(m.get("error"), bool) else None

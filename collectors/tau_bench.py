@@ -5,7 +5,8 @@ one such run on its own (a JSON line, a Parquet row of a dataset made from the r
 domain tools and the simulated user, and both answer the agent:
 
 - an assistant `tool_calls[j]` and the `role: tool` message with its `tool_call_id` is a turn
-  (observation_kind `tool_result`);
+  (observation_kind `tool_result`); a tool message that answers no open call is kept as an `env` turn
+  without an action (`metadata.call_missing`), not lost with its run;
 - an assistant text message is tau-bench's `respond` action; the simulated user's next message is
   the environment's answer (observation_kind `user_reply`). tool_name is `respond`, as in
   tau-bench's own `Action(name="respond", kwargs={"content": ...})`.
@@ -69,6 +70,17 @@ def _react(content: str) -> tuple[str | None, dict, bool] | None:
     if thought.startswith("Thought:"):
         thought = thought[len("Thought:") :].strip()
     return (thought or None), parsed, ok
+
+
+def unpaired_result(content: str | None, call_id: Any, name: Any, is_error: bool | None, locator: str) -> Turn:
+    """The turn of a tool result that answers no open call (a harness that lost or reordered the call):
+    the environment's output is kept, without an action (`metadata.call_missing`), as the chat importer does."""
+    meta: dict[str, Any] = {"call_missing": True}
+    if name is not None:
+        meta["tool_name"] = name
+    return Turn(kind="env", observation=content, observation_kind="tool_result",
+                tool_call_id=str(call_id) if call_id is not None else None, is_error=is_error, locator=locator,
+                metadata=dumps(meta))
 
 
 def run_id(task_id: Any, trial: Any) -> str | None:
@@ -191,7 +203,7 @@ class TauBenchImporter(Importer):
                 awaiting_reply = self._assistant(m, j, where, content, turns, open_calls)
                 continue
             if role == "tool":
-                self._tool(m, j, where, content, open_calls)
+                self._tool(m, j, content, open_calls, turns)
                 continue
             if role == "user":
                 if awaiting_reply is not None:
@@ -284,15 +296,14 @@ class TauBenchImporter(Importer):
         return t
 
     @staticmethod
-    def _tool(m: dict, j: int, where: str, content: str | None, open_calls: dict[str, Turn]) -> None:
+    def _tool(m: dict, j: int, content: str | None, open_calls: dict[str, Turn], turns: list[Turn]) -> None:
         call_id = m.get("tool_call_id")
         t = open_calls.pop(call_id, None) if call_id is not None else None
         if t is None and call_id is None and len(open_calls) == 1:
             t = open_calls.pop(next(iter(open_calls)))
-        if t is None:
-            raise RecordError(
-                "unpaired_tool_result", f"{where}: tool result {call_id!r} answers no open tool call"
-            )
+        if t is None:  # answers no open call: kept, as environment output without its action
+            turns.append(unpaired_result(content, call_id, m.get("name"), _is_error(content), f"traj[{j}]"))
+            return
         t.kind = "env"
         t.observation = content
         t.observation_kind = "tool_result"

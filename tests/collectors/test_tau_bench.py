@@ -120,15 +120,30 @@ def test_react_and_minimal_records() -> None:
     assert minimal.outcome == "failure" and minimal.reward == 0.0
 
 
+def test_a_tool_result_that_answers_no_call_is_kept_without_an_action(tmp_path: Path) -> None:
+    recs = json.loads((DATA / "react_and_minimal.json").read_text())
+    before = [t for t in read_path(DATA / "react_and_minimal.json")]
+    recs[1]["traj"].append({"role": "tool", "tool_call_id": "call_9", "name": "get_user_details", "content": "?"})
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(recs, indent=2))
+    first, second = list(read_path(path))
+    assert isinstance(first, Trajectory) and isinstance(second, Trajectory)
+    assert second.turns[:-1] == before[1].turns
+    stray = second.turns[-1]
+    assert (stray.kind, stray.action, stray.observation, stray.observation_kind, stray.tool_call_id, stray.locator) == (
+        "env", None, "?", "tool_result", "call_9", "traj[8]")
+    assert json.loads(stray.metadata) == {"call_missing": True, "tool_name": "get_user_details"}
+
+
 def test_malformed_record_is_quarantined(tmp_path: Path) -> None:
     recs = json.loads((DATA / "react_and_minimal.json").read_text())
-    recs[1]["traj"].append({"role": "tool", "tool_call_id": "call_missing", "content": "?"})
+    recs[1]["traj"].append("not a message")
     path = tmp_path / "results.json"
     path.write_text(json.dumps(recs, indent=2))
     ok, q = list(read_path(path))
     assert isinstance(ok, Trajectory) and isinstance(q, QuarantineRecord)
-    assert q.importer == "tau-bench" and q.locator == "[1]" and q.reason == "unpaired_tool_result"
-    assert "[1] traj[8]: tool result 'call_missing'" in q.detail
+    assert q.importer == "tau-bench" and q.locator == "[1]" and q.reason == "malformed_record"
+    assert "[1] traj[8]" in q.detail
 
 
 def test_harness_error_run_is_an_error_not_a_failure(tmp_path: Path) -> None:

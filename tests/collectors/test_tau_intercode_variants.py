@@ -210,12 +210,16 @@ def test_tau2_user_tools_errors_and_unpaired(tmp_path: Path) -> None:
     assert json.loads(respond.metadata) == {"user_tool_calls": [
         {"id": "u1", "name": "toggle_airplane_mode", "arguments": {}},
         {"result_of": "u1", "content": "Airplane mode: OFF", "error": False}]}
-    # a result that answers no call quarantines that simulation, naming it
-    doc["simulations"][0]["messages"].insert(2, {"role": "tool", "id": "zz", "content": "?"})
-    (tmp_path / "bad.json").write_text(json.dumps(doc, indent=1))
-    (q,) = list(read_path(tmp_path / "bad.json"))
-    assert isinstance(q, QuarantineRecord) and q.reason == "unpaired_tool_result"
-    assert q.locator == "simulations[0]" and "messages[2]" in q.detail
+    # a result that answers no call is kept as environment output without its action
+    doc["simulations"][0]["messages"].insert(2, {"role": "tool", "id": "zz", "content": "?", "error": False})
+    (tmp_path / "stray.json").write_text(json.dumps(doc, indent=1))
+    (s,) = list(read_path(tmp_path / "stray.json"))
+    assert isinstance(s, Trajectory), s
+    assert [u.locator for u in s.turns] == ["messages[0]", "messages[2]", "messages[3].tool_calls[0]+messages[4]",
+                                            "messages[5]+messages[8]"]
+    stray = s.turns[1]
+    assert (stray.kind, stray.action, stray.observation, stray.tool_call_id, stray.is_error) == ("env", None, "?", "zz", False)
+    assert json.loads(stray.metadata) == {"call_missing": True}
 
 
 def test_intercode_plan_solve_refine_logs() -> None:
