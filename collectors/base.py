@@ -116,16 +116,68 @@ def require(obj: Any, key: str, where: str) -> Any:
 
 
 def as_text(value: Any) -> str | None:
-    """Text of a field that formats store as a string, a list of content parts, or a structure."""
+    """Text of a field that formats store as a string, a list of content parts, or a structure.
+
+    Content parts: the text parts joined; an image, audio or file part (OpenAI, Anthropic, ATIF 1.6)
+    becomes `[type: reference]` in its place, where a URL or path is kept and inline data only counted,
+    so that a screenshot is not stored as megabytes of base64 in a text column (the record's locator
+    still leads to it)."""
     if value is None:
         return None
     if isinstance(value, str):
         return value
-    if isinstance(value, list) and all(isinstance(p, dict) and "text" in p for p in value):
-        return "".join(str(p["text"]) for p in value)
-    from schemas.records import dumps
-
+    if isinstance(value, list):
+        if all(isinstance(p, dict) and "text" in p for p in value):
+            return "".join(str(p["text"]) for p in value)
+        if all(isinstance(p, dict) and ("text" in p or p.get("type") in MEDIA_PARTS) for p in value):
+            return _parts_text(value)
     return dumps(value)
+
+
+# content-part types that carry media rather than text, in the chat formats that agents' traces use
+MEDIA_PARTS = frozenset({"image", "image_url", "input_image", "audio", "input_audio", "file", "input_file",
+                         "video", "document"})
+
+
+def _parts_text(parts: list[dict]) -> str:
+    """Text parts joined as they are; a media part on a line of its own."""
+    out: list[str] = []
+    for p in parts:
+        if "text" in p:
+            out.append(str(p["text"]))
+            continue
+        if out and not out[-1].endswith("\n"):
+            out.append("\n")
+        out += [_media_part(p), "\n"]
+    if out and out[-1] == "\n":
+        out.pop()
+    return "".join(out)
+
+
+def _media_part(part: dict) -> str:
+    ref = _media_ref(part)
+    return f"[{part['type']}: {ref}]" if ref else f"[{part['type']}]"
+
+
+def _media_ref(part: dict) -> str | None:
+    """A media part's URL, path or file id; inline data (a `data:` URL, base64) as its size only."""
+    for key in ("image_url", "url", "file_id", "path", "source", "input_audio", "file", "data"):
+        value = part.get(key)
+        inline = key == "data"
+        if isinstance(value, dict):  # {"url": ...} (OpenAI), {"type": "base64", "data": ...} (Anthropic, ATIF)
+            nested = next((k for k in ("url", "path", "file_id", "file_url", "data") if isinstance(value.get(k), str)), None)
+            if nested is None:
+                continue
+            value, inline = value[nested], nested == "data"
+        if isinstance(value, str) and value:
+            return inline_data_note(value) if inline or value.startswith("data:") else value
+    return None
+
+
+def inline_data_note(data: str) -> str:
+    """Inline media (a `data:` URL or bare base64) as its header and size: what a text column keeps of it."""
+    head = data.split(",", 1)[0] + "," if data.startswith("data:") else ""
+    return f"{head}<{len(data)} characters not kept>"
 
 
 def loose_json(value: Any) -> Any:

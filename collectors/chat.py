@@ -80,6 +80,7 @@ from collectors.base import (
     Importer,
     as_text,
     expect_object,
+    inline_data_note,
     loose_json,
     object_at,
     render_call,
@@ -738,7 +739,7 @@ def _screenshot(output: Any) -> str | None:
     shot = dict(output)
     url = shot.get("image_url")
     if isinstance(url, str) and url.startswith("data:"):
-        shot["image_url"] = f"{url.split(',', 1)[0]},<{len(url)} characters not kept>"
+        shot["image_url"] = inline_data_note(url)
     return dumps(shot)
 
 

@@ -137,10 +137,9 @@ def test_v1_7_harbor_trial(tmp_path: Path) -> None:
     assert len(sub.turns) == 2 and sub.native_id == "traj-sub-1" and sub.reward is None
     assert sub.task == "Double-check the encoding of /app/hello.txt."
     assert sub.turns[0].action == "file hello.txt\n" and sub.turns[0].observation.endswith("hello.txt: ASCII text\nroot@box:/app# ")
-    image = sub.turns[1]  # results without tool calls: the message was the action; content parts kept
+    image = sub.turns[1]  # results without tool calls: the message was the action; the image part by its path
     assert image.kind == "env" and image.action == "take_screenshot"
-    parts = json.loads(image.observation)
-    assert parts[1]["source"]["path"] == "images/step_3.png"
+    assert image.observation == "Screen after the check:\n[image: images/step_3.png]"
     assert json.loads(image.metadata)["multimodal"] is True
 
 

@@ -144,3 +144,21 @@ def test_malformed_tool_arguments_stay_json(tmp_path: Path) -> None:
     first, second = t.turns
     assert json.loads(first.tool_args) == bad and first.action == f"run_shell {bad}"
     assert second.tool_args == '{"cmd":"pwd"}'
+
+
+def test_an_image_in_a_message_is_a_reference_not_base64(tmp_path: Path) -> None:
+    png = "data:image/png;base64," + "iVBORw0KGgo" * 1000
+    line = {"messages": [
+        {"role": "user", "content": [{"type": "text", "text": "What is on screen?"},
+                                     {"type": "image_url", "image_url": {"url": png}}]},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "zoom", "arguments": '{"x": 1}'}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": [{"type": "text", "text": "zoomed"},
+                                                           {"type": "image_url", "image_url": {"url": png}}]},
+    ]}
+    path = tmp_path / "multimodal.jsonl"
+    path.write_text(json.dumps(line) + "\n")
+    (t,) = list(read_path(path))
+    note = f"[image_url: data:image/png;base64,<{len(png)} characters not kept>]"
+    assert t.task == "What is on screen?\n" + note
+    assert [(u.kind, u.observation) for u in t.turns] == [("env", "zoomed\n" + note)]
