@@ -18,7 +18,7 @@ from typing import IO, Any, ClassVar
 
 import orjson
 
-from pipelines.sources import ReadLimits, parse_json
+from pipelines.sources import ReadLimits, json_problem, parse_json
 from schemas.records import RecordError, Trajectory, digest, dumps
 
 
@@ -42,6 +42,14 @@ class ImportContext:
         importer's best guess (`default`). Formats that record one environment (DroidBot, BrowserGym,
         asciicast, MCP traffic, ...) or name the domain (AgentWorldBench tasks) set it themselves."""
         return self.domain_override or default
+
+
+@dataclass
+class FolderRecord:
+    """A directory importer's record: the folder, with what `split` already read from it (so that
+    `convert` does not read it again). Its path is the quarantine row's source, so no excerpt is kept."""
+
+    folder: Path
 
 
 class Importer:
@@ -94,10 +102,12 @@ def load_json_file(path: Path, where: str, limit: int) -> Any:
     size = path.stat().st_size
     if size > limit:
         raise RecordError("record_too_large", f"{where}: {size} bytes, above the {limit}-byte limit", where)
+    data = path.read_bytes()
     try:
-        return parse_json(path.read_bytes())
+        return parse_json(data)
     except orjson.JSONDecodeError as e:
-        raise RecordError("invalid_json", f"{where}: {e}", where) from None
+        reason, problem = json_problem(data, e)
+        raise RecordError(reason, f"{where}: {problem}", where) from None
 
 
 def expect_object(obj: Any, where: str) -> dict:

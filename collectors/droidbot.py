@@ -20,13 +20,15 @@ are kept verbatim in `metadata.tag` and not converted to `started_at` (the zone 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import orjson
 
 from collectors.android_views import View, describe, parse_bounds_pairs, render_tree, walk
-from collectors.base import ImportContext, Importer, load_json_file, require
+from collectors.base import SNIFF_RECORDS, FolderRecord, ImportContext, Importer, load_json_file
 from pipelines.sources import parse_json
 from schemas.records import RecordError, Trajectory, Turn, dumps
 
@@ -140,25 +142,57 @@ def _looks_like_event(obj: Any) -> bool:
     )
 
 
+_ENV_FILE = "droidbot_env.json"
+
+
+@dataclass
+class _Report(FolderRecord):
+    """One session's readable files, read once by `split`."""
+
+    events: list[tuple[str, str, str, dict]]  # (tag, file name, relative path, event), in tag order
+    states: dict[str, tuple[str, dict]]  # state_str -> (relative path, state)
+    env: Any
+    unreadable: list[str]
+
+
+def _json_files(directory: Path, sub: str) -> Iterator[tuple[str, Any]]:
+    """(relative path, parsed JSON or the RecordError that names it) of each `sub/*.json`."""
+    folder = directory / sub
+    if not folder.is_dir():
+        return
+    for p in sorted(folder.glob("*.json")):
+        rel = f"{sub}/{p.name}"
+        try:
+            yield rel, load_json_file(p, rel, _MAX_JSON_BYTES)
+        except RecordError as e:
+            yield rel, e
+
+
 class DroidBotImporter(Importer):
     name = "droidbot"
     container = "dir"
 
     def sniff(self, directory: Path) -> bool:
+        """The first readable `events/*.json` (of the first few) decides: an unreadable one (a killed run
+        leaves a cut-off file) is skipped, so that it costs only itself (`split`), not the session."""
         events = directory / "events"
         if not events.is_dir():
             return False
+        tried = 0
         for p in sorted(events.glob("*.json")):
             if not p.is_file():
                 continue
+            tried += 1
+            if tried > SNIFF_RECORDS:
+                return False
             with open(p, "rb") as f:
                 head = f.read(_SNIFF_BYTES + 1)
             if len(head) > _SNIFF_BYTES:
-                return False
+                continue
             try:
                 return _looks_like_event(parse_json(head))
             except orjson.JSONDecodeError:
-                return False
+                continue
         return False
 
     def consumes(self, directory: Path) -> list[Path]:
@@ -169,25 +203,46 @@ class DroidBotImporter(Importer):
                 files.extend(p for p in (directory / sub).rglob("*") if p.is_file())
         return sorted(files)
 
-    def split(self, directory: Path, ctx: ImportContext):
-        yield "$", directory
-
-    def convert(self, directory: Path, locator: str, ctx: ImportContext) -> Trajectory:
-        states = self._states(directory)
-        events = []
-        for p in sorted((directory / "events").glob("*.json")):
-            rel = f"events/{p.name}"
-            rec = load_json_file(p, rel, _MAX_JSON_BYTES)
-            if not _looks_like_event(rec):
-                raise RecordError(
-                    "malformed_record",
-                    f"{rel}: not a DroidBot event (needs event.event_type and start/stop_state)",
-                )
-            events.append((str(rec.get("tag") or p.stem), p.name, rel, rec))
+    def split(self, directory: Path, ctx: ImportContext) -> Iterator[tuple[str, Any]]:
+        """The session, after a RecordError for each event, state or environment file that cannot be read
+        (quarantined by name): the session keeps the other files' turns and lists the lost ones in
+        `metadata.unreadable_files`; an event whose screen was in a lost state file has `missing_state`."""
+        unreadable: list[str] = []
+        states: dict[str, tuple[str, dict]] = {}
+        for rel, st in _json_files(directory, "states"):
+            if not isinstance(st, RecordError):
+                key = st.get("state_str") if isinstance(st, dict) else None
+                if isinstance(key, str):
+                    states.setdefault(key, (rel, st))  # first (earliest) save wins
+                    continue
+                st = RecordError("malformed_record", f"{rel}: not a DroidBot state (needs a string state_str)", rel)
+            unreadable.append(rel)
+            yield rel, st
+        events: list[tuple[str, str, str, dict]] = []
+        for rel, rec in _json_files(directory, "events"):
+            if not isinstance(rec, RecordError):
+                if _looks_like_event(rec):
+                    events.append((str(rec.get("tag") or Path(rel).stem), Path(rel).name, rel, rec))
+                    continue
+                rec = RecordError("malformed_record", f"{rel}: not a DroidBot event (needs event.event_type and "
+                                  "start/stop_state)", rel)
+            unreadable.append(rel)
+            yield rel, rec
+        env = None
+        if (directory / _ENV_FILE).is_file():
+            try:
+                env = load_json_file(directory / _ENV_FILE, _ENV_FILE, _MAX_JSON_BYTES)
+            except RecordError as e:
+                unreadable.append(_ENV_FILE)
+                yield _ENV_FILE, e
         if not events:
-            raise RecordError("no_turns", "events/: no event files")
+            yield "$", RecordError("no_turns", "events/: no readable event files" if unreadable else "events/: no event files")
+            return
         events.sort(key=lambda e: (e[0], e[1]))
+        yield "$", _Report(directory, events, states, env, unreadable)
 
+    def convert(self, report: _Report, locator: str, ctx: ImportContext) -> Trajectory:
+        directory, events, states, env = report.folder, report.events, report.states, report.env
         rendered: dict[str, str] = {}
 
         def render(state_str: str) -> str:
@@ -203,9 +258,6 @@ class DroidBotImporter(Importer):
         first_start = events[0][3].get("start_state")
         initial = render(first_start) if first_start in states else None
         utg = _utg(directory / "utg.js") or {}
-        env = None
-        if (directory / "droidbot_env.json").is_file():
-            env = load_json_file(directory / "droidbot_env.json", "droidbot_env.json", _MAX_JSON_BYTES)
         package = utg.get("app_package") or self._package_from_intents(events)
         fingerprint = {
             k: utg[k]
@@ -220,12 +272,14 @@ class DroidBotImporter(Importer):
         }
         if env is not None:
             fingerprint["droidbot_env"] = env
-        meta = {
+        meta: dict[str, Any] = {
             "app_package": package,
             "num_states_saved": len(states),
             "utg": {k: v for k, v in utg.items() if k not in ("nodes", "edges")} or None,
             "initial_state_str": first_start,
         }
+        if report.unreadable:
+            meta["unreadable_files"] = report.unreadable
         return Trajectory(
             domain="android",  # the environment the format records: `--domain` does not change it
             source_format=self.name,
@@ -239,20 +293,6 @@ class DroidBotImporter(Importer):
             metadata=dumps(meta),
             locator=locator,
         )
-
-    def _states(self, directory: Path) -> dict[str, tuple[str, dict]]:
-        states: dict[str, tuple[str, dict]] = {}
-        sdir = directory / "states"
-        if not sdir.is_dir():
-            return states
-        for p in sorted(sdir.glob("*.json")):
-            rel = f"states/{p.name}"
-            st = load_json_file(p, rel, _MAX_JSON_BYTES)
-            key = require(st, "state_str", rel)
-            if not isinstance(key, str):
-                raise RecordError("malformed_record", f"{rel}: state_str is not a string")
-            states.setdefault(key, (rel, st))  # first (earliest) save wins
-        return states
 
     def _turn(self, rec: dict, tag: str, rel: str, i: int, states: dict, render) -> Turn:
         where = f"{rel} turn {i}"

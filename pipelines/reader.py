@@ -20,7 +20,7 @@ from typing import IO, Any
 
 import orjson
 
-from collectors.base import ImportContext, Importer
+from collectors.base import FolderRecord, ImportContext, Importer
 from collectors.registry import IMPORTERS
 from pipelines.parquet_input import BadRows, Row, is_parquet, parquet_rows
 from pipelines.sources import (
@@ -598,7 +598,7 @@ def _q(ctx: ImportContext, locator: str, reason: str, detail: str, excerpt: Any 
 
 
 def _excerpt(value: Any, n: int = 300) -> str | None:
-    if value is None or hasattr(value, "read") or isinstance(value, Path):
+    if value is None or hasattr(value, "read") or isinstance(value, Path | FolderRecord):
         return None  # a text format's record is its stream, a directory format's its folder: nothing to show
     if isinstance(value, bytes | bytearray):
         return bytes(value[:n]).decode("utf-8", "replace")

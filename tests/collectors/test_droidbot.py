@@ -16,13 +16,14 @@ shapes (droidbot/input_event.py, device_state.py): 5 events, 2 saved states.
 from __future__ import annotations
 
 import json
+import shutil
 from collections import Counter
 from pathlib import Path
 
 from collectors.android_views import render_tree
 from collectors.droidbot import DroidBotImporter, views_to_tree
 from pipelines.reader import read_path
-from schemas.records import QuarantineRecord
+from schemas.records import QuarantineRecord, Trajectory
 from tests.collectors.support import assert_schema_valid, one_trajectory
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "droidbot"
@@ -120,11 +121,52 @@ def test_consumes_report_files() -> None:
 
 
 def test_broken_event_file_is_quarantined_by_name() -> None:
-    recs = list(read_path(DATA / "report_broken"))
-    assert len(recs) == 1 and isinstance(recs[0], QuarantineRecord)
-    assert recs[0].reason == "invalid_json" and recs[0].importer == "droidbot"
-    assert "events/event_2024-03-01_101503.json" in recs[0].detail
-    assert recs[0].excerpt is None  # the record is the folder: its path is the source already
+    q, traj = list(read_path(DATA / "report_broken"))
+    assert isinstance(q, QuarantineRecord) and isinstance(traj, Trajectory)
+    assert (q.reason, q.importer, q.locator) == ("truncated_json", "droidbot", "events/event_2024-03-01_101503.json")
+    assert "events/event_2024-03-01_101503.json" in q.detail and str(DATA / "report_broken") in q.detail
+    assert q.excerpt is None  # the record is the folder: its path is the source already
+    # the session keeps the readable event, and says which file it lost
+    assert [u.locator for u in traj.turns] == ["events/event_2024-03-01_101500.json"]
+    assert json.loads(traj.metadata)["unreadable_files"] == ["events/event_2024-03-01_101503.json"]
+
+
+def _broken_copy(tmp_path: Path, *cut: str) -> Path:
+    """The synthetic report with each file of `cut` cut to its first 40 bytes, as a killed run leaves it."""
+    dst = tmp_path / "report_com.example.notes"
+    shutil.copytree(DATA / "report_com.example.notes", dst)
+    for rel in cut:
+        (dst / rel).write_bytes((dst / rel).read_bytes()[:40])
+    return dst
+
+
+def test_a_cut_off_first_event_or_state_costs_only_that_file(tmp_path: Path) -> None:
+    whole = one_trajectory(DATA / "report_com.example.notes")
+    first, state = "events/event_2024-03-01_101500.json", "states/state_2024-03-01_101506.json"
+    recs = list(read_path(_broken_copy(tmp_path, first, state)))
+    assert [(type(r).__name__, r.locator, getattr(r, "reason", None)) for r in recs] == [
+        ("QuarantineRecord", state, "truncated_json"), ("QuarantineRecord", first, "truncated_json"),
+        ("Trajectory", "$", None)]
+    t = recs[-1]
+    assert [u.action for u in t.turns] == [u.action for u in whole.turns[1:]]
+    # events whose screen was in the lost state file keep their action, without the screen
+    lost = {u.locator.split("+")[0] for u in whole.turns[1:] if u.locator.endswith("+" + state)}
+    assert len(lost) == 2  # set_text, and the scroll that left the screen as it was
+    got = {u.locator: (u.observation, json.loads(u.metadata)["missing_state"]) for u in t.turns if u.locator in lost}
+    assert got == dict.fromkeys(lost, (None, True))
+    assert json.loads(t.metadata)["unreadable_files"] == [state, first]
+
+
+def test_a_file_that_is_no_event_costs_only_itself(tmp_path: Path) -> None:
+    dst = _broken_copy(tmp_path)
+    (dst / "events" / "event_2024-03-01_101509.json").write_text('{"tag": "x"}')
+    (dst / "droidbot_env.json").write_text("[")
+    recs = list(read_path(dst))
+    assert [(type(r).__name__, r.locator, getattr(r, "reason", None)) for r in recs] == [
+        ("QuarantineRecord", "events/event_2024-03-01_101509.json", "malformed_record"),
+        ("QuarantineRecord", "droidbot_env.json", "truncated_json"), ("Trajectory", "$", None)]
+    assert len(recs[-1].turns) == 4 and recs[-1].env_fingerprint is not None
+    assert "droidbot_env" not in json.loads(recs[-1].env_fingerprint)
 
 
 def test_sniff_checks_event_content(sample: Path) -> None:

@@ -65,7 +65,7 @@ def test_job_directory_gives_its_trajectories_and_quarantines_only_what_is_broke
     assert main.source_format == "atif" and main.source == str(job)
     assert main.reward == 1.0 and json.loads(main.metadata)["harbor"]["trial_name"] == "hello-world__Ab3dE9x"
     assert quarantined == [
-        (str(job), "hello-world__Zz9/agent/trajectory.json", "invalid_json"),
+        (str(job), "hello-world__Zz9/agent/trajectory.json", "truncated_json"),
         (str(job / "notes.txt"), "$", "unknown_format"),
     ]
 
@@ -125,13 +125,13 @@ def test_broken_continuation_and_unreferenced_trajectory_file_are_quarantined(tm
     shutil.copy(LINEAR / "agent" / "trajectory.cont-1.json", trial / "agent" / "trajectory.cont-2.json")  # named by no file
     recs = list(read_path(trial))
     quarantined = [(r.locator, r.reason) for r in recs if isinstance(r, QuarantineRecord)]
-    assert quarantined == [("agent/trajectory.cont-1.json", "invalid_json"),
+    assert quarantined == [("agent/trajectory.cont-1.json", "truncated_json"),
                            ("agent/trajectory.cont-2.json", "unreferenced_trajectory")]
     trajs = [r for r in recs if isinstance(r, Trajectory)]
     assert [len(t.turns) for t in trajs] == [3, 3, 1, 5]
     assert json.loads(trajs[0].metadata)["continuation_unread"] == {
         "file": "trajectory.cont-1.json",
-        "reason": "agent/trajectory.json: continued_trajectory_ref 'trajectory.cont-1.json': the file is quarantined (invalid_json)",
+        "reason": "agent/trajectory.json: continued_trajectory_ref 'trajectory.cont-1.json': the file is quarantined (truncated_json)",
     }
 
 

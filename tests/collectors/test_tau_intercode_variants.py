@@ -315,7 +315,7 @@ def test_tau2_directory_format_reads_as_the_one_document(tmp_path: Path) -> None
     (run / "simulations" / "zz-cut.json").write_text('{"id": "zz", "messages": [')
     recs = list(read_path(run))
     assert [type(r) for r in recs] == [Trajectory, QuarantineRecord]
-    assert (recs[1].locator, recs[1].reason, recs[1].importer) == ("simulations/zz-cut.json", "invalid_json", "tau2-bench-dir")
+    assert (recs[1].locator, recs[1].reason, recs[1].importer) == ("simulations/zz-cut.json", "truncated_json", "tau2-bench-dir")
 
 
 @pytest.mark.parametrize("first", [True, False])
