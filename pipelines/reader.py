@@ -244,6 +244,9 @@ def _read_stream(stream: IO[bytes], ctx: ImportContext, limits: ReadLimits) -> I
     if first in (b"{", b"["):
         yield from _read_json(stream, ctx, limits)
         return
+    if _looks_like_lines(head[: head.rfind(b"\n") + 1]):  # JSON lines whose first line is not JSON at all
+        yield from _read_json(stream, ctx, limits, lines_only=True)
+        return
     yield _q(ctx, "$", "unknown_format", f"{ctx.source}: content matches no known trace format", head), None
 
 

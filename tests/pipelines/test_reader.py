@@ -290,3 +290,17 @@ def test_nan_written_by_python_costs_no_record(tmp_path: Path) -> None:
             got[(r.source_format, r.locator)] = [t.reward for t in r.turns], r.reward
     assert got == {("intercode", "line:1/key:0"): ([1.0], 1.0), ("intercode", "line:1/key:1"): ([None], None),
                    ("tau-bench", "line:1"): ([None], 1.0), ("tau-bench", "line:2"): ([None], None)}
+
+
+def test_json_lines_whose_first_line_is_not_json_at_all(tmp_path: Path) -> None:
+    # a first line that does not even start like JSON (a log line, a banner) costs only itself
+    src = SAMPLE / "fireact" / "finetune_gpt_format_hotpotqa.jsonl"
+    good = src.read_bytes().split(b"\n")[:3]
+    p = tmp_path / "banner.jsonl"
+    p.write_bytes(b"# exported 2026-01-01\n" + b"\n".join(good) + b"\n")
+    trajs, quarantined = _records(p)
+    assert sorted(trajs) == ["line:2", "line:3", "line:4"]
+    assert [(q.locator, q.reason) for q in quarantined] == [("line:1", "invalid_json")]
+    # text with only a JSON line or two among other lines is still no JSON lines
+    p.write_bytes(b"a log\n" + good[0] + b"\nmore log\nand more\n")
+    assert [(q.locator, q.reason) for q in _records(p)[1]] == [("$", "unknown_format")]
