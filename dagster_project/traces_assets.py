@@ -31,14 +31,18 @@ class TracesEndpointResource(dg.ConfigurableResource):
     model: str = "smollm2"
     api_key: str | None = None
     judge_model: str | None = None  # default: `model`
+    judge_base_url: str | None = None  # default: `base_url`
     concurrency: int = 8
     requests_per_s: float | None = None
     timeout_s: float = 300.0
     retries: int = 4
 
-    def generator(self, model: str | None = None) -> EndpointGenerator:
-        return EndpointGenerator(self.base_url, model or self.model, self.api_key, self.concurrency,
+    def generator(self, model: str | None = None, base_url: str | None = None) -> EndpointGenerator:
+        return EndpointGenerator(base_url or self.base_url, model or self.model, self.api_key, self.concurrency,
                                  self.requests_per_s, self.timeout_s, self.retries)
+
+    def judge_generator(self) -> EndpointGenerator:
+        return self.generator(self.judge_model, self.judge_base_url)
 
 
 def traces_resources() -> dict[str, dg.ConfigurableResource]:
@@ -64,6 +68,11 @@ class TracesRunConfig(dg.Config):
     prefill_think: bool = False
     judge: bool = False
     judge_weight: float = 0.3
+    judge_required: bool = False
+    judge_max_tokens: int = 160
+    few_shot: bool = True
+    cache: str = ""  # default: cache.sqlite in `out`
+    write_side_table: bool = True
     seed: int = 0
     min_retention: float = 0.0  # the retention check warns below this
 
@@ -85,12 +94,14 @@ def thinking_traces(context: dg.AssetExecutionContext, corpus: CorpusResource, t
     cfg = TracesConfig(
         queries=QueryConfig(max_queries=config.max_queries, per_stratum=config.per_stratum,
                             max_target_chars=config.max_target_chars, history_turns=config.history_turns, seed=config.seed),
-        k=config.k, sampling=Sampling(config.max_tokens, config.temperature, config.top_p), limits=PromptLimits(),
+        k=config.k, sampling=Sampling(config.max_tokens, config.temperature, config.top_p),
+        limits=PromptLimits(few_shot=config.few_shot),
         prefill="<think>\n" if config.prefill_think else "", seed=config.seed, threshold=config.threshold,
         thresholds=tuple(sorted(config.domain_thresholds.items())),
-        judge=JudgeConfig(config.judge_weight) if config.judge else None, lock_wait_s=corpus.lock_wait_seconds)
+        judge=JudgeConfig(config.judge_weight, config.judge_required, config.judge_max_tokens) if config.judge else None,
+        write_side_table=config.write_side_table, cache_path=config.cache or None, lock_wait_s=corpus.lock_wait_seconds)
     gen = traces_endpoint.generator()
-    judge = traces_endpoint.generator(traces_endpoint.judge_model) if config.judge else None
+    judge = traces_endpoint.judge_generator() if config.judge else None
     t0 = time.monotonic()
     out = traces_out(corpus, config)
     s = traces(corpus.root, out, gen, cfg, judge, progress=True, echo=context.log.info)

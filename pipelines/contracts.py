@@ -114,6 +114,11 @@ def counts_reconcile(corpus: Corpus) -> ContractResult:
     )
 
 
+def _percent(rate: float) -> str:
+    """A rate bound as a percentage with the digits it needs (0.25 -> 25%, 0.001 -> 0.1%)."""
+    return f"{100 * rate:.6g}%"
+
+
 def quarantine_rate(corpus: Corpus, max_rate: float = 0.25) -> ContractResult:
     """Quarantined records are at most `max_rate` of all records in, over the whole corpus."""
     con = connect(corpus.root)
@@ -124,7 +129,7 @@ def quarantine_rate(corpus: Corpus, max_rate: float = 0.25) -> ContractResult:
     return ContractResult(
         "quarantine_rate",
         rate <= max_rate,
-        f"quarantined / records in ≤ {max_rate:.0%}",
+        f"quarantined / records in ≤ {_percent(max_rate)}",
         {"rate": round(rate, 4), "max_rate": max_rate, "quarantined": quar, "reasons": reasons,
          "inspect": f'worldline query {corpus.root} "SELECT source, locator, reason, detail FROM quarantine"'},
     )
@@ -137,7 +142,7 @@ def latest_batch_quarantine_rate(corpus: Corpus, max_rate: float = 0.25) -> Cont
     batches = [b for b in m["batches"]
                if b.get("state") == "committed" and isinstance(b.get("counts"), dict) and "records" in b["counts"]]
     if not batches:
-        return ContractResult("latest_batch_quarantine_rate", True, f"the newest ingest quarantined ≤ {max_rate:.0%}",
+        return ContractResult("latest_batch_quarantine_rate", True, f"the newest ingest quarantined ≤ {_percent(max_rate)}",
                               {"batch": None, "note": "no ingest batch yet"})
     b = batches[-1]
     records, quar = int(b["counts"]["records"]), int(b["counts"]["quarantined"])
@@ -150,7 +155,7 @@ def latest_batch_quarantine_rate(corpus: Corpus, max_rate: float = 0.25) -> Cont
     return ContractResult(
         "latest_batch_quarantine_rate",
         rate <= max_rate,
-        f"the newest ingest quarantined ≤ {max_rate:.0%} of its records",
+        f"the newest ingest quarantined ≤ {_percent(max_rate)} of its records",
         {"batch": b["id"], "rate": round(rate, 4), "max_rate": max_rate, "records_in": records, "quarantined": quar,
          "reasons": dict(reasons.most_common(10)), "inputs": [f"{src}: {n}" for n, src in worst[:10]]},
     )

@@ -71,7 +71,8 @@ class IngestSummary:
     corpus: str
     inputs: int = 0
     new_inputs: int = 0
-    skipped_inputs: int = 0
+    skipped_inputs: int = 0  # inputs not read: their content is in the corpus, or another input of the run has it
+    duplicate_inputs: int = 0  # of those, the ones whose content another input of this run has
     bytes: int = 0
     records: int = 0
     trajectories: int = 0
@@ -94,7 +95,9 @@ class IngestSummary:
         mb = self.bytes / 1e6
         lines = [
             f"ingest → {self.corpus}: {self.inputs} inputs ({mb:.1f} MB) in {self.seconds:.1f} s; "
-            f"{self.new_inputs} new, {self.skipped_inputs} already ingested",
+            f"{self.new_inputs} new, {self.skipped_inputs - self.duplicate_inputs} already ingested"
+            + (f", {self.duplicate_inputs} the same content as another input of this run (read once)"
+               if self.duplicate_inputs else ""),
             f"  records in {self.records} = accepted {self.trajectories} + quarantined {self.quarantined}"
             + ("" if self.reconciles else "   ← DOES NOT RECONCILE"),
             f"  turns {self.turns}",
@@ -352,6 +355,7 @@ def _ingest(
             summary.bytes += size
             if sha in known or sha in seen:
                 summary.skipped_inputs += 1
+                summary.duplicate_inputs += sha not in known
                 first = known[sha]["source"] if sha in known else seen[sha]
                 summary.skipped.append(f"{unit.source} (same content as {first})")
                 continue

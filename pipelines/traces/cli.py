@@ -31,9 +31,11 @@ def add_arguments(s: argparse.ArgumentParser) -> None:
     s.add_argument("corpus", type=Path)
     s.add_argument("--out", required=True, type=Path, help="output directory (SFT set, candidates, cache)")
     s.add_argument("--endpoint", default=os.environ.get("WORLDLINE_TRACES_BASE_URL"),
-                   help="OpenAI-compatible base URL (e.g. http://127.0.0.1:8000/v1), or `local` for an in-process model")
+                   help="OpenAI-compatible base URL (e.g. http://127.0.0.1:8000/v1), or `local` for an in-process model; "
+                        "default: $WORLDLINE_TRACES_BASE_URL")
     s.add_argument("--model", default=os.environ.get("WORLDLINE_TRACES_MODEL"),
-                   help="model name at the endpoint (with --endpoint local: `smollm2`, a .gguf or a HF directory)")
+                   help="model name at the endpoint (with --endpoint local: `smollm2`, a .gguf or a HF directory); "
+                        "default: $WORLDLINE_TRACES_MODEL")
     s.add_argument("-k", type=int, default=4, help="candidates per query")
     s.add_argument("--api-key-env", default="WORLDLINE_TRACES_API_KEY", help="environment variable holding the key")
     s.add_argument("--max-queries", type=int, default=1000, help="turns to ask about")
@@ -92,6 +94,12 @@ def run(a: argparse.Namespace) -> int:
     if not a.endpoint or not a.model:
         raise ValueError("traces needs --endpoint URL (or `local`) and --model NAME, "
                          "or WORLDLINE_TRACES_BASE_URL and WORLDLINE_TRACES_MODEL")
+    given = {"--judge-model": a.judge_model is not None, "--judge-endpoint": a.judge_endpoint is not None,
+             "--judge-required": a.judge_required, "--judge-weight": a.judge_weight != JudgeConfig.weight,
+             "--judge-max-tokens": a.judge_max_tokens != JudgeConfig.max_tokens}
+    if not a.judge and any(given.values()):
+        raise ValueError(f"{', '.join(k for k, v in given.items() if v)} set without --judge: "
+                         "add --judge to grade candidates with an LLM judge")
     q = QueryConfig(max_queries=a.max_queries, domains=tuple(d for d in a.domains.split(",") if d),
                     per_stratum=a.per_stratum, balance=tuple(b for b in a.balance.split(",") if b), max_target_chars=a.max_target_chars, history_turns=a.history_turns,
                     seed=a.seed)

@@ -46,6 +46,9 @@ def test_the_quarantine_rate_threshold_is_passed_through(sample: Path, tmp_path:
     assert by_name["quarantine_rate"].passed
     strict = {r.name: r for r in run_contracts(tmp_path / "c", max_quarantine_rate=0.0)}
     assert not strict["quarantine_rate"].passed and strict["quarantine_rate"].metadata["quarantined"] == 9
+    fine = {r.name: r for r in run_contracts(tmp_path / "c", max_quarantine_rate=0.001)}
+    assert fine["quarantine_rate"].description == "quarantined / records in ≤ 0.1%"  # not rounded to 0%
+    assert fine["latest_batch_quarantine_rate"].description == "the newest ingest quarantined ≤ 0.1% of its records"
 
 
 def test_only_the_contracts_asked_for_run(sample: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

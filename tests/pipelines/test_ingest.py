@@ -78,15 +78,21 @@ def test_reingest_is_a_noop_and_new_inputs_append(inbox: Path, tmp_path: Path, s
     ingest([inbox], out, progress=False)
     before = sorted(p.name for p in out.rglob("*.parquet"))
     again = ingest([inbox], out, progress=False)
-    assert (again.new_inputs, again.skipped_inputs, again.records) == (0, 2, 0)
+    assert (again.new_inputs, again.skipped_inputs, again.duplicate_inputs, again.records) == (0, 2, 0, 0)
+    assert "0 new, 2 already ingested\n" in again.render()
     assert sorted(p.name for p in out.rglob("*.parquet")) == before
     extra = tmp_path / "more"
     extra.mkdir()
     shutil.copy(sample / "swe-agent/pydicom__pydicom-1458.traj", extra / "p.traj")
     shutil.copy(sample / SWE, extra / "same-content-other-name.traj")
     s = ingest([extra], out, progress=False)
-    assert (s.new_inputs, s.skipped_inputs, s.trajectories, s.turns) == (1, 1, 1, 12)
-    assert _q(out, "SELECT count(*), count(DISTINCT trajectory_id) FROM trajectories")[0] == (3, 3)
+    assert (s.new_inputs, s.skipped_inputs, s.duplicate_inputs, s.trajectories, s.turns) == (1, 1, 0, 1, 12)
+    (extra / "twin.traj").write_bytes((extra / "p.traj").read_bytes() + b"\n")  # new content, twice in one run
+    shutil.copy(extra / "twin.traj", extra / "twin-again.traj")
+    s = ingest([extra], out, progress=False)
+    assert (s.new_inputs, s.skipped_inputs, s.duplicate_inputs) == (1, 3, 1)
+    assert "1 new, 2 already ingested, 1 the same content as another input of this run (read once)\n" in s.render()
+    assert _q(out, "SELECT count(*), count(DISTINCT trajectory_id) FROM trajectories")[0] == (4, 4)
 
 
 def test_second_writer_gets_a_clear_error(inbox: Path, tmp_path: Path) -> None:

@@ -257,12 +257,13 @@ def test_dagster_asset_checks_and_report(server, corpus: Path, tmp_path: Path) -
                    "traces_endpoint": TracesEndpointResource(base_url=url, model="smollm2")},
         run_config={"ops": {"thinking_traces": {"config": {
             "out": str(out), "k": 1, "max_queries": 1, "max_tokens": 8, "threshold": 0.0, "max_target_chars": 200,
-            "history_turns": 1}}}},
+            "history_turns": 1, "cache": str(tmp_path / "gen-cache.sqlite")}}}},
         instance=dg.DagsterInstance.ephemeral())
     assert res.success
     md = {k: v.value for k, v in res.asset_materializations_for_node("thinking_traces")[0].metadata.items()}
     assert (md["queries"], md["candidates"], md["generated"] + md["from_cache"]) == (1, 1, 1)
     assert md["sft"] == str(out / "sft.parquet")
+    assert (tmp_path / "gen-cache.sqlite").is_file() and not (out / "cache.sqlite").exists()  # the run config's cache
     evals = {e.check_name: e.passed for e in res.get_asset_check_evaluations()}
     assert evals == dict.fromkeys(TRACE_CHECKS, True)
     html = section_traces(connect(corpus))
@@ -280,6 +281,15 @@ def small(tmp_path: Path) -> Path:
 
     ingest([SAMPLE / "intercode"], tmp_path / "corpus", progress=False)
     return tmp_path / "corpus"
+
+
+def test_judge_options_without_judge_are_refused(small: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "traces"
+    args = ["traces", str(small), "--out", str(out), "--endpoint", NOWHERE, "--model", "x", "--quiet"]
+    assert main([*args, "--judge-weight", "0.5", "--judge-required"]) == 1
+    err = capsys.readouterr().err
+    assert "--judge-required, --judge-weight set without --judge: add --judge" in err
+    assert not out.exists()
 
 
 def test_unreachable_endpoint_fails_and_writes_nothing(small: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
