@@ -83,6 +83,7 @@ import pyarrow as pa
 from pipelines import export_formats as fmt
 from pipelines.evalset import dumps_row, eval_rows
 from pipelines.pack import Document, Sample, group_lengths, next_window, pack
+from pipelines.procs import die_with_parent
 from pipelines.progress import CountProgress
 from pipelines.query import views
 from pipelines.redact import (
@@ -1316,7 +1317,9 @@ def _open(root: Path, cfg: ExportConfig, scanned: bool, con: Any = None) -> _Ope
 _WORKER: dict[str, Any] = {}
 
 
-def _worker_init(hf: Any, spec: str, chat_template: str | None, cfg: ExportConfig, scored: bool, scanned: bool) -> None:
+def _worker_init(parent: int, hf: Any, spec: str, chat_template: str | None, cfg: ExportConfig, scored: bool,
+                 scanned: bool) -> None:
+    die_with_parent(parent)
     # one encoder thread per worker: the processes already fill the cores, and each worker's Rust
     # thread pool would otherwise fight the others for them (Hugging Face tokenizers also turn it
     # off by themselves in a child forked after the parent encoded, so that set-up decided the speed)
@@ -1343,7 +1346,7 @@ def _batches(opened: _Opened, cfg: ExportConfig, tok: ExportTokenizer, summary: 
     from concurrent.futures import ProcessPoolExecutor
 
     with ProcessPoolExecutor(workers, mp_context=mp.get_context("fork"), initializer=_worker_init,
-                             initargs=(tok.hf, tok.spec, cfg.chat_template, cfg, scored, scanned)) as pool:
+                             initargs=(os.getpid(), tok.hf, tok.spec, cfg.chat_template, cfg, scored, scanned)) as pool:
         pending: deque = deque()
         for batch in reader:
             pending.append(pool.submit(_worker_run, batch))

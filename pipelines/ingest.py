@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import signal
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
@@ -21,6 +20,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from pipelines.gcpause import fewer_gc_passes
+from pipelines.procs import die_with_parent
 from pipelines.progress import StatusLine
 from pipelines.reader import InputUnit, discover, read_unit
 from pipelines.sources import ReadLimits
@@ -276,20 +276,6 @@ def ingest(
     if pool is not None:
         pool.shutdown()
     return result
-
-
-def die_with_parent(parent: int) -> None:
-    """A pool worker's initializer: the kernel kills the worker when the process that started it dies
-    (SIGTERM or SIGKILL of an ingest), instead of leaving it converting for nobody (Linux only)."""
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-        if os.getppid() != parent:  # the parent died before the call above
-            os._exit(1)
-    except (OSError, AttributeError):
-        pass
 
 
 def stop_pool(pool: ProcessPoolExecutor) -> None:
