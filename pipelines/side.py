@@ -97,6 +97,28 @@ def stale_side_tables(corpus: Corpus, names: tuple[str, ...] = tuple(STAGE_OF)) 
     return out
 
 
+def drop_orphaned_tmp(d: Path) -> list[Path]:
+    """Remove the temporary files of writers that died before committing (a killed stage): their names
+    carry the writer's pid, and a pid no process has any more will never commit. Returns them."""
+    dropped = []
+    for p in d.glob(f".{SIDE_FILE}.tmp-*"):
+        pid = p.name.removeprefix(f".{SIDE_FILE}.tmp-").split("-", 1)[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            p.unlink(missing_ok=True)
+            dropped.append(p)
+    return dropped
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
 class SideTableWriter:
     """Streams record batches into a temporary file; `commit()` renames it into place and records
     the manifest entry under the corpus lock. Use as a context manager: an exception discards the
@@ -111,6 +133,7 @@ class SideTableWriter:
         self.row_group_rows = row_group_rows
         d = side_dir(corpus, name)
         d.mkdir(parents=True, exist_ok=True)
+        drop_orphaned_tmp(d)
         self.tmp = d / f".{SIDE_FILE}.tmp-{os.getpid()}-{id(self):x}"
         meta = {
             b"worldline.stage": stage.encode(),
