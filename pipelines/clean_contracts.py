@@ -10,7 +10,7 @@ from pathlib import Path
 from pipelines.clean import REASONS, TURN_REASONS
 from pipelines.contracts import ContractResult, run_named
 from pipelines.query import connect
-from pipelines.side import corpus_state, side_info
+from pipelines.side import corpus_state, side_info, verdicts_identity
 from pipelines.store import Corpus
 
 
@@ -86,7 +86,7 @@ def dedup_current(corpus: Corpus) -> ContractResult:
         return _missing("dedup_current", "duplicates", "dedup")
     state = corpus_state(corpus)
     clean = side_info(corpus, "cleaning")
-    want_clean = clean.get("fingerprint") if clean and sig.get("config", {}).get("use_cleaning") else None
+    want_clean = verdicts_identity(clean) if sig.get("config", {}).get("use_cleaning") else None
     used_clean = sig.get("config", {}).get("cleaning_fingerprint")
     ok = sig.get("corpus_state") == state and dup.get("corpus_state") == state and used_clean == want_clean
     return ContractResult(

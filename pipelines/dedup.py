@@ -54,7 +54,15 @@ import pyarrow.parquet as pq
 
 from pipelines.canonical import RULES, canonical_sql
 from pipelines.query import connect, spill_workspace, sql_str
-from pipelines.side import SideTableWriter, corpus_state, side_info, side_path, side_schema
+from pipelines.side import (
+    SideTableWriter,
+    corpus_state,
+    side_info,
+    side_path,
+    side_schema,
+    stale_side_tables,
+    verdicts_identity,
+)
 from pipelines.store import Corpus, CorpusError
 from schemas.options import at_least, check_memory_limit
 from schemas.tables import _f, side_table_schema
@@ -514,7 +522,7 @@ def _cleaning_filter(con: duckdb.DuckDBPyConnection, corpus: Corpus, use: bool) 
     path = sql_str(str(side_path(corpus, "cleaning")))
     t = _arrow(con.sql(f"SELECT DISTINCT trajectory_id FROM read_parquet({path}) WHERE turn_index IS NULL")).column(0)
     u = _arrow(con.sql(f"SELECT DISTINCT trajectory_id || ':' || turn_index FROM read_parquet({path}) WHERE turn_index IS NOT NULL")).column(0)
-    return t.combine_chunks(), u.combine_chunks(), info.get("fingerprint")
+    return t.combine_chunks(), u.combine_chunks(), verdicts_identity(info)
 
 
 def _iter_turn_batches(con: duckdb.DuckDBPyConnection, files: list[Path], batch_rows: int,
@@ -798,6 +806,9 @@ def dedup(corpus_dir: Path | str, config: DedupConfig = DedupConfig(), progress:
     echo = echo or (lambda m: print(m, file=sys.stderr))
     corpus = Corpus(corpus_dir)
     con = connect(corpus.root)
+    if config.use_cleaning:
+        for name, why in stale_side_tables(corpus, ("cleaning",)).items():
+            echo(f"dedup: side table {name} is stale: {why} (deduplicating with its verdicts as they are)")
     try:
         with spill_workspace(con, corpus.root, "dedup", config.memory_limit) as work:
             return _dedup(con, corpus, work, config, _Progress(progress, echo))

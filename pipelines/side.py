@@ -68,6 +68,15 @@ def side_entries(corpus: Corpus) -> dict[str, dict[str, Any]]:
     return {name: e for name, e in side.items() if side_path(corpus, name).exists()}
 
 
+def verdicts_identity(entry: dict[str, Any] | None) -> str | None:
+    """What a stage that filters by another stage's verdicts (dedup by cleaning's) records of them: the
+    settings' fingerprint and the corpus state they judged. The settings alone miss a rerun of the
+    stage on a grown corpus, whose verdicts differ under the same settings."""
+    if entry is None or entry.get("fingerprint") is None:
+        return None
+    return f"{entry['fingerprint']}@{(entry.get('corpus_state') or {}).get('batches_digest')}"
+
+
 def side_fingerprints(corpus: Corpus, names: tuple[str, ...]) -> dict[str, Any]:
     """Settings fingerprint and judged corpus state of each of `names` that exists: what a stage that
     reads them records, to tell later whether they changed."""
@@ -88,7 +97,7 @@ def stale_side_tables(corpus: Corpus, names: tuple[str, ...] = tuple(STAGE_OF)) 
             out[name] = f"computed before the corpus last changed; rerun `worldline {STAGE_OF[name]}`"
     cfg = side.get("dedup_signatures", {}).get("config")
     if cfg is not None:
-        want = side["cleaning"].get("fingerprint") if "cleaning" in side and cfg.get("use_cleaning") else None
+        want = verdicts_identity(side.get("cleaning")) if cfg.get("use_cleaning") else None
         if cfg.get("cleaning_fingerprint") != want:
             for name in ("duplicates", "shared_prefixes"):
                 if name in names and name in side:

@@ -73,6 +73,31 @@ def test_tables_from_before_an_ingest_are_stale(clusters: Path, tmp_path: Path, 
         for name, stage in (("cleaning", "clean"), ("redactions", "clean"), ("duplicates", "dedup"), ("shared_prefixes", "dedup"))}
 
 
+def test_dedup_between_an_ingest_and_clean_is_stale_until_it_runs_again(clusters: Path, tmp_path: Path, sample: Path,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """Cleaning rerun with the same settings on a grown corpus gives other verdicts: the dedup that used the old
+    ones is stale, and its next run computes again instead of reusing signatures filtered by them."""
+    root = tmp_path / "corpus"
+    ingest([clusters], root, IngestConfig(domain_override="terminal"), progress=False)
+    clean(root, progress=False)
+    dedup(root, progress=False)
+    ingest([sample / "tau-bench"], root, progress=False)
+    dedup(root, progress=False)  # on the grown corpus, with the verdicts of the smaller one
+    assert "dedup: side table cleaning is stale: computed before the corpus last changed" in capsys.readouterr().err
+    clean(root, progress=False)
+    assert stale_side_tables(Corpus(root)) == {
+        name: "computed against other cleaning verdicts than the current ones; rerun `worldline dedup`"
+        for name in ("duplicates", "shared_prefixes")}
+    again = dedup(root, progress=False)
+    assert not again.signatures_reused and stale_side_tables(Corpus(root)) == {}
+    fresh = tmp_path / "fresh"  # the same inputs in one go
+    ingest([clusters], fresh, IngestConfig(domain_override="terminal"), progress=False)
+    ingest([sample / "tau-bench"], fresh, progress=False)
+    clean(fresh, progress=False)
+    once = dedup(fresh, progress=False)
+    assert (again.considered, again.kept, again.clusters) == (once.considered, once.kept, once.clusters)
+
+
 def test_dedup_ignoring_cleaning_keeps_one_member_per_cluster(clusters: Path, tmp_path: Path) -> None:
     from pipelines.dedup import DedupConfig
 
