@@ -456,8 +456,9 @@ def clean(corpus_dir: Path | str, config: CleanConfig = CleanConfig(), progress:
     t0 = time.monotonic()
     echo = echo or (lambda m: print(m, file=sys.stderr))
     corpus = Corpus(corpus_dir)
-    state = corpus_state(corpus) if corpus.exists() else None
-    con = connect(corpus.root)
+    manifest = corpus.require().manifest()  # one state: the views and the state recorded
+    state = corpus_state(corpus, manifest)
+    con = connect(corpus.root, committed=corpus.committed_files(manifest))
     try:  # bounded: window partitions and sorts beyond the limit spill (removed afterwards)
         with spill_workspace(con, corpus.root, "clean", config.memory_limit):
             return _clean(con, corpus, state, config, progress, echo, t0)

@@ -511,10 +511,6 @@ class _Progress:
         self.echo(f"dedup [{now - self.t0:6.1f} s] {msg}")
 
 
-def _turn_files(corpus: Corpus) -> list[Path]:
-    return sorted((corpus.root / "turns").glob("*/*.parquet")) if (corpus.root / "turns").exists() else []
-
-
 def _cleaning_filter(con: duckdb.DuckDBPyConnection, corpus: Corpus, use: bool) -> tuple[pa.Array | None, pa.Array | None, str | None]:
     info = side_info(corpus, "cleaning")
     if not use or info is None:
@@ -615,9 +611,8 @@ def _check_order(f: Path, t: pa.Table) -> None:
 
 def _pass_signatures(con: duckdb.DuckDBPyConnection, corpus: Corpus, cfg: DedupConfig, sig_fp: str, state: dict,
                      drop_t: pa.Array | None, drop_u: pa.Array | None, cleaning_fp: str | None,
-                     progress: _Progress) -> dict[str, Any]:
+                     progress: _Progress, files: list[Path]) -> dict[str, Any]:
     hasher = MinHasher(cfg.num_perm, cfg.seed)
-    files = _turn_files(corpus)
     config = {"num_perm": cfg.num_perm, "shingle": cfg.shingle, "seed": cfg.seed, "scheme": "affine32",
               "max_prefix_turns": cfg.max_prefix_turns, "use_cleaning": cfg.use_cleaning,
               "cleaning_fingerprint": cleaning_fp if cfg.use_cleaning else None}
@@ -805,22 +800,25 @@ def dedup(corpus_dir: Path | str, config: DedupConfig = DedupConfig(), progress:
     """Compute (or reuse) signatures, then duplicate clusters and shared prefixes for the corpus."""
     echo = echo or (lambda m: print(m, file=sys.stderr))
     corpus = Corpus(corpus_dir)
-    con = connect(corpus.root)
+    manifest = corpus.require().manifest()  # one state: the views, the turn files and the state recorded
+    committed = corpus.committed_files(manifest)
+    con = connect(corpus.root, committed=committed)
     if config.use_cleaning:
         for name, why in stale_side_tables(corpus, ("cleaning",)).items():
             echo(f"dedup: side table {name} is stale: {why} (deduplicating with its verdicts as they are)")
     try:
         with spill_workspace(con, corpus.root, "dedup", config.memory_limit) as work:
-            return _dedup(con, corpus, work, config, _Progress(progress, echo))
+            return _dedup(con, corpus, work, config, _Progress(progress, echo), corpus_state(corpus, manifest),
+                          committed["turns"])
     finally:
         con.close()
 
 
-def _dedup(con: duckdb.DuckDBPyConnection, corpus: Corpus, work: Path, config: DedupConfig, bar: _Progress) -> DedupSummary:
+def _dedup(con: duckdb.DuckDBPyConnection, corpus: Corpus, work: Path, config: DedupConfig, bar: _Progress,
+           state: dict[str, Any], turn_files: list[Path]) -> DedupSummary:
     if config.threads:
         con.execute(f"SET threads = {int(config.threads)}")
     con.execute("SET preserve_insertion_order = true")
-    state = corpus_state(corpus)
     drop_t, drop_u, cleaning_fp = _cleaning_filter(con, corpus, config.use_cleaning)
     sig_fp = config.signature_fingerprint(cleaning_fp)
     fp = config.fingerprint(cleaning_fp)
@@ -834,7 +832,7 @@ def _dedup(con: duckdb.DuckDBPyConnection, corpus: Corpus, work: Path, config: D
         summary.signatures_reused = True
         bar("signatures: reusing the stored ones (same settings, same corpus)", force=True)
     else:
-        _pass_signatures(con, corpus, config, sig_fp, state, drop_t, drop_u, cleaning_fp, bar)
+        _pass_signatures(con, corpus, config, sig_fp, state, drop_t, drop_u, cleaning_fp, bar, turn_files)
     summary.seconds_signatures = time.monotonic() - t0
     t1 = time.monotonic()
     _pass_verdicts(con, corpus, config, fp, state, work, summary, bar)

@@ -39,6 +39,11 @@ def sql_str(s: str) -> str:
     return "'" + s.replace("'", "''") + "'"
 
 
+def parquet_list(paths: list[Path]) -> str:
+    """A SQL list of file names, for `read_parquet` (file names are not globs: no `*`, `?` or `[` expanded)."""
+    return "[" + ", ".join(sql_str(str(p)) for p in paths) + "]"
+
+
 WORK_OWNER = ".owner"  # in each work folder: locked (flock) by the run using it, for as long as it does
 STALE_UNLOCKED_S = 60.0  # an unlocked owner file this old is a dead run's (a new run locks it at once)
 STALE_UNOWNED_S = 3600.0  # a work folder without an owner file this old is a killed run's (or an older version's)
@@ -97,14 +102,18 @@ def remove_stale_workspaces(root: Path, unlocked_after_s: float = STALE_UNLOCKED
     return removed
 
 
-def connect(corpus_dir: Path | str, con: duckdb.DuckDBPyConnection | None = None) -> duckdb.DuckDBPyConnection:
-    """An in-memory DuckDB connection with the corpus views defined."""
+def connect(corpus_dir: Path | str, con: duckdb.DuckDBPyConnection | None = None,
+            committed: dict[str, list[Path]] | None = None) -> duckdb.DuckDBPyConnection:
+    """An in-memory DuckDB connection with the corpus views defined, over the committed batches' files
+    (`committed`: the stage's own list of them, `Corpus.committed_files`): one state of the corpus,
+    whatever a writer does meanwhile."""
     corpus = Corpus(corpus_dir).require()
     con = con or duckdb.connect()
+    committed = corpus.committed_files() if committed is None else committed
     for name, schema in TABLE_SCHEMAS.items():
-        if corpus.has_table(name):
-            glob = corpus.table_glob(name).replace("'", "''")
-            con.execute(f"CREATE OR REPLACE VIEW {name} AS SELECT * FROM read_parquet('{glob}', hive_partitioning=false, union_by_name=true)")
+        if committed[name]:
+            con.execute(f"CREATE OR REPLACE VIEW {name} AS SELECT * FROM read_parquet({parquet_list(committed[name])}, "
+                        "hive_partitioning=false, union_by_name=true)")
         else:
             con.register(f"_empty_{name}", pa.table({f.name: pa.array([], f.type) for f in schema}))
             con.execute(f"CREATE OR REPLACE VIEW {name} AS SELECT * FROM _empty_{name}")

@@ -40,7 +40,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from pipelines.progress import StatusLine
-from pipelines.query import connect, spill_workspace, sql_str, views
+from pipelines.query import connect, parquet_list, spill_workspace, sql_str, views
 from pipelines.render import cut_bound
 from pipelines.score_model import MODEL_FIELDS, MODEL_SCHEMA, Plan  # no torch at import time
 from pipelines.score_surface import CATEGORIES, SURFACE_FIELDS, SURFACE_SCHEMA, SurfaceConfig, score_surface
@@ -384,10 +384,11 @@ def _ranges(corpus: Corpus, con: Any, sort_bytes: int) -> int:
     """How many md5 ranges to sort the trajectories and turns in: their data (Parquet, uncompressed)
     over `sort_bytes`."""
     size = 0
+    committed = corpus.committed_files()
     for name in ("trajectories", "turns"):
-        if corpus.has_table(name):
-            glob = sql_str(corpus.table_glob(name))
-            size += con.sql(f"SELECT coalesce(sum(total_uncompressed_size), 0) FROM parquet_metadata({glob})").fetchall()[0][0]
+        if committed[name]:
+            size += con.sql(f"SELECT coalesce(sum(total_uncompressed_size), 0) "
+                            f"FROM parquet_metadata({parquet_list(committed[name])})").fetchall()[0][0]
     return max(1, min(4096, -(-int(size) // sort_bytes)))
 
 
@@ -496,7 +497,9 @@ def score(
     t0 = time.monotonic()
     echo = echo or (lambda m: print(m, file=sys.stderr))
     corpus = Corpus(corpus_dir)
-    con = connect(corpus.root)
+    manifest = corpus.require().manifest()  # one state: the views and the state recorded
+    state = corpus_state(corpus, manifest)
+    con = connect(corpus.root, committed=corpus.committed_files(manifest))
     try:
         with spill_workspace(con, corpus.root, "score", config.memory_limit) as work:
             if config.threads:
@@ -504,14 +507,13 @@ def score(
             # a scan's batches as they come (the order is ORDER BY's); kept in order, they queue up in memory
             con.execute("SET preserve_insertion_order = false")
             con.execute("SET enable_progress_bar = false")  # the stage's own line says how far it got
-            return _score(corpus, con, work, config, progress, echo, scorer, t0)
+            return _score(corpus, con, work, config, progress, echo, scorer, t0, state)
     finally:
         con.close()
 
 
 def _score(corpus: Corpus, con: Any, work: Path, config: ScoreConfig, progress: bool, echo: Callable[[str], None],
-           scorer: Any, t0: float) -> ScoreSummary:
-    state = corpus_state(corpus)
+           scorer: Any, t0: float, state: dict[str, Any]) -> ScoreSummary:
     summary = ScoreSummary(corpus=str(corpus.root), tier=config.tier, max_tokens=config.max_tokens)
     old = side_schema(corpus, TABLE)  # the table written last; DuckDB reads its rows column by column, streaming
     old_sql = f"read_parquet({sql_str(str(side_path(corpus, TABLE)))})"

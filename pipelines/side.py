@@ -33,9 +33,11 @@ def side_path(corpus: Corpus, name: str) -> Path:
     return side_dir(corpus, name) / SIDE_FILE
 
 
-def corpus_state(corpus: Corpus) -> dict[str, Any]:
-    """The committed batches a stage read: a digest to compare later runs against."""
-    ids = sorted(b["id"] for b in corpus.manifest()["batches"] if b.get("state") == "committed")
+def corpus_state(corpus: Corpus, manifest: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The committed batches a stage read: a digest to compare later runs against. `manifest`: the one
+    the stage's views were made from (`Corpus.committed_files`), so that the state is exactly what it read."""
+    m = corpus.manifest() if manifest is None else manifest
+    ids = sorted(b["id"] for b in m["batches"] if b.get("state") == "committed")
     return {"batches": len(ids), "batches_digest": hashlib.sha256("\n".join(ids).encode()).hexdigest()[:16]}
 
 

@@ -178,14 +178,19 @@ class Corpus:
                 raise CorpusError(f"{self.root} holds corpus data ({', '.join(d + '/' for d in held)}) but no manifest.json; "
                                   "restore the manifest, or write the corpus into a new folder")
 
-    def table_glob(self, table: str) -> str:
-        if table == "quarantine":
-            return str(self.root / "quarantine" / "*.parquet")
-        return str(self.root / table / "*" / "*.parquet")
-
-    def has_table(self, table: str) -> bool:
-        base = self.root / table
-        return base.exists() and any(base.rglob("*.parquet"))
+    def committed_files(self, manifest: dict | None = None) -> dict[str, list[Path]]:
+        """The data files of the committed batches, by table: what readers read. A batch that is being
+        committed (its files moved into place one by one), or that a crashed writer left committing
+        until the next writer finishes it, is not among them, so no reader sees part of one; and a
+        reader that lists the files once reads one state of the corpus however long it takes."""
+        m = self.manifest() if manifest is None else manifest
+        files: dict[str, list[Path]] = {t: [] for t in TABLE_SCHEMAS}
+        for b in m["batches"]:
+            if b.get("state") == "committed":
+                for f in b.get("files") or []:
+                    if f.get("table") in files:
+                        files[f["table"]].append(self.root / f["path"])
+        return {t: sorted(ps) for t, ps in files.items()}
 
     @contextmanager
     def writer(self, wait_s: float = 0.0) -> Iterator[CorpusWriter]:

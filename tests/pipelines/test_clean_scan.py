@@ -74,8 +74,8 @@ def test_memory_limit_is_checked_and_bounds_duckdb(sample_corpus: Path, tmp_path
     settings: list[tuple] = []
     connect = clean_module.connect
 
-    def spy(root):  # noqa: ANN001, ANN202
-        con = connect(root)
+    def spy(root, **kw):  # noqa: ANN001, ANN003, ANN202
+        con = connect(root, **kw)
         real = con.execute
 
         class Con:

@@ -108,14 +108,23 @@ def test_crashed_commit_is_completed_by_the_next_writer(inbox: Path, tmp_path: P
 
     out = tmp_path / "corpus"
 
-    def crash(self, batch_id, files):
-        raise KeyboardInterrupt  # killed after the manifest recorded the batch, before files moved
+    real = os.replace
+    moved: list[str] = []
 
-    monkeypatch.setattr(store.CorpusWriter, "_move_into_place", crash)
+    def crash(src, dst):  # killed while moving the batch's files into place: the trajectories moved, not the turns
+        if "/.staging-" in str(src) and "/turns/" in str(dst):
+            raise KeyboardInterrupt
+        moved.append(str(dst))
+        real(src, dst)
+
+    monkeypatch.setattr(store.os, "replace", crash)
     with pytest.raises(KeyboardInterrupt):
         ingest([inbox], out, progress=False)
     monkeypatch.undo()
-    assert not Corpus(out).has_table("trajectories")
+    assert any("/trajectories/" in m for m in moved)
+    assert Corpus(out).committed_files()["trajectories"] == []
+    # the half-moved batch is not read: no trajectories without their turns
+    assert run_query(out, "SELECT (SELECT count(*) FROM trajectories), (SELECT count(*) FROM turns)")[1] == [(0, 0)]
     with Corpus(out).writer():
         pass  # recovery happens on taking the lock
     assert _good_counts(out) == (2, 12)

@@ -98,6 +98,35 @@ def test_dedup_between_an_ingest_and_clean_is_stale_until_it_runs_again(clusters
     assert (again.considered, again.kept, again.clusters) == (once.considered, once.kept, once.clusters)
 
 
+def test_a_stage_after_a_crashed_commit_judges_only_committed_batches(clusters: Path, tmp_path: Path, sample: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """An ingest killed while moving its files into place leaves a batch `committing`: the next stage reads the
+    batches before it (not trajectories without their turns), and its table is stale once the batch is finished."""
+    import os
+
+    from pipelines import store
+
+    root = tmp_path / "corpus"
+    ingest([clusters], root, IngestConfig(domain_override="terminal"), progress=False)
+    real = os.replace
+
+    def killed(src, dst):  # noqa: ANN001, ANN202
+        if "/.staging-" in str(src) and "/turns/" in str(dst):
+            raise KeyboardInterrupt
+        real(src, dst)
+
+    monkeypatch.setattr(store.os, "replace", killed)
+    with pytest.raises(KeyboardInterrupt):
+        ingest([sample / "tau-bench"], root, progress=False)
+    monkeypatch.undo()
+    s = clean(root, progress=False)  # saving its tables finishes the crashed batch (under the lock)
+    assert (s.trajectories, s.kept_trajectories) == (15, 10)  # the 15 committed ones; the 5 crashed members dropped
+    assert stale_side_tables(Corpus(root)) == {
+        name: "computed before the corpus last changed; rerun `worldline clean`" for name in ("cleaning", "redactions")}
+    again = clean(root, progress=False)
+    assert again.trajectories > 15 and stale_side_tables(Corpus(root)) == {}
+
+
 def test_dedup_ignoring_cleaning_keeps_one_member_per_cluster(clusters: Path, tmp_path: Path) -> None:
     from pipelines.dedup import DedupConfig
 
