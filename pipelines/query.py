@@ -40,7 +40,7 @@ def sql_str(s: str) -> str:
 
 
 def parquet_list(paths: list[Path]) -> str:
-    """A SQL list of file names, for `read_parquet` (file names are not globs: no `*`, `?` or `[` expanded)."""
+    """A SQL list of file names, for `read_parquet`."""
     return "[" + ", ".join(sql_str(str(p)) for p in paths) + "]"
 
 
