@@ -11,6 +11,7 @@ import io
 import operator
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -63,12 +64,15 @@ class InputUnit:
     source: str  # the name shown to people and stored in `source` columns
     importer: Importer | None = None  # set for claimed directories
     files: list[Path] = field(default_factory=list)
+    not_a_file: str | None = None  # what an entry of an input folder is that is neither file nor folder: not read
 
     @property
     def is_dir(self) -> bool:
         return self.importer is not None
 
     def size(self) -> int:
+        if self.not_a_file is not None:
+            return 0
         if self.is_dir:
             return sum(p.stat().st_size for p in self.files)
         return self.path.stat().st_size
@@ -78,6 +82,8 @@ class InputUnit:
         that it is quarantined (`read_unit` says why) and tried again once it changes."""
         from schemas.records import digest
 
+        if self.not_a_file is not None:  # never opened: a pipe would block, a dangling link has nothing
+            return digest("not a file", str(self.path), self.not_a_file)
         try:
             if not self.is_dir:
                 return sha256_file(self.path)
@@ -151,6 +157,29 @@ def _walk(directory: Path, prefix: str | None, root: Path, seen: set[tuple[int, 
             yield from _walk(p, prefix, root, seen, corpora)
         elif _is(e.is_file):
             yield InputUnit(p, _display(p, prefix, root))
+        elif (what := _what_is(p)) is not None:  # counted and quarantined, not dropped unseen
+            yield InputUnit(p, _display(p, prefix, root), not_a_file=what)
+
+
+def _what_is(p: Path) -> str | None:
+    """What a folder entry that is neither a file nor a folder is, in words; None when it is gone."""
+    try:
+        mode = p.lstat().st_mode
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        return f"an entry that cannot be examined ({e.strerror})"
+    if stat.S_ISLNK(mode):
+        try:
+            p.stat()
+        except OSError as e:
+            return "a symbolic link in a loop" if e.errno == errno.ELOOP else f"a symbolic link to {os.readlink(p)!r}, which does not exist"
+        return "a symbolic link to something that is neither a file nor a folder"
+    for test, what in ((stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISSOCK, "a socket"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")):
+        if test(mode):
+            return what
+    return "neither a file nor a folder"
 
 
 def _stat_dir(directory: Path) -> os.stat_result | None:
@@ -183,6 +212,9 @@ def read_unit(
     if domain_override is not None and domain_override not in DOMAINS:
         raise ValueError(f"--domain {domain_override!r} is not one of {list(DOMAINS)}")
     ctx = ImportContext(unit.source, sha256, domain_override, unit.path, limits)
+    if unit.not_a_file is not None:
+        yield _q(ctx, "$", "not_a_file", f"{unit.source}: {unit.not_a_file}; only files and folders are read"), None
+        return
     if unit.is_dir:
         assert unit.importer is not None
         try:

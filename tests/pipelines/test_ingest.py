@@ -378,6 +378,25 @@ def test_a_symlink_back_up_the_tree_is_walked_once(tmp_path: Path) -> None:
     assert units == [Path("in/d/a.jsonl"), Path("in/d/up/b.jsonl")]  # links to data elsewhere are followed
 
 
+def test_folder_entries_that_are_not_files_are_counted_and_quarantined(tmp_path: Path) -> None:
+    # a dangling link and a named pipe were dropped unseen: in no count and no quarantine row (a pipe is never opened)
+    d = tmp_path / "in"
+    d.mkdir()
+    (d / "a.jsonl").write_bytes(_chat_line(1))
+    (d / "dangling.json").symlink_to(tmp_path / "gone.json")
+    (d / "loop.json").symlink_to(d / "loop.json")
+    os.mkfifo(d / "pipe.jsonl")
+    s = ingest([d], tmp_path / "c", IngestConfig(workers=1), progress=False)
+    assert (s.inputs, s.records, s.trajectories, s.quarantined, s.reasons) == (4, 4, 1, 3, {"not_a_file": 3})
+    assert sorted(run_query(tmp_path / "c", "SELECT detail FROM quarantine")[1]) == [
+        (f"{d / 'dangling.json'}: a symbolic link to {str(tmp_path / 'gone.json')!r}, which does not exist; "
+         "only files and folders are read",),
+        (f"{d / 'loop.json'}: a symbolic link in a loop; only files and folders are read",),
+        (f"{d / 'pipe.jsonl'}: a named pipe (FIFO); only files and folders are read",)]
+    again = ingest([d], tmp_path / "c", IngestConfig(workers=1), progress=False)
+    assert (again.new_inputs, again.skipped_inputs) == (0, 4)
+
+
 def test_a_corpus_inside_its_inputs_is_not_read_as_input(inbox: Path, tmp_path: Path, capsys) -> None:
     # `ingest data --out data/corpus`, twice: the corpus's own Parquet files and manifest were read
     # as inputs of unknown format the second time
