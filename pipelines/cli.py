@@ -212,7 +212,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("report", help="write a self-contained HTML report of the corpus")
     s.add_argument("corpus", type=Path)
-    s.add_argument("--out", type=Path, help="HTML file (default: report.html beside the corpus)")
+    s.add_argument("--out", type=Path, help="HTML file, or a folder to write report.html in (default: report.html beside the corpus)")
     s.set_defaults(func=_cmd_report)
 
     s = sub.add_parser("score", help="per-turn information scores and loss masks (side table turn_scores)")

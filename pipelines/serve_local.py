@@ -250,7 +250,8 @@ def main(argv: list[str] | None = None) -> int:
     if "--" in argv:
         i = argv.index("--")
         argv, cmd = argv[:i], argv[i + 1 :]
-    p = argparse.ArgumentParser(prog="python -m pipelines.serve_local", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m pipelines.serve_local", description="\n\n".join(__doc__.split("\n\n")[:2]),
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000, help="0: any free port")
     p.add_argument("--model", default="smollm2", help="`smollm2`, a .gguf file or a local HF model directory")

@@ -138,7 +138,7 @@ def _guard(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namesp
         try:
             return fn(a)
         except EngineUnavailable as e:
-            print(f"worldline: error: {e}", file=sys.stderr)
+            print(f"worldline {a.command}: error: {e}", file=sys.stderr)
             return EXIT_ENGINE
         except ImageError as e:
             print(f"worldline {a.command}: error: {e}", file=sys.stderr)
@@ -197,7 +197,7 @@ def register(subparsers: argparse._SubParsersAction, collect_subparsers: argpars
     r.add_argument("--workers", type=int, default=2, help="sandboxes running at once")
     r.add_argument("--limit", type=int, help="replay at most this many trajectories")
     r.add_argument("--fresh", action="store_true", help="a new container for every trajectory")
-    r.add_argument("--quiet", action="store_true")
+    r.add_argument("--quiet", action="store_true", help="no per-trajectory progress lines")
     r.add_argument("--again", action="store_true", help="also replay what already has a trajectory in --out")
     r.add_argument("--allow-missing-env", action="store_true",
                    help="also replay trajectories that acted on files the sandbox lacks (SWE repositories, recorded "

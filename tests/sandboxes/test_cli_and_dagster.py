@@ -71,12 +71,12 @@ def test_unreachable_engine_says_how_to_start_one(tmp_path: Path, monkeypatch: p
     monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no.sock")
     assert main(["collect", "sandbox", str(TASKS_DIR / "text-csv-sum.yaml"), "--out", str(tmp_path / "c")]) == 4
     err = capsys.readouterr().err
-    assert err.startswith(f"worldline: error: no Docker engine answers at unix://{tmp_path}/no.sock (")
+    assert err.startswith(f"worldline collect: error: no Docker engine answers at unix://{tmp_path}/no.sock (")
     assert "start one with `sandboxes/start-engine.sh`" in err and "dockerd --bridge=none --iptables=false" in err
     for cmd in (["sandbox", "list"], ["sandbox", "reap"]):  # the error alone: no table or count printed first
         assert main(cmd) == 4
         o = capsys.readouterr()
-        assert o.out == "" and o.err.startswith("worldline: error: no Docker engine answers at "), (cmd, o)
+        assert o.out == "" and o.err.startswith("worldline sandbox: error: no Docker engine answers at "), (cmd, o)
 
 
 def test_dagster_asset_checks_and_report(images, tmp_path: Path) -> None:

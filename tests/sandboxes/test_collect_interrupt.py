@@ -224,7 +224,7 @@ def test_engine_gone_mid_run_stops_without_quarantining(images, tmp_path: Path, 
                 proc.kill()
     assert p.returncode == 4, stderr
     err = stderr.strip().splitlines()[-1]
-    assert err.startswith(f"worldline: error: the Docker engine at unix://{sock} stopped answering during the collection ("), err
+    assert err.startswith(f"worldline collect: error: the Docker engine at unix://{sock} stopped answering during the collection ("), err
     assert ("): 2 jobs were not run (not quarantined) and 2 in flight were kept as `interrupted`; 1 trajectory finished. "
             "Rerun the same collection once an engine answers: what was collected is skipped. ") in err
     assert err.endswith(HOW_TO_START)
