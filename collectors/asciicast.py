@@ -515,42 +515,8 @@ class AsciicastImporter(Importer):
                 )
             t_abs = round(t_abs + ev[0], 6) if version == 3 else float(ev[0])
             b.event(lineno, t_abs, ev[1], ev[2])
-        turns, initial, extra = b.finish()
-        env = header.get("env") if isinstance(header.get("env"), dict) else None
-        if version == 3 and isinstance(header["term"].get("type"), str):
-            env = {**(env or {}), "TERM": header["term"]["type"]}
-        fingerprint = {"width": width, "height": height, "env": env}
-        if version == 3 and header["term"].get("version") is not None:
-            fingerprint["term_version"] = header["term"]["version"]  # the recording terminal's version
-        used = {"version", "width", "height", "timestamp", "env", "term", "title", "command", "duration",
-                "idle_time_limit", "tags"}
-        meta = {
-            "asciicast_version": version,
-            "title": header.get("title"),
-            "command": header.get("command"),
-            "duration": header.get("duration"),
-            "idle_time_limit": header.get("idle_time_limit"),
-            "tags": header.get("tags"),
-            "truncated_last_line": pending_error.detail if pending_error else None,
-            # header fields this reader has no column for (v2 `theme`, v3 `term.theme`, ...), kept as written
-            "header_other": {k: v for k, v in header.items() if k not in used} or None,
-            "term_theme": header["term"].get("theme") if version == 3 else None,
-            **extra,
-        }
-        return Trajectory(
-            domain="terminal",  # the environment the format records: `--domain` does not change it
-            source_format=self.name,
-            native_id=None,
-            record_digest=ctx.record_digest(locator),
-            turns=turns,
-            task=header.get("title") if isinstance(header.get("title"), str) else None,
-            initial_state=initial,
-            outcome=f"exit:{extra['exit_status']}" if extra.get("exit_status") is not None else None,
-            env_fingerprint=dumps(fingerprint),
-            collected_at=t0,
-            metadata=dumps({k: v for k, v in meta.items() if v is not None}),
-            locator=locator,
-        )
+        return _recording(header, version, width, height, t0, b, pending_error.detail if pending_error else None,
+                          ctx, locator)
 
     @staticmethod
     def _lines(stream: IO[bytes], limit: int):
@@ -565,10 +531,78 @@ class AsciicastImporter(Importer):
             yield n, line
 
 
+class AsciicastV1Importer(Importer):
+    """asciicast v1 (asciinema before 2.0): one JSON document `{"version": 1, "width", "height",
+    "duration", "command", "title", "env", "stdout": [[delay, text], ...]}`, each frame's delay in
+    seconds since the previous one. It records output only, so it reads as a v2 recording without
+    keystrokes: one turn without action (`metadata.output_only`), located `stdout[0:N]`."""
+
+    name = "asciicast-v1"
+    container = "json"
+
+    def sniff(self, doc: Any) -> bool:
+        return (isinstance(doc, dict) and doc.get("version") == 1 and isinstance(doc.get("stdout"), list)
+                and isinstance(doc.get("width"), int) and isinstance(doc.get("height"), int))
+
+    def convert(self, doc: dict, locator: str, ctx: ImportContext) -> Trajectory:
+        frames = doc["stdout"]
+        b = _Builder(doc["width"], doc["height"], None, whole=f"stdout[0:{len(frames)}]")
+        t = 0.0
+        for i, fr in enumerate(frames):
+            if not (isinstance(fr, list) and len(fr) == 2 and isinstance(fr[0], int | float) and not isinstance(fr[0], bool)
+                    and isinstance(fr[1], str)):
+                raise RecordError("malformed_record", f"stdout[{i}]: a frame is [delay, text], got {str(fr)[:100]!r}")
+            t = round(t + fr[0], 6)
+            b.event(i + 1, t, "o", fr[1])
+        return _recording(doc, 1, doc["width"], doc["height"], None, b, None, ctx, locator)
+
+
+def _recording(header: dict, version: int, width: int, height: int, t0: datetime | None, b: _Builder,
+               truncated: str | None, ctx: ImportContext, locator: str) -> Trajectory:
+    """The trajectory of a recording whose events `b` has read."""
+    turns, initial, extra = b.finish()
+    env = header.get("env") if isinstance(header.get("env"), dict) else None
+    if version == 3 and isinstance(header["term"].get("type"), str):
+        env = {**(env or {}), "TERM": header["term"]["type"]}
+    fingerprint = {"width": width, "height": height, "env": env}
+    if version == 3 and header["term"].get("version") is not None:
+        fingerprint["term_version"] = header["term"]["version"]  # the recording terminal's version
+    used = {"version", "width", "height", "timestamp", "env", "term", "title", "command", "duration",
+            "idle_time_limit", "tags"}
+    meta = {
+        "asciicast_version": version,
+        "title": header.get("title"),
+        "command": header.get("command"),
+        "duration": header.get("duration"),
+        "idle_time_limit": header.get("idle_time_limit"),
+        "tags": header.get("tags"),
+        "truncated_last_line": truncated,
+        # header fields this reader has no column for (v2 `theme`, v3 `term.theme`, ...), kept as written
+        "header_other": {k: v for k, v in header.items() if k not in used} or None,
+        "term_theme": header["term"].get("theme") if version == 3 else None,
+        **extra,
+    }
+    return Trajectory(
+        domain="terminal",  # the environment the format records: `--domain` does not change it
+        source_format="asciicast",
+        native_id=None,
+        record_digest=ctx.record_digest(locator),
+        turns=turns,
+        task=header.get("title") if isinstance(header.get("title"), str) else None,
+        initial_state=initial,
+        outcome=f"exit:{extra['exit_status']}" if extra.get("exit_status") is not None else None,
+        env_fingerprint=dumps(fingerprint),
+        collected_at=t0,
+        metadata=dumps({k: v for k, v in meta.items() if v is not None}),
+        locator=locator,
+    )
+
+
 class _Builder:
     """Turns from the event sequence, in one pass."""
 
-    def __init__(self, width: int, height: int, t0: datetime | None):
+    def __init__(self, width: int, height: int, t0: datetime | None, whole: str | None = None):
+        self.whole = whole  # the locator of a recording read as one turn (default: its event lines)
         self.screen = Screen(width, height)
         self.size0 = (width, height)
         self.resize_lines: list[tuple[int, int, int]] = []  # (line, cols, rows): replayed by `_output_only`
@@ -726,7 +760,7 @@ class _Builder:
                 observation_kind="terminal_screen",
                 stdout="".join(d for _, _, d in self.pre_out),
                 started_at=self._time(0.0),
-                locator=f"line:2-{self.last_line}",
+                locator=self.whole or f"line:2-{self.last_line}",
                 metadata=dumps({"output_only": True}),
             )
             return [turn], None, extra

@@ -24,6 +24,7 @@ _ORDER = [
     "collectors.mcp_traffic:McpTrafficImporter",  # a text stream (a session spans lines); claims only JSON-RPC with MCP methods
     "collectors.android_control:AndroidControlImporter",  # binary TFRecord, claimed only when its length CRC checks: it cannot take the text formats' input, nor they its
     # whole JSON documents
+    "collectors.asciicast:AsciicastV1Importer",  # asciinema 1.x: one document, output frames only
     "collectors.intercode:InterCodeImporter",  # before SWE-agent: an InterCode episode log also has trajectory + info
     "collectors.swe_agent:SweAgentImporter",
     "collectors.mini_swe_agent:MiniSweAgentImporter",

@@ -147,8 +147,8 @@ def test_sniff_is_strict(sample: Path) -> None:
     assert not imp.sniff(b'{"version": 2, "height": 24}\n[0.1, "o", "x"]\n')  # no width
     assert not imp.sniff(b'{"messages": [{"role": "user", "content": "hi"}]}\n')
     assert not imp.sniff(b'{"version": 2, "width": 80, "height": 24}\n{"role": "user"}\n')
-    recs = list(read_path(DATA / "asciicast_v1.json"))
-    assert [(type(r), r.importer) for r in recs] == [(QuarantineRecord, None)]
+    (v1,) = list(read_path(DATA / "asciicast_v1.json"))  # v1 is a JSON document: AsciicastV1Importer's
+    assert isinstance(v1, Trajectory) and v1.task == "" and v1.turns[0].stdout == "$ ls\r\n"
 
 
 def test_screen_emulation() -> None:
@@ -304,3 +304,25 @@ def test_screen_alternate_screen_is_a_separate_canvas() -> None:
     assert s.cpr_asked == 0
     s.feed("\x1b[6n\x1b[?6n")
     assert s.cpr_asked == 2
+
+
+def test_asciicast_v1_is_an_output_only_recording(tmp_path: Path) -> None:
+    # asciinema 1.x wrote one JSON document; `stdout` frames are [delay since the previous frame, text]
+    doc = {"version": 1, "width": 20, "height": 4, "duration": 1.5, "command": "/bin/bash", "title": "demo",
+           "env": {"TERM": "xterm-256color", "SHELL": "/bin/bash"},
+           "stdout": [[0.1, "$ "], [0.9, "ls\r\n"], [0.25, "a.txt  b.txt\r\n"], [0.25, "$ "]]}
+    p = tmp_path / "old.json"
+    p.write_text(json.dumps(doc, indent=2))
+    (t,) = list(read_path(p))
+    assert (t.source_format, t.domain, t.task, len(t.turns)) == ("asciicast", "terminal", "demo", 1)
+    turn = t.turns[0]
+    assert (turn.kind, turn.action, turn.locator) == ("env", None, "stdout[0:4]")
+    assert turn.stdout == "$ ls\r\na.txt  b.txt\r\n$ "
+    assert turn.observation == "$ ls\na.txt  b.txt\n$"
+    meta = json.loads(t.metadata)
+    assert (meta["asciicast_version"], meta["command"], meta["duration"], meta["output_only"]) == (1, "/bin/bash", 1.5, True)
+    assert json.loads(t.env_fingerprint) == {"width": 20, "height": 4, "env": doc["env"]}
+    doc["stdout"][2] = [0.25]
+    p.write_text(json.dumps(doc))
+    (q,) = list(read_path(p))
+    assert (q.reason, q.importer) == ("malformed_record", "asciicast-v1") and "stdout[2]: a frame is [delay, text]" in q.detail
