@@ -249,6 +249,16 @@ def read_path(path: Path, domain_override: str | None = None, limits: ReadLimits
 _BOM = b"\xef\xbb\xbf"
 
 
+def _wide_encoding(head: bytes) -> str | None:
+    """The codec of text that starts with a UTF-32 or UTF-16 byte order mark (checked in that order:
+    UTF-32 LE's mark begins with UTF-16 LE's); Python's codecs read the mark and drop it."""
+    if head.startswith((b"\xff\xfe\x00\x00", b"\x00\x00\xfe\xff")):
+        return "utf-32"
+    if head.startswith((b"\xff\xfe", b"\xfe\xff")):
+        return "utf-16"
+    return None
+
+
 def _read_stream(stream: IO[bytes], ctx: ImportContext, limits: ReadLimits) -> Iterator[Item]:
     head = stream.peek(limits.head_bytes)[: limits.head_bytes] if hasattr(stream, "peek") else b""
     if not head.strip():
@@ -262,6 +272,16 @@ def _read_stream(stream: IO[bytes], ctx: ImportContext, limits: ReadLimits) -> I
     if head.startswith(_BOM):  # a UTF-8 byte order mark (Windows editors write one): not content
         stream.read(len(_BOM))
         head = head[len(_BOM):]
+    elif (encoding := _wide_encoding(head)) is not None:  # UTF-16/32 with its byte order mark (PowerShell's `>`)
+        data = read_bounded(stream, limits.max_record_bytes, ctx.source)
+        try:
+            text = data.decode(encoding)
+        except UnicodeDecodeError as e:
+            yield _q(ctx, "$", "invalid_encoding", f"{ctx.source}: starts with a {encoding.upper()} byte order mark "
+                     f"but is not {encoding.upper()} at byte {e.start}"), None
+            return
+        stream = io.BufferedReader(io.BytesIO(text.encode("utf-8")))  # type: ignore[arg-type]
+        head = stream.peek(limits.head_bytes)[: limits.head_bytes]
     if is_tar(head):
         yield from _read_tar(stream, ctx, limits)
         return

@@ -304,3 +304,16 @@ def test_json_lines_whose_first_line_is_not_json_at_all(tmp_path: Path) -> None:
     # text with only a JSON line or two among other lines is still no JSON lines
     p.write_bytes(b"a log\n" + good[0] + b"\nmore log\nand more\n")
     assert [(q.locator, q.reason) for q in _records(p)[1]] == [("$", "unknown_format")]
+
+
+@pytest.mark.parametrize("codec", ["utf-16", "utf-16-be", "utf-32"])
+def test_utf16_and_utf32_with_a_byte_order_mark_read_as_utf8(codec: str, tmp_path: Path) -> None:
+    # Windows PowerShell's `>` writes UTF-16 with a byte order mark: the same records as the UTF-8 file
+    src = SAMPLE / "tau-bench" / "gpt-4o-airline__tasks0-7.json"
+    p = tmp_path / src.name
+    bom = {"utf-16": b"", "utf-16-be": b"\xfe\xff", "utf-32": b""}[codec]  # Python writes the mark for utf-16/32
+    p.write_bytes(bom + src.read_text(encoding="utf-8").encode(codec))
+    assert p.read_bytes()[:2] in (b"\xff\xfe", b"\xfe\xff")
+    assert _records(p) == _records(src)
+    p.write_bytes(b"\xff\xfe" + "[1]".encode("utf-16-le") + b"\x00")  # an odd byte at the end: not UTF-16
+    assert [(q.locator, q.reason) for q in _records(p)[1]] == [("$", "invalid_encoding")]
