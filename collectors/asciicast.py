@@ -568,7 +568,7 @@ def _recording(header: dict, version: int, width: int, height: int, t0: datetime
     if version == 3 and header["term"].get("version") is not None:
         fingerprint["term_version"] = header["term"]["version"]  # the recording terminal's version
     used = {"version", "width", "height", "timestamp", "env", "term", "title", "command", "duration",
-            "idle_time_limit", "tags"}
+            "idle_time_limit", "tags", "stdout"}  # v1: its frames are the events
     meta = {
         "asciicast_version": version,
         "title": header.get("title"),

@@ -226,9 +226,11 @@ def parse_json(data: bytes | str) -> Any:
         if not _has_nonfinite(data):
             raise
         try:
-            return json.loads(data, parse_constant=_nonfinite)
-        except (ValueError, RecursionError):  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+            obj = json.loads(data, parse_constant=_nonfinite, parse_int=_int_as_orjson)
+            orjson.dumps(obj)  # nothing orjson refuses for another reason (a lone surrogate, a 65-bit integer)
+        except (ValueError, RecursionError, TypeError):  # JSONDecodeError, UnicodeDecodeError; orjson's refusals
             raise err from None
+        return obj
 
 
 def _has_nonfinite(data: bytes | str) -> bool:
@@ -239,6 +241,12 @@ def _has_nonfinite(data: bytes | str) -> bool:
 
 def _nonfinite(name: str) -> None:
     return None
+
+
+def _int_as_orjson(text: str) -> int | float:
+    """An integer as orjson reads it: beyond 64 bits, a float."""
+    value = int(text)
+    return value if -(1 << 63) <= value < (1 << 64) else float(value)
 
 
 def json_problem(data: bytes | str, err: Exception) -> tuple[str, str]:

@@ -15,10 +15,15 @@ def test_python_nonfinite_numbers_become_null() -> None:
         orjson.loads(doc)
     assert parse_json(doc) == {"rewards": [1.0, None], "f1": None, "low": None, "name": "NaN and Infinity"}
     assert parse_json(doc.decode()) == parse_json(doc)
+    # integers as orjson reads them: beyond 64 bits, a float
+    big = b'{"a": NaN, "b": 123456789012345678901234567890, "c": 18446744073709551615, "d": -9223372036854775808}'
+    assert parse_json(big) == {"a": None, "b": orjson.loads(b"123456789012345678901234567890"),
+                               "c": 18446744073709551615, "d": -9223372036854775808}
 
 
 def test_json_that_neither_parser_takes_raises_orjsons_error() -> None:
-    for bad in (b'{"a": NaN', b'{"a": nan}', b'{"a": 1,}', "{'a': NaN}"):
+    # nor what orjson refuses for another reason than NaN (a lone surrogate)
+    for bad in (b'{"a": NaN', b'{"a": nan}', b'{"a": 1,}', "{'a': NaN}", b'{"a": NaN, "b": "\\ud800"}'):
         with pytest.raises(orjson.JSONDecodeError) as err:
             parse_json(bad)
         assert str(err.value) == _orjson_error(bad)
