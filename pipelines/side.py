@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
+import fcntl
 import hashlib
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +22,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from pipelines.query import STALE_UNLOCKED_S
 from pipelines.store import Corpus, write_json_atomic
 
 SIDE_FILE = "data.parquet"
@@ -108,26 +111,29 @@ def stale_side_tables(corpus: Corpus, names: tuple[str, ...] = tuple(STAGE_OF)) 
     return out
 
 
-def drop_orphaned_tmp(d: Path) -> list[Path]:
-    """Remove the temporary files of writers that died before committing (a killed stage): their names
-    carry the writer's pid, and a pid no process has any more will never commit. Returns them."""
+def drop_orphaned_tmp(d: Path, unlocked_after_s: float = STALE_UNLOCKED_S) -> list[Path]:
+    """Remove the temporary files of side-table writers that ended before committing (a killed stage):
+    a live writer holds a lock on its file (`SideTableWriter`), which the kernel releases however the
+    writer ends; a file made in the last `unlocked_after_s` is left alone (its writer takes the lock a
+    moment after making it). Returns what was removed."""
     dropped = []
-    for p in d.glob(f".{SIDE_FILE}.tmp-*"):
-        pid = p.name.removeprefix(f".{SIDE_FILE}.tmp-").split("-", 1)[0]
-        if pid.isdigit() and not _alive(int(pid)):
+    now = time.time()
+    for p in sorted(d.glob(f".{SIDE_FILE}.tmp-*")):
+        try:
+            fd = os.open(p, os.O_RDONLY)
+        except FileNotFoundError:
+            continue  # committed or aborted meanwhile
+        try:
+            if now - os.fstat(fd).st_mtime < unlocked_after_s:
+                continue
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             p.unlink(missing_ok=True)
             dropped.append(p)
+        except BlockingIOError:
+            continue  # a live writer's
+        finally:
+            os.close(fd)
     return dropped
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        return True
-    return True
 
 
 class SideTableWriter:
@@ -154,6 +160,8 @@ class SideTableWriter:
         }
         self.schema = schema.with_metadata({**(schema.metadata or {}), **meta})
         self._writer: pq.ParquetWriter | None = pq.ParquetWriter(self.tmp, self.schema, compression=compression)
+        self._lock: int | None = os.open(self.tmp, os.O_RDONLY)  # held while this writer lives: `drop_orphaned_tmp` skips it
+        fcntl.flock(self._lock, fcntl.LOCK_EX)
         self.rows = 0
         self.committed = False
 
@@ -197,11 +205,18 @@ class SideTableWriter:
             m.setdefault("side", {})[self.name] = entry
             write_json_atomic(self.corpus.manifest_path, m)
         self.committed = True
+        self._release()
         return entry
 
     def abort(self) -> None:
         self.close()
         self.tmp.unlink(missing_ok=True)
+        self._release()
+
+    def _release(self) -> None:
+        if self._lock is not None:
+            os.close(self._lock)
+            self._lock = None
 
     def __enter__(self) -> SideTableWriter:
         return self

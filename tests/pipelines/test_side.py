@@ -2,31 +2,45 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
-import subprocess
-import sys
+import time
 from pathlib import Path
 
 import pyarrow as pa
 
-from pipelines.side import SIDE_FILE, SideTableWriter, side_dir, side_path
+from pipelines.query import STALE_UNLOCKED_S
+from pipelines.side import SIDE_FILE, SideTableWriter, drop_orphaned_tmp, side_dir, side_path
 from pipelines.store import Corpus
 from tests.support.corpus import empty_corpus
+
+SCHEMA = pa.schema([("trajectory_id", pa.string())])
+
+
+def _aged(p: Path, seconds: float) -> None:
+    t = time.time() - seconds
+    os.utime(p, (t, t))
 
 
 def test_a_dead_writers_temporary_file_is_removed_a_live_ones_kept(tmp_path: Path) -> None:
     corpus = Corpus(empty_corpus(tmp_path / "c"))
     d = side_dir(corpus, "cleaning")
     d.mkdir(parents=True)
-    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True).stdout
-    dead = d / f".{SIDE_FILE}.tmp-{int(gone)}-7f00"  # a stage killed mid-write (its pid exited above)
-    live = d / f".{SIDE_FILE}.tmp-{os.getppid()}-7f01"  # a writer still running (this test's parent process)
+    dead = d / f".{SIDE_FILE}.tmp-999999-7f00"  # a stage killed mid-write: nobody holds its lock
+    young = d / f".{SIDE_FILE}.tmp-999999-7f01"  # just made: its writer takes the lock a moment later
     dead.write_bytes(b"PAR1 half a table")
-    live.write_bytes(b"PAR1 being written")
-    schema = pa.schema([("trajectory_id", pa.string())])
-    with SideTableWriter(corpus, "cleaning", schema, "clean", "f", {}) as w:
+    young.write_bytes(b"PAR1 just made")
+    _aged(dead, STALE_UNLOCKED_S + 5)
+    live = SideTableWriter(corpus, "cleaning", SCHEMA, "clean", "f", {})  # another writer, still running (its lock held)
+    assert not dead.exists() and young.exists() and live.tmp.exists()
+    _aged(live.tmp, STALE_UNLOCKED_S + 5)  # however old its file, a live writer's is kept
+    assert drop_orphaned_tmp(d) == [] and live.tmp.exists()
+    with SideTableWriter(corpus, "cleaning", SCHEMA, "clean", "f", {}) as w:
         w.write(pa.table({"trajectory_id": ["a"]}))
         w.commit()
-    assert not dead.exists() and live.exists()
-    assert sorted(p.name for p in d.iterdir()) == sorted([SIDE_FILE, live.name])
-    assert side_path(corpus, "cleaning").is_file()
+    assert live.tmp.exists() and side_path(corpus, "cleaning").is_file()
+    live.abort()
+    assert sorted(p.name for p in d.iterdir()) == sorted([SIDE_FILE, young.name])
+    fd = os.open(side_path(corpus, "cleaning"), os.O_RDONLY)  # a committed writer holds no lock any more
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    os.close(fd)
