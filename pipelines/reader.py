@@ -6,6 +6,7 @@ that cannot be read, so that `records in = accepted + quarantined` holds for eve
 
 from __future__ import annotations
 
+import codecs
 import errno
 import io
 import operator
@@ -249,6 +250,39 @@ def read_path(path: Path, domain_override: str | None = None, limits: ReadLimits
 _BOM = b"\xef\xbb\xbf"
 
 
+class _AsUtf8(io.RawIOBase):
+    """A stream of text in `encoding` read as UTF-8, decoded as it is read: a UTF-16 file streams, with
+    the same bounds, as the UTF-8 one. Text that is not `encoding` ends it with an `invalid_encoding` row."""
+
+    def __init__(self, raw: IO[bytes], encoding: str, source: str, chunk: int = 1 << 16):
+        self.raw, self.encoding, self.source, self.chunk = raw, encoding, source, chunk
+        self.decoder = codecs.getincrementaldecoder(encoding)()
+        self.pending = b""
+        self.done = False
+        self.consumed = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:  # noqa: ANN001 - a writable buffer
+        n = 0
+        while n < len(b) and (self.pending or not self.done):
+            if not self.pending:
+                data = self.raw.read(self.chunk)
+                self.done = not data
+                try:
+                    self.pending = self.decoder.decode(data, final=self.done).encode("utf-8")
+                except UnicodeDecodeError as e:
+                    raise InputError("invalid_encoding", f"{self.source}: starts with a {self.encoding.upper()} byte "
+                                     f"order mark but is not {self.encoding.upper()} near byte {self.consumed + e.start}") from None
+                self.consumed += len(data)
+            k = min(len(b) - n, len(self.pending))
+            b[n : n + k] = self.pending[:k]
+            self.pending = self.pending[k:]
+            n += k
+        return n
+
+
 def _wide_encoding(head: bytes) -> str | None:
     """The codec of text that starts with a UTF-32 or UTF-16 byte order mark (checked in that order:
     UTF-32 LE's mark begins with UTF-16 LE's); Python's codecs read the mark and drop it."""
@@ -273,14 +307,7 @@ def _read_stream(stream: IO[bytes], ctx: ImportContext, limits: ReadLimits) -> I
         stream.read(len(_BOM))
         head = head[len(_BOM):]
     elif (encoding := _wide_encoding(head)) is not None:  # UTF-16/32 with its byte order mark (PowerShell's `>`)
-        data = read_bounded(stream, limits.max_record_bytes, ctx.source)
-        try:
-            text = data.decode(encoding)
-        except UnicodeDecodeError as e:
-            yield _q(ctx, "$", "invalid_encoding", f"{ctx.source}: starts with a {encoding.upper()} byte order mark "
-                     f"but is not {encoding.upper()} at byte {e.start}"), None
-            return
-        stream = io.BufferedReader(io.BytesIO(text.encode("utf-8")))  # type: ignore[arg-type]
+        stream = io.BufferedReader(_AsUtf8(stream, encoding, ctx.source), buffer_size=max(limits.head_bytes, 1 << 16))
         head = stream.peek(limits.head_bytes)[: limits.head_bytes]
     if is_tar(head):
         yield from _read_tar(stream, ctx, limits)
@@ -296,8 +323,9 @@ def _read_stream(stream: IO[bytes], ctx: ImportContext, limits: ReadLimits) -> I
     if first in (b"{", b"["):
         yield from _read_json(stream, ctx, limits)
         return
-    if _looks_like_lines(head[: head.rfind(b"\n") + 1]):  # JSON lines whose first line is not JSON at all
-        yield from _read_json(stream, ctx, limits, lines_only=True)
+    body = head[: head.rfind(b"\n") + 1]  # the head's whole lines
+    if _looks_like_lines(body) or (body.count(b"\n") < 3 and _json_after_first_line(head)):
+        yield from _read_json(stream, ctx, limits, lines_only=True)  # JSON lines whose first line is not JSON at all
         return
     yield _q(ctx, "$", "unknown_format", f"{ctx.source}: content matches no known trace format", head), None
 
@@ -473,6 +501,14 @@ def _looks_like_lines(data: bytes) -> bool:
         except orjson.JSONDecodeError:
             pass
     return containers >= 2 and 2 * containers >= len(lines)
+
+
+def _json_after_first_line(head: bytes) -> bool:
+    """Whether the line after the first starts like JSON: where lines are longer than the head, too few
+    whole lines are in it to judge by `_looks_like_lines`, and this is the sign left."""
+    rest = head.lstrip()
+    nl = rest.find(b"\n")
+    return nl >= 0 and rest[nl + 1 :].lstrip()[:1] in (b"{", b"[")
 
 
 @dataclass(frozen=True)

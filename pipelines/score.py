@@ -380,11 +380,10 @@ _TRAJ_COLS = ("domain", "task", "action_space", "initial_state")
 _TURN_COLS = ("turn_index", "kind", "action", "tool_name", "tool_args", "thought", "observation", "exit_code")
 
 
-def _ranges(corpus: Corpus, con: Any, sort_bytes: int) -> int:
+def _ranges(committed: dict[str, list[Path]], con: Any, sort_bytes: int) -> int:
     """How many md5 ranges to sort the trajectories and turns in: their data (Parquet, uncompressed)
-    over `sort_bytes`."""
+    over `sort_bytes`; `committed`: the files the views read."""
     size = 0
-    committed = corpus.committed_files()
     for name in ("trajectories", "turns"):
         if committed[name]:
             size += con.sql(f"SELECT coalesce(sum(total_uncompressed_size), 0) "
@@ -499,7 +498,8 @@ def score(
     corpus = Corpus(corpus_dir)
     manifest = corpus.require().manifest()  # one state: the views and the state recorded
     state = corpus_state(corpus, manifest)
-    con = connect(corpus.root, committed=corpus.committed_files(manifest))
+    committed = corpus.committed_files(manifest)
+    con = connect(corpus.root, committed=committed)
     try:
         with spill_workspace(con, corpus.root, "score", config.memory_limit) as work:
             if config.threads:
@@ -507,13 +507,13 @@ def score(
             # a scan's batches as they come (the order is ORDER BY's); kept in order, they queue up in memory
             con.execute("SET preserve_insertion_order = false")
             con.execute("SET enable_progress_bar = false")  # the stage's own line says how far it got
-            return _score(corpus, con, work, config, progress, echo, scorer, t0, state)
+            return _score(corpus, con, work, config, progress, echo, scorer, t0, state, committed)
     finally:
         con.close()
 
 
 def _score(corpus: Corpus, con: Any, work: Path, config: ScoreConfig, progress: bool, echo: Callable[[str], None],
-           scorer: Any, t0: float, state: dict[str, Any]) -> ScoreSummary:
+           scorer: Any, t0: float, state: dict[str, Any], committed: dict[str, list[Path]]) -> ScoreSummary:
     summary = ScoreSummary(corpus=str(corpus.root), tier=config.tier, max_tokens=config.max_tokens)
     old = side_schema(corpus, TABLE)  # the table written last; DuckDB reads its rows column by column, streaming
     old_sql = f"read_parquet({sql_str(str(side_path(corpus, TABLE)))})"
@@ -546,7 +546,7 @@ def _score(corpus: Corpus, con: Any, work: Path, config: ScoreConfig, progress: 
         try:
             with pq.ParquetWriter(path, MODEL_SCHEMA, compression="lz4") as mw:
                 _model_scores(con, config, summary, scorer, progress, echo, mw.write_table, work,
-                              _ranges(corpus, con, config.sort_bytes))
+                              _ranges(committed, con, config.sort_bytes))
         finally:
             if own:
                 scorer.teardown()

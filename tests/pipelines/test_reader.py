@@ -301,6 +301,12 @@ def test_json_lines_whose_first_line_is_not_json_at_all(tmp_path: Path) -> None:
     trajs, quarantined = _records(p)
     assert sorted(trajs) == ["line:2", "line:3", "line:4"]
     assert [(q.locator, q.reason) for q in quarantined] == [("line:1", "invalid_json")]
+    # lines longer than the 64 KiB the reader looks at first (trajectories often are)
+    long = [json.dumps({"messages": [{"role": "user", "content": f"task {i} " + "x" * 80_000},
+                                     {"role": "assistant", "content": "done"}]}).encode() for i in range(3)]
+    p.write_bytes(b"# exported 2026-01-01\n" + b"\n".join(long) + b"\n")
+    trajs, quarantined = _records(p)
+    assert sorted(trajs) == ["line:2", "line:3", "line:4"] and [(q.locator, q.reason) for q in quarantined] == [("line:1", "invalid_json")]
     # text with only a JSON line or two among other lines is still no JSON lines
     p.write_bytes(b"a log\n" + good[0] + b"\nmore log\nand more\n")
     assert [(q.locator, q.reason) for q in _records(p)[1]] == [("$", "unknown_format")]
@@ -317,3 +323,21 @@ def test_utf16_and_utf32_with_a_byte_order_mark_read_as_utf8(codec: str, tmp_pat
     assert _records(p) == _records(src)
     p.write_bytes(b"\xff\xfe" + "[1]".encode("utf-16-le") + b"\x00")  # an odd byte at the end: not UTF-16
     assert [(q.locator, q.reason) for q in _records(p)[1]] == [("$", "invalid_encoding")]
+
+
+def test_utf16_json_lines_stream_as_utf8_ones_do(tmp_path: Path) -> None:
+    # decoded as read, not whole: a UTF-16 file of many small lines is not one record over the record limit
+    src = SAMPLE / "fireact" / "finetune_gpt_format_hotpotqa.jsonl"
+    lines = src.read_bytes().split(b"\n")[:300]
+    utf8, utf16 = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    utf8.write_bytes(b"\n".join(lines) + b"\n")
+    utf16.write_bytes(utf8.read_text(encoding="utf-8").encode("utf-16"))
+    limit = 4 * max(map(len, lines))
+    assert utf16.stat().st_size > 10 * limit
+    got = _read(utf16, limit)
+    assert got == _read(utf8, limit) and len(got) == 300 and {r[0] for r in got} == {"Trajectory"}
+    # broken further on (past the first 64 KiB read ahead): the lines before it are kept, then one row says where
+    data = utf16.read_bytes()
+    utf16.write_bytes(data[: len(data) * 3 // 4 // 2 * 2] + b"\x00\xd8" + b"a\x00" * 8)  # a lone high surrogate
+    got = _read(utf16, limit)
+    assert got[-1][:2] == ("QuarantineRecord", "invalid_encoding") and got[0][0] == "Trajectory"
