@@ -91,6 +91,12 @@ def traces_out(corpus: CorpusResource, config: TracesRunConfig) -> Path:
 )
 def thinking_traces(context: dg.AssetExecutionContext, corpus: CorpusResource, traces_endpoint: TracesEndpointResource,
                     config: TracesRunConfig) -> dg.MaterializeResult:
+    unused = [name for name, value, default in (("judge_weight", config.judge_weight, JudgeConfig.weight),
+                                                 ("judge_required", config.judge_required, JudgeConfig.required),
+                                                 ("judge_max_tokens", config.judge_max_tokens, JudgeConfig.max_tokens))
+              if value != default]
+    if unused and not config.judge:  # as the CLI refuses --judge-* without --judge
+        raise ValueError(f"{', '.join(unused)} set without judge: true (the judge grades candidates only when it runs)")
     cfg = TracesConfig(
         queries=QueryConfig(max_queries=config.max_queries, per_stratum=config.per_stratum,
                             max_target_chars=config.max_target_chars, history_turns=config.history_turns, seed=config.seed),

@@ -292,6 +292,22 @@ def test_judge_options_without_judge_are_refused(small: Path, tmp_path: Path, ca
     assert not out.exists()
 
 
+def test_dagster_judge_settings_without_judge_are_refused(small: Path, tmp_path: Path) -> None:
+    import dagster as dg
+
+    from dagster_project.resources import CorpusResource
+    from dagster_project.traces_assets import TracesEndpointResource, thinking_traces
+
+    out = tmp_path / "traces"
+    with pytest.raises(Exception, match=r"judge_weight, judge_required set without judge: true"):
+        dg.materialize([thinking_traces], resources={
+            "corpus": CorpusResource(root=str(small), inbox=str(tmp_path / "inbox")),
+            "traces_endpoint": TracesEndpointResource(base_url=NOWHERE, model="x")},
+            run_config={"ops": {"thinking_traces": {"config": {"out": str(out), "judge_weight": 0.5, "judge_required": True}}}},
+            instance=dg.DagsterInstance.ephemeral())
+    assert not out.exists()
+
+
 def test_unreachable_endpoint_fails_and_writes_nothing(small: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "traces"
     args = ["traces", str(small), "--out", str(out), "--endpoint", NOWHERE, "--model", "x", "--max-queries", "2",
