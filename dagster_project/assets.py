@@ -66,7 +66,7 @@ def ingested_traces(context: dg.AssetExecutionContext, corpus: CorpusResource,
         metadata={
             "inputs": len(files),
             "new_inputs": summary.new_inputs,
-            "already_ingested": summary.skipped_inputs - summary.duplicate_inputs,
+            "already_ingested": summary.already_ingested,
             "same_content_inputs": summary.duplicate_inputs,
             "records_in": summary.records,
             "accepted": summary.trajectories,

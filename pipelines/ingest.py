@@ -88,6 +88,11 @@ class IngestSummary:
     messages: list[str] = field(default_factory=list)
 
     @property
+    def already_ingested(self) -> int:
+        """Inputs skipped because the corpus holds their content (not those another input of the run has)."""
+        return self.skipped_inputs - self.duplicate_inputs
+
+    @property
     def reconciles(self) -> bool:
         return self.records == self.trajectories + self.quarantined
 
@@ -95,7 +100,7 @@ class IngestSummary:
         mb = self.bytes / 1e6
         lines = [
             f"ingest → {self.corpus}: {self.inputs} inputs ({mb:.1f} MB) in {self.seconds:.1f} s; "
-            f"{self.new_inputs} new, {self.skipped_inputs - self.duplicate_inputs} already ingested"
+            f"{self.new_inputs} new, {self.already_ingested} already ingested"
             + (f", {self.duplicate_inputs} the same content as another input of this run (read once)"
                if self.duplicate_inputs else ""),
             f"  records in {self.records} = accepted {self.trajectories} + quarantined {self.quarantined}"

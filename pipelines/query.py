@@ -71,6 +71,25 @@ def spill_workspace(con: duckdb.DuckDBPyConnection, root: Path, stage: str, memo
         os.close(owner)
 
 
+def abandoned(lock_file: Path, unlocked_after_s: float = STALE_UNLOCKED_S, now: float | None = None) -> bool:
+    """Whether the process that made `lock_file` and locked it (flock, released by the kernel however
+    the process ends) is gone: nobody holds the lock, and the file was made over `unlocked_after_s`
+    ago (its maker takes the lock a moment after making it). A file that is gone is not abandoned."""
+    try:
+        fd = os.open(lock_file, os.O_RDONLY)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    try:
+        if (time.time() if now is None else now) - os.fstat(fd).st_mtime < unlocked_after_s:
+            return False
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
+
+
 def remove_stale_workspaces(root: Path, unlocked_after_s: float = STALE_UNLOCKED_S,
                             unowned_after_s: float = STALE_UNOWNED_S) -> list[Path]:
     """Remove the work folders (`.STAGE-work-*`) under `root` that no live run holds: nobody holds
@@ -80,23 +99,16 @@ def remove_stale_workspaces(root: Path, unlocked_after_s: float = STALE_UNLOCKED
     removed = []
     now = time.time()
     for work in sorted(root.glob(".*-work-*")):
-        try:
-            fd = os.open(work / WORK_OWNER, os.O_RDWR)
-        except (FileNotFoundError, NotADirectoryError):
+        owner = work / WORK_OWNER
+        if owner.is_file():
+            if not abandoned(owner, unlocked_after_s, now):
+                continue  # a live run's, or one just made (or removed meanwhile by its run)
+        else:
             try:
                 if not work.is_dir() or now - work.stat().st_mtime < unowned_after_s:
                     continue
             except FileNotFoundError:
                 continue  # removed meanwhile by its run
-        else:
-            try:
-                if now - os.fstat(fd).st_mtime < unlocked_after_s:
-                    continue
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                continue  # a live run's
-            finally:
-                os.close(fd)
         shutil.rmtree(work, ignore_errors=True)
         removed.append(work)
     return removed

@@ -14,7 +14,6 @@ import datetime as dt
 import fcntl
 import hashlib
 import os
-import time
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +21,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipelines.query import STALE_UNLOCKED_S
+from pipelines.query import STALE_UNLOCKED_S, abandoned
 from pipelines.store import Corpus, write_json_atomic
 
 SIDE_FILE = "data.parquet"
@@ -113,26 +112,11 @@ def stale_side_tables(corpus: Corpus, names: tuple[str, ...] = tuple(STAGE_OF)) 
 
 def drop_orphaned_tmp(d: Path, unlocked_after_s: float = STALE_UNLOCKED_S) -> list[Path]:
     """Remove the temporary files of side-table writers that ended before committing (a killed stage):
-    a live writer holds a lock on its file (`SideTableWriter`), which the kernel releases however the
-    writer ends; a file made in the last `unlocked_after_s` is left alone (its writer takes the lock a
-    moment after making it). Returns what was removed."""
-    dropped = []
-    now = time.time()
-    for p in sorted(d.glob(f".{SIDE_FILE}.tmp-*")):
-        try:
-            fd = os.open(p, os.O_RDONLY)
-        except FileNotFoundError:
-            continue  # committed or aborted meanwhile
-        try:
-            if now - os.fstat(fd).st_mtime < unlocked_after_s:
-                continue
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            p.unlink(missing_ok=True)
-            dropped.append(p)
-        except BlockingIOError:
-            continue  # a live writer's
-        finally:
-            os.close(fd)
+    a live writer holds a lock on its file (`SideTableWriter`), so they are the `abandoned` ones.
+    Returns what was removed."""
+    dropped = [p for p in sorted(d.glob(f".{SIDE_FILE}.tmp-*")) if abandoned(p, unlocked_after_s)]
+    for p in dropped:
+        p.unlink(missing_ok=True)
     return dropped
 
 
