@@ -91,12 +91,10 @@ def traces_out(corpus: CorpusResource, config: TracesRunConfig) -> Path:
 )
 def thinking_traces(context: dg.AssetExecutionContext, corpus: CorpusResource, traces_endpoint: TracesEndpointResource,
                     config: TracesRunConfig) -> dg.MaterializeResult:
-    unused = [name for name, value, default in (("judge_weight", config.judge_weight, JudgeConfig.weight),
-                                                 ("judge_required", config.judge_required, JudgeConfig.required),
-                                                 ("judge_max_tokens", config.judge_max_tokens, JudgeConfig.max_tokens))
-              if value != default]
-    if unused and not config.judge:  # as the CLI refuses --judge-* without --judge
-        raise ValueError(f"{', '.join(unused)} set without judge: true (the judge grades candidates only when it runs)")
+    judge = JudgeConfig(config.judge_weight, config.judge_required, config.judge_max_tokens)
+    if not config.judge and (unused := judge.changed()):  # as the CLI refuses --judge-* without --judge
+        raise ValueError(f"{', '.join(f'judge_{n}' for n in unused)} set without judge: true "
+                         "(the judge grades candidates only when it runs)")
     cfg = TracesConfig(
         queries=QueryConfig(max_queries=config.max_queries, per_stratum=config.per_stratum,
                             max_target_chars=config.max_target_chars, history_turns=config.history_turns, seed=config.seed),
@@ -104,7 +102,7 @@ def thinking_traces(context: dg.AssetExecutionContext, corpus: CorpusResource, t
         limits=PromptLimits(few_shot=config.few_shot),
         prefill="<think>\n" if config.prefill_think else "", seed=config.seed, threshold=config.threshold,
         thresholds=tuple(sorted(config.domain_thresholds.items())),
-        judge=JudgeConfig(config.judge_weight, config.judge_required, config.judge_max_tokens) if config.judge else None,
+        judge=judge if config.judge else None,
         write_side_table=config.write_side_table, cache_path=config.cache or None, lock_wait_s=corpus.lock_wait_seconds)
     gen = traces_endpoint.generator()
     judge = traces_endpoint.judge_generator() if config.judge else None

@@ -94,12 +94,12 @@ def run(a: argparse.Namespace) -> int:
     if not a.endpoint or not a.model:
         raise ValueError("traces needs --endpoint URL (or `local`) and --model NAME, "
                          "or WORLDLINE_TRACES_BASE_URL and WORLDLINE_TRACES_MODEL")
-    given = {"--judge-model": a.judge_model is not None, "--judge-endpoint": a.judge_endpoint is not None,
-             "--judge-required": a.judge_required, "--judge-weight": a.judge_weight != JudgeConfig.weight,
-             "--judge-max-tokens": a.judge_max_tokens != JudgeConfig.max_tokens}
-    if not a.judge and any(given.values()):
-        raise ValueError(f"{', '.join(k for k, v in given.items() if v)} set without --judge: "
-                         "add --judge to grade candidates with an LLM judge")
+    judge = JudgeConfig(a.judge_weight, a.judge_required, a.judge_max_tokens)
+    given = sorted([f"--judge-{name.replace('_', '-')}" for name in judge.changed()]
+                   + [flag for flag, value in (("--judge-model", a.judge_model), ("--judge-endpoint", a.judge_endpoint))
+                      if value is not None])
+    if not a.judge and given:
+        raise ValueError(f"{', '.join(given)} set without --judge: add --judge to grade candidates with an LLM judge")
     q = QueryConfig(max_queries=a.max_queries, domains=tuple(d for d in a.domains.split(",") if d),
                     per_stratum=a.per_stratum, balance=tuple(b for b in a.balance.split(",") if b), max_target_chars=a.max_target_chars, history_turns=a.history_turns,
                     seed=a.seed)
@@ -109,7 +109,7 @@ def run(a: argparse.Namespace) -> int:
         limits=PromptLimits(a.max_system_chars, a.max_observation_chars, a.max_history_chars, not a.no_few_shot),
         prefill="<think>\n" if a.prefill_think else "", seed=a.seed, threshold=a.threshold,
         thresholds=_pairs(a.domain_threshold, "--domain-threshold"),
-        judge=JudgeConfig(a.judge_weight, a.judge_required, a.judge_max_tokens) if a.judge else None,
+        judge=judge if a.judge else None,
         write_side_table=not a.no_side_table, cache_path=str(a.cache) if a.cache else None)
     try:
         gen = _generator(a.endpoint, a.model, a)

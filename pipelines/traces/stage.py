@@ -38,7 +38,7 @@ import sys
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -85,6 +85,11 @@ class JudgeConfig:
     def __post_init__(self) -> None:
         if not 0.0 <= self.weight <= 1.0:
             raise ValueError(f"judge weight {self.weight} is not in [0, 1]")
+
+    def changed(self) -> list[str]:
+        """The fields set to other than their defaults, sorted: what a run without a judge must not be given."""
+        default = JudgeConfig()
+        return sorted(f.name for f in fields(self) if getattr(self, f.name) != getattr(default, f.name))
 
 
 @dataclass(frozen=True)

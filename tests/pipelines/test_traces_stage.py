@@ -299,7 +299,7 @@ def test_dagster_judge_settings_without_judge_are_refused(small: Path, tmp_path:
     from dagster_project.traces_assets import TracesEndpointResource, thinking_traces
 
     out = tmp_path / "traces"
-    with pytest.raises(Exception, match=r"judge_weight, judge_required set without judge: true"):
+    with pytest.raises(Exception, match=r"judge_required, judge_weight set without judge: true"):
         dg.materialize([thinking_traces], resources={
             "corpus": CorpusResource(root=str(small), inbox=str(tmp_path / "inbox")),
             "traces_endpoint": TracesEndpointResource(base_url=NOWHERE, model="x")},
