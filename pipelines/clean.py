@@ -456,7 +456,7 @@ def clean(corpus_dir: Path | str, config: CleanConfig = CleanConfig(), progress:
     t0 = time.monotonic()
     echo = echo or (lambda m: print(m, file=sys.stderr))
     corpus = Corpus(corpus_dir)
-    manifest = corpus.require().manifest()  # one state: the views and the state recorded
+    manifest = corpus.require_manifest()  # one state: the views and the state recorded
     state = corpus_state(corpus, manifest)
     con = connect(corpus.root, committed=corpus.committed_files(manifest))
     try:  # bounded: window partitions and sorts beyond the limit spill (removed afterwards)

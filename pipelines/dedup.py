@@ -800,7 +800,7 @@ def dedup(corpus_dir: Path | str, config: DedupConfig = DedupConfig(), progress:
     """Compute (or reuse) signatures, then duplicate clusters and shared prefixes for the corpus."""
     echo = echo or (lambda m: print(m, file=sys.stderr))
     corpus = Corpus(corpus_dir)
-    manifest = corpus.require().manifest()  # one state: the views, the turn files and the state recorded
+    manifest = corpus.require_manifest()  # one state: the views, the turn files and the state recorded
     committed = corpus.committed_files(manifest)
     con = connect(corpus.root, committed=committed)
     if config.use_cleaning:

@@ -119,9 +119,10 @@ def connect(corpus_dir: Path | str, con: duckdb.DuckDBPyConnection | None = None
     """An in-memory DuckDB connection with the corpus views defined, over the committed batches' files
     (`committed`: the stage's own list of them, `Corpus.committed_files`): one state of the corpus,
     whatever a writer does meanwhile."""
-    corpus = Corpus(corpus_dir).require()
+    corpus = Corpus(corpus_dir)
+    if committed is None:  # else the caller read the manifest (and so checked the corpus) already
+        committed = corpus.committed_files(corpus.require_manifest())
     con = con or duckdb.connect()
-    committed = corpus.committed_files() if committed is None else committed
     for name, schema in TABLE_SCHEMAS.items():
         if committed[name]:
             con.execute(f"CREATE OR REPLACE VIEW {name} AS SELECT * FROM read_parquet({parquet_list(committed[name])}, "

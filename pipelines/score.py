@@ -496,7 +496,7 @@ def score(
     t0 = time.monotonic()
     echo = echo or (lambda m: print(m, file=sys.stderr))
     corpus = Corpus(corpus_dir)
-    manifest = corpus.require().manifest()  # one state: the views and the state recorded
+    manifest = corpus.require_manifest()  # one state: the views and the state recorded
     state = corpus_state(corpus, manifest)
     committed = corpus.committed_files(manifest)
     con = connect(corpus.root, committed=committed)

@@ -135,10 +135,14 @@ class Corpus:
 
     def require(self) -> Corpus:
         """This corpus, or a CorpusError that says how to make one (for stages that only read)."""
+        self.require_manifest()
+        return self
+
+    def require_manifest(self) -> dict:
+        """The manifest of this corpus, read once, or `require`'s CorpusError."""
         if not self.exists():
             raise CorpusError(f"{self.root} is not a corpus (no manifest.json); create one with `worldline ingest`")
-        self.manifest()  # raises for a manifest that is not a corpus's (an export's, say), or a damaged one
-        return self
+        return self.manifest()  # raises for a manifest that is not a corpus's (an export's, say), or a damaged one
 
     def manifest(self) -> dict:
         if not self.manifest_path.exists():
