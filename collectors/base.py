@@ -19,7 +19,7 @@ from typing import IO, Any, ClassVar
 import orjson
 
 from pipelines.sources import ReadLimits, json_problem, parse_json
-from schemas.records import RecordError, Trajectory, digest, dumps
+from schemas.records import RecordError, Trajectory, Turn, digest, dumps
 
 
 @dataclass(frozen=True)
@@ -108,6 +108,20 @@ def load_json_file(path: Path, where: str, limit: int) -> Any:
     except orjson.JSONDecodeError as e:
         reason, problem = json_problem(data, e)
         raise RecordError(reason, f"{where}: {problem}", where) from None
+
+
+def unpaired_result(text: str | None, call_id: Any, name: Any, is_error: bool | None, locator: str,
+                    extra: dict[str, Any] | None = None) -> Turn:
+    """The turn of a tool result that answers no open call (a harness that lost or reordered the call):
+    the environment's output is kept, without an action (`metadata.call_missing`, the result's tool name
+    if it gives one, and `extra`)."""
+    meta: dict[str, Any] = {"call_missing": True}
+    if name:
+        meta["tool_name"] = name
+    meta.update(extra or {})
+    return Turn(kind="env", observation=text, observation_kind="tool_result",
+                tool_call_id=str(call_id) if call_id is not None else None, is_error=is_error, locator=locator,
+                metadata=dumps(meta))
 
 
 def expect_object(obj: Any, where: str) -> dict:

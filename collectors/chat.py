@@ -84,6 +84,7 @@ from collectors.base import (
     loose_json,
     object_at,
     render_call,
+    unpaired_result,
 )
 from pipelines.sources import parse_json
 from schemas.records import RecordError, Trajectory, Turn, dumps
@@ -411,14 +412,7 @@ class _Builder:
             named = [i for i in free if name and self.turns[i].tool_name == name]
             idx = (named or free or [None])[0]
         if idx is None:
-            missing: dict[str, Any] = {"call_missing": True}
-            if name:
-                missing["tool_name"] = name
-            missing.update(meta or {})
-            self.turns.append(
-                Turn(kind="env", observation=text, observation_kind="tool_result", tool_call_id=call_id,
-                     is_error=is_error, locator=loc, metadata=dumps(missing))
-            )
+            self.turns.append(unpaired_result(text, call_id, name, is_error, loc, meta))
             return self.turns[-1]
         self.open_calls.remove(idx)
         t = self.turns[idx]

@@ -51,8 +51,9 @@ from collectors.base import (
     render_call,
     require,
     to_float,
+    unpaired_result,
 )
-from collectors.tau_bench import RESPOND, run_id, unpaired_result
+from collectors.tau_bench import RESPOND, run_id
 from pipelines.sources import parse_json
 from schemas.records import RecordError, Trajectory, Turn, dumps
 

@@ -36,7 +36,16 @@ from typing import Any
 
 import orjson
 
-from collectors.base import ImportContext, Importer, any_record, as_text, object_at, outcome_of, require
+from collectors.base import (
+    ImportContext,
+    Importer,
+    any_record,
+    as_text,
+    object_at,
+    outcome_of,
+    require,
+    unpaired_result,
+)
 from pipelines.sources import parse_json
 from schemas.records import RecordError, Trajectory, Turn, dumps
 
@@ -70,17 +79,6 @@ def _react(content: str) -> tuple[str | None, dict, bool] | None:
     if thought.startswith("Thought:"):
         thought = thought[len("Thought:") :].strip()
     return (thought or None), parsed, ok
-
-
-def unpaired_result(content: str | None, call_id: Any, name: Any, is_error: bool | None, locator: str) -> Turn:
-    """The turn of a tool result that answers no open call (a harness that lost or reordered the call):
-    the environment's output is kept, without an action (`metadata.call_missing`), as the chat importer does."""
-    meta: dict[str, Any] = {"call_missing": True}
-    if name is not None:
-        meta["tool_name"] = name
-    return Turn(kind="env", observation=content, observation_kind="tool_result",
-                tool_call_id=str(call_id) if call_id is not None else None, is_error=is_error, locator=locator,
-                metadata=dumps(meta))
 
 
 def run_id(task_id: Any, trial: Any) -> str | None:
