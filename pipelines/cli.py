@@ -29,15 +29,28 @@ def _cmd_ingest(a: argparse.Namespace) -> int:
     cfg = IngestConfig(domain_override=a.domain, workers=a.workers, limits=limits,
                        task_bytes=int(a.task_mb * MiB))
     runner = None
-    if a.beam:
+    if _beam_wanted(a, "the conversion"):
         from pipelines.beam_ingest import beam_runner
 
         runner = beam_runner(a.beam_runner or "DirectRunner", a.beam_option)
-    elif a.beam_runner or a.beam_option:
-        raise ValueError("--beam-runner and --beam-option apply only with --beam (the conversion as a Beam pipeline)")
     summary = ingest(a.paths, a.out, cfg, progress=not a.quiet, echo=lambda m: print(m, file=sys.stderr), runner=runner)
     print(summary.render())
     return EXIT_QUARANTINED if summary.quarantined else 0
+
+
+def _beam_wanted(a: argparse.Namespace, what: str) -> bool:
+    """Whether `--beam` was given; `--beam-runner`/`--beam-option` without it are an error, not ignored."""
+    if not a.beam and (a.beam_runner or a.beam_option):
+        raise ValueError(f"--beam-runner and --beam-option apply only with --beam ({what} as a Beam pipeline)")
+    return bool(a.beam)
+
+
+def _add_beam_options(s: argparse.ArgumentParser, does: str) -> None:
+    s.add_argument("--beam", action="store_true", help=f"{does} (the corpus directory must be reachable by every worker)")
+    s.add_argument("--beam-runner", metavar="RUNNER",
+                   help="Beam runner for --beam (default DirectRunner; PrismRunner, FlinkRunner, DataflowRunner, ...)")
+    s.add_argument("--beam-option", action="append", default=[], metavar="OPTION",
+                   help="a Beam pipeline option, e.g. --beam-option=--direct_num_workers=2 (repeatable)")
 
 
 def _cmd_query(a: argparse.Namespace) -> int:
@@ -93,7 +106,14 @@ def _cmd_score(a: argparse.Namespace) -> int:
         model = ModelScoreConfig(model=a.model, device=a.device, dtype=a.dtype, max_batch_tokens=a.batch_tokens,
                                  **({"max_context": a.max_context} if a.max_context else {}))
     cfg = ScoreConfig(tier=a.tier, surface=SurfaceConfig(seed=a.seed), model=model, max_tokens=a.max_tokens)
-    summary = score(a.corpus, cfg, progress=not a.quiet, echo=lambda m: print(m, file=sys.stderr))
+    runner = None
+    if _beam_wanted(a, "the model tier"):
+        from pipelines.beam_score import BeamModelRunner
+        from pipelines.score import check_distributable
+
+        check_distributable(cfg)
+        runner = BeamModelRunner(a.beam_runner or "DirectRunner", a.beam_option)
+    summary = score(a.corpus, cfg, progress=not a.quiet, echo=lambda m: print(m, file=sys.stderr), runner=runner)
     print(summary.render())
     return 0
 
@@ -185,12 +205,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--max-record-mb", type=float, default=64.0, help="largest single record (JSON document or line)")
     s.add_argument("--quiet", action="store_true", help="no progress line")
     s.add_argument("--task-mb", type=float, default=64.0, help="MB of input per conversion task")
-    s.add_argument("--beam", action="store_true",
-                   help="convert with an Apache Beam pipeline (the corpus directory must be reachable by every worker)")
-    s.add_argument("--beam-runner", metavar="RUNNER",
-                   help="Beam runner for --beam (default DirectRunner; PrismRunner, FlinkRunner, DataflowRunner, ...)")
-    s.add_argument("--beam-option", action="append", default=[], metavar="OPTION",
-                   help="a Beam pipeline option, e.g. --beam-option=--direct_num_workers=2 (repeatable)")
+    _add_beam_options(s, "convert with an Apache Beam pipeline")
     s.set_defaults(func=_cmd_ingest)
 
     s = sub.add_parser("query", help="run SQL (DuckDB) over the corpus views")
@@ -228,6 +243,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--max-context", type=int, default=0, help="window in tokens (0: 8192, capped by the model)")
     s.add_argument("--seed", type=int, default=0, help="seed of the keep draw and of the sample under --max-tokens")
     s.add_argument("--quiet", action="store_true", help="no progress line")
+    _add_beam_options(s, "run the model tier as an Apache Beam pipeline, the model loaded once per worker")
     s.set_defaults(func=_cmd_score)
 
     s = sub.add_parser("clean", help="cleaning verdicts, secret/PII scan, decontamination (side tables; nothing deleted)")

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import os
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -181,6 +182,8 @@ class ScoreSummary:
     truncated_turns: int = 0
     skipped_dropped: int = 0
     passed_over: int = 0  # model tier: trajectories too large for what was left of the token cap
+    model_runner: str = ""  # a distributed model tier's runner (e.g. "Beam DirectRunner"), and its units
+    model_units: int = 0
     max_tokens: int | None = None
     fingerprint: str = ""  # the settings' (`ScoreConfig.fingerprint`), as recorded with the side table
     histograms: dict[str, list[tuple[str, int]]] = field(default_factory=dict)
@@ -204,7 +207,9 @@ class ScoreSummary:
             rate = self.model_tokens / max(self.model_seconds, 1e-9)
             cap = f", cap {self.max_tokens:,} tokens" if self.max_tokens else ""
             lines.append(
-                f"  model tier: {self.model_id} on {self.device} ({self.dtype}); {self.model_trajectories}/"
+                f"  model tier: {self.model_id} on {self.device} ({self.dtype})"
+                + (f" via {self.model_runner}, {self.model_units} units" if self.model_runner else "")
+                + f"; {self.model_trajectories}/"
                 f"{self.model_trajectories_total} trajectories, {self.model_turns} turns, {self.model_tokens:,} tokens in "
                 f"{self.model_seconds:.1f} s ({rate:,.0f} tokens/s, {self.model_turns / max(self.model_seconds, 1e-9):.1f} turns/s)"
                 f"{cap}; window {self.window_tokens} ({self.windowed_trajectories} trajectories windowed, "
@@ -281,94 +286,131 @@ def _text_slices(b: pa.RecordBatch, budget: int) -> list[pa.RecordBatch]:
     return out
 
 
+def _kept_relation(con: Any, cfg: ScoreConfig, work: Path, summary: ScoreSummary) -> str | None:
+    """The trajectories the model tier scores, as SQL over a file of (trajectory_id, prio), or None
+    for all of them: not the ones cleaning or dedup drop (their turns keep surface scores and get
+    no loss anyway). The view's joins run once, into a file (a table would stay in DuckDB's memory)."""
+    if not (cfg.skip_dropped and "kept_trajectories" in views(con)):
+        return None
+    path = sql_str(str(work / "kept.parquet"))
+    con.execute(f"COPY (SELECT DISTINCT trajectory_id, {_priority(int(cfg.surface.seed))} AS prio FROM kept_trajectories) "
+                f"TO {path} (FORMAT parquet)")
+    kept = f"read_parquet({path})"
+    summary.skipped_dropped = con.sql(
+        f"SELECT count(*) FROM trajectories WHERE trajectory_id NOT IN (SELECT trajectory_id FROM {kept})"
+    ).fetchall()[0][0]
+    return kept
+
+
+def _model_total(con: Any, kept: str | None) -> int:
+    skip = f"WHERE tr.trajectory_id IN (SELECT trajectory_id FROM {kept})" if kept else ""
+    return con.sql(f"SELECT count(*) FROM trajectories tr {skip}").fetchall()[0][0]
+
+
+_COUNTED = {"model_tokens": "real_tokens", "windowed_trajectories": "windows", "uncond_shared": "uncond_shared"}
+
+
+def _add_scorer_counts(summary: ScoreSummary, before: dict[str, int], after: dict[str, int]) -> None:
+    """What the scorer counted between `before` and `after` (its `stats`), into the summary: tokens
+    forwarded (shared observation-alone rows run once), trajectories windowed, observations shared."""
+    for mine, theirs in _COUNTED.items():
+        setattr(summary, mine, getattr(summary, mine) + after[theirs] - before[theirs])
+
+
+class _ModelPass:
+    """Plans and scores trajectories in the order they come, a chunk of about `chunk_batches`
+    batches' tokens at a time, under the token cap; the counts go into `summary`, each scored chunk
+    to `sink`. The same loop for the local run (every range, in priority order) and for one unit of
+    a distributed run (one range)."""
+
+    def __init__(self, cfg: ScoreConfig, scorer: Any, summary: ScoreSummary, sink: Callable[[pa.Table], None],
+                 status: _Status | None = None, total: int = 0):
+        self.cfg, self.scorer, self.summary, self.sink, self.status, self.total = cfg, scorer, summary, sink, status, total
+        self.seen = self.scored = self.tokens = 0
+
+    def line(self) -> str:
+        elapsed = self.status.line.elapsed if self.status else 1.0
+        return (f"{self.seen:,}/{self.total:,} trajectories · {self.scored:,} scored · {self.tokens:,} tokens · "
+                f"{self.tokens / max(elapsed, 1e-9):,.0f} tokens/s")
+
+    def _show(self) -> None:
+        if self.status:
+            self.status(self.line)
+
+    def run(self, rows: Iterator[dict[str, Any]]) -> bool:
+        """Score `rows` (closed at the end); True when the token cap stopped the pass early."""
+        cfg, scorer, summary = self.cfg, self.scorer, self.summary
+        chunk: list[Plan] = []
+        chunk_tokens = chunk_slots = 0  # result slots of the chunk's plans so far
+        used = 0
+        chunk_limit = cfg.chunk_batches * scorer.batch_tokens
+
+        def on_batch(n: int, tok: int) -> None:
+            self.tokens += tok
+            self._show()
+
+        def flush() -> None:
+            nonlocal chunk, chunk_tokens, chunk_slots
+            if chunk:
+                t = scorer.score_plans(chunk, on_batch)
+                summary.model_turns += t.num_rows
+                summary.truncated_turns += int(pc.sum(t["truncated"]).as_py() or 0) if t.num_rows else 0
+                self.sink(t)
+                self.scored += len(chunk)
+                self._show()
+            chunk, chunk_tokens, chunk_slots = [], 0, 0
+
+        # under the cap, a trajectory too large for what is left is passed over and the next ones tried
+        # (the sample used to end at the first one)
+        misses = 0
+        stop = False
+        bound = text_bound(scorer)
+        for row in rows:
+            self.seen += 1
+            self._show()
+            row = cut_long_texts(row, bound)
+            counted = dict(scorer.stats) if cfg.max_tokens is not None else None
+            p = scorer.plan(row, row["turns"], chunk_slots)
+            if counted is not None:
+                if p.tokens > cfg.max_tokens - used:
+                    scorer.stats.update(counted)  # planning counts windows: not for a trajectory left out
+                    summary.passed_over += 1
+                    misses += 1
+                    stop = misses >= MAX_CAP_MISSES  # nothing of the usual size fits any more
+                    if stop:
+                        break
+                    continue
+                misses = 0
+            used += p.tokens
+            chunk.append(p)
+            chunk_tokens += p.tokens
+            chunk_slots += len(p.turns)
+            summary.model_trajectories += 1
+            if chunk_tokens >= chunk_limit:
+                flush()
+        close = getattr(rows, "close", None)
+        if close is not None:
+            close()  # DuckDB's reader goes before the last chunk is scored
+        flush()
+        return stop
+
+
 def _model_scores(con: Any, cfg: ScoreConfig, summary: ScoreSummary, scorer: Any, progress: bool,
                   echo: Callable[[str], None], sink: Callable[[pa.Table], None], work: Path, ranges: int = 1) -> None:
     """Model-tier rows for every scored turn (up to the token cap), in priority order, handed to
     `sink` a chunk at a time; the trajectories are read sorted in `ranges` parts (`_prioritized`)."""
-    seed = int(cfg.surface.seed)
-    skip = ""
-    kept = None
-    if cfg.skip_dropped and "kept_trajectories" in views(con):
-        # model compute only where training can use it: not on trajectories cleaning or dedup drop
-        # (their turns keep surface scores and get no loss anyway); the view's joins run once, into
-        # a file (a table would stay in DuckDB's memory)
-        path = sql_str(str(work / "kept.parquet"))
-        con.execute(f"COPY (SELECT DISTINCT trajectory_id, {_priority(seed)} AS prio FROM kept_trajectories) "
-                    f"TO {path} (FORMAT parquet)")
-        kept = f"read_parquet({path})"
-        skip = f"WHERE tr.trajectory_id IN (SELECT trajectory_id FROM {kept})"
-        summary.skipped_dropped = con.sql(
-            f"SELECT count(*) FROM trajectories WHERE trajectory_id NOT IN (SELECT trajectory_id FROM {kept})"
-        ).fetchall()[0][0]
-    total = con.sql(f"SELECT count(*) FROM trajectories tr {skip}").fetchall()[0][0]
-    summary.model_trajectories_total = total
+    kept = _kept_relation(con, cfg, work, summary)
+    total = summary.model_trajectories_total = _model_total(con, kept)
     st = _Status("model", progress)
-    seen = scored = tokens = 0
-
-    def line() -> str:
-        return (f"{seen:,}/{total:,} trajectories · {scored:,} scored · {tokens:,} tokens · "
-                f"{tokens / st.line.elapsed:,.0f} tokens/s")
-
     st(f"sorting the turns of {total:,} trajectories by md5(seed:trajectory_id)")
-    rows = _prioritized(con, seed, kept, ranges)
-    chunk: list[Plan] = []
-    chunk_tokens = chunk_slots = 0  # result slots of the chunk's plans so far
-    used = 0
-    chunk_limit = cfg.chunk_batches * scorer.batch_tokens
+    rows = _prioritized(con, int(cfg.surface.seed), kept, ranges)
     t0 = time.monotonic()
-    stop = False
-
-    def on_batch(n: int, tok: int) -> None:
-        nonlocal tokens
-        tokens += tok
-        st(line)
-
-    def flush() -> None:
-        nonlocal chunk, chunk_tokens, chunk_slots, scored
-        if chunk:
-            t = scorer.score_plans(chunk, on_batch)
-            summary.model_turns += t.num_rows
-            summary.truncated_turns += int(pc.sum(t["truncated"]).as_py() or 0) if t.num_rows else 0
-            sink(t)
-            scored += len(chunk)
-            st(line)
-        chunk, chunk_tokens, chunk_slots = [], 0, 0
-
-    windows0, shared0, run0 = scorer.stats["windows"], scorer.stats["uncond_shared"], scorer.stats["real_tokens"]
-    # under the cap, a trajectory too large for what is left is passed over and the next ones tried
-    # (the sample used to end at the first one)
-    misses = 0
-    bound = text_bound(scorer)
-    for row in rows:
-        seen += 1
-        st(line)
-        row = cut_long_texts(row, bound)
-        counted = dict(scorer.stats) if cfg.max_tokens is not None else None
-        p = scorer.plan(row, row["turns"], chunk_slots)
-        if counted is not None:
-            if p.tokens > cfg.max_tokens - used:
-                scorer.stats.update(counted)  # planning counts windows: not for a trajectory left out
-                summary.passed_over += 1
-                misses += 1
-                stop = misses >= MAX_CAP_MISSES  # nothing of the usual size fits any more
-                if stop:
-                    break
-                continue
-            misses = 0
-        used += p.tokens
-        chunk.append(p)
-        chunk_tokens += p.tokens
-        chunk_slots += len(p.turns)
-        summary.model_trajectories += 1
-        if chunk_tokens >= chunk_limit:
-            flush()
-    rows.close()
-    flush()
-    st.finish(line)
+    before = dict(scorer.stats)
+    loop = _ModelPass(cfg, scorer, summary, sink, st, total)
+    stop = loop.run(rows)
+    st.finish(loop.line)
     summary.model_seconds = time.monotonic() - t0
-    summary.model_tokens = scorer.stats["real_tokens"] - run0  # forwarded: shared observation-alone rows run once
-    summary.windowed_trajectories = scorer.stats["windows"] - windows0
-    summary.uncond_shared = scorer.stats["uncond_shared"] - shared0
+    _add_scorer_counts(summary, before, scorer.stats)
     if cfg.max_tokens is not None and summary.model_trajectories < total:
         how = (f"stopped after {MAX_CAP_MISSES} in a row did not fit" if stop else "went through them all")
         echo(f"score: model tier capped at {cfg.max_tokens:,} tokens: {summary.model_trajectories} of {total} trajectories "
@@ -411,37 +453,48 @@ def _prioritized(con: Any, seed: int, kept: str | None = None, ranges: int = 1) 
     once failed under a memory limit, and grouping every trajectory's turns into lists in one query
     held all of it in memory before the first row came out. Under a token cap the first range
     usually suffices."""
+    for lo, hi in md5_ranges(ranges):
+        yield from _range_rows(con, seed, kept, lo, hi)
+
+
+def md5_ranges(n: int) -> list[tuple[str, str | None]]:
+    """`n` ranges of md5 hex prefixes, [lo, hi) (None: to the end), each about as large."""
+    bounds = [f"{(i * 65536) // n:04x}" for i in range(n)]
+    return [(lo, bounds[i + 1] if i + 1 < n else None) for i, lo in enumerate(bounds)]
+
+
+def _range_rows(con: Any, seed: int, kept: str | None, lo: str, hi: str | None) -> Iterator[dict[str, Any]]:
+    """`_prioritized`'s rows of the trajectories whose priority falls in [lo, hi)."""
     prio = _priority(seed)
     nulls_t = ", ".join(f"NULL AS {c}" for c in _TRAJ_COLS)
     nulls_u = ", ".join(f"NULL AS {c}" for c in _TURN_COLS)
-    bounds = [f"{(i * 65536) // ranges:04x}" for i in range(ranges)] + [None]
-    for lo, hi in zip(bounds, bounds[1:], strict=False):
-        def within(x: str, lo: str = lo, hi: str | None = hi) -> str:
-            return f"{x} >= '{lo}'" + (f" AND {x} < '{hi}'" if hi else "")
 
-        skip = f"AND trajectory_id IN (SELECT trajectory_id FROM {kept} WHERE {within('prio')})" if kept else ""
-        reader = con.sql(f"""
-            SELECT {prio} AS prio, trajectory_id, 0 AS part, {", ".join(_TRAJ_COLS)}, {nulls_u}
-            FROM trajectories WHERE {within(prio)} {skip}
-            UNION ALL BY NAME
-            SELECT {prio} AS prio, trajectory_id, 1 AS part, {nulls_t}, {", ".join(_TURN_COLS)}
-            FROM turns WHERE {within(prio)}
-            ORDER BY prio, trajectory_id, part, turn_index""").to_arrow_reader(1024)
-        head: dict[str, Any] | None = None
-        turns: list[dict[str, Any]] = []
-        for batch in reader:
-            for r in batch.to_pylist():
-                if r["part"] == 0:
-                    if head is not None and turns:
-                        yield {**head, "turns": turns}
-                    head = {"prio": r["prio"], "trajectory_id": r["trajectory_id"], **{c: r[c] for c in _TRAJ_COLS}}
-                    turns = []
-                elif head is not None and r["trajectory_id"] == head["trajectory_id"]:
-                    turns.append({c: r[c] for c in _TURN_COLS})
-                # else: turns of a trajectory not in `trajectories` (the join left them out) or not kept
-        reader.close()
-        if head is not None and turns:
-            yield {**head, "turns": turns}
+    def within(x: str) -> str:
+        return f"{x} >= '{lo}'" + (f" AND {x} < '{hi}'" if hi else "")
+
+    skip = f"AND trajectory_id IN (SELECT trajectory_id FROM {kept} WHERE {within('prio')})" if kept else ""
+    reader = con.sql(f"""
+        SELECT {prio} AS prio, trajectory_id, 0 AS part, {", ".join(_TRAJ_COLS)}, {nulls_u}
+        FROM trajectories WHERE {within(prio)} {skip}
+        UNION ALL BY NAME
+        SELECT {prio} AS prio, trajectory_id, 1 AS part, {nulls_t}, {", ".join(_TURN_COLS)}
+        FROM turns WHERE {within(prio)}
+        ORDER BY prio, trajectory_id, part, turn_index""").to_arrow_reader(1024)
+    head: dict[str, Any] | None = None
+    turns: list[dict[str, Any]] = []
+    for batch in reader:
+        for r in batch.to_pylist():
+            if r["part"] == 0:
+                if head is not None and turns:
+                    yield {**head, "turns": turns}
+                head = {"prio": r["prio"], "trajectory_id": r["trajectory_id"], **{c: r[c] for c in _TRAJ_COLS}}
+                turns = []
+            elif head is not None and r["trajectory_id"] == head["trajectory_id"]:
+                turns.append({c: r[c] for c in _TURN_COLS})
+            # else: turns of a trajectory not in `trajectories` (the join left them out) or not kept
+    reader.close()
+    if head is not None and turns:
+        yield {**head, "turns": turns}
 
 
 def text_bound(scorer: Any) -> int:
@@ -466,6 +519,15 @@ def cut_long_texts(row: dict[str, Any], bound: int) -> dict[str, Any]:
     return {**cut(row, _ROW_TEXTS), "turns": turns}
 
 
+def check_distributable(config: ScoreConfig) -> None:
+    """Refuse settings a distributed model tier cannot honour, before anything is read."""
+    if config.tier == "surface":
+        raise ValueError("--beam runs the model tier on Beam's workers; --tier surface has none (drop --beam)")
+    if config.max_tokens is not None:
+        raise ValueError("--max-tokens takes trajectories in one order across the whole corpus until the cap, "
+                         "which units scored apart cannot follow: drop --beam or --max-tokens")
+
+
 def kept_verdicts(corpus: Corpus) -> dict[str, Any] | None:
     """The cleaning and dedup verdicts `kept_trajectories` stands on now, or None when neither ran."""
     return side_fingerprints(corpus, ("cleaning", "duplicates")) or None
@@ -480,11 +542,14 @@ def score(
     progress: bool = True,
     echo: Callable[[str], None] | None = None,
     scorer: Any = None,
+    runner: ModelRunner | None = None,
 ) -> ScoreSummary:
     """Score every turn of the corpus and (re)write the `turn_scores` side table.
 
     `scorer` may be a `TurnScorer` already set up (Dagster resources, tests); otherwise one is
-    built from `config.model` and torn down at the end.
+    built from `config.model` and torn down at the end. `runner` (e.g.
+    `pipelines.beam_score.BeamModelRunner`) runs the model tier as units of one md5 range each on
+    its workers, each with its own copy of the scorer, instead of here.
 
     Memory does not follow the corpus: the surface tier scores `batch_rows` turns (at most
     `batch_bytes` of text) at a time into a temporary file; the model tier reads the trajectories
@@ -495,6 +560,8 @@ def score(
     `memory_limit`, spilling to a temporary directory in the corpus (removed at the end)."""
     t0 = time.monotonic()
     echo = echo or (lambda m: print(m, file=sys.stderr))
+    if runner is not None:
+        check_distributable(config)
     corpus = Corpus(corpus_dir)
     manifest = corpus.require_manifest()  # one state: the views and the state recorded
     state = corpus_state(corpus, manifest)
@@ -507,13 +574,14 @@ def score(
             # a scan's batches as they come (the order is ORDER BY's); kept in order, they queue up in memory
             con.execute("SET preserve_insertion_order = false")
             con.execute("SET enable_progress_bar = false")  # the stage's own line says how far it got
-            return _score(corpus, con, work, config, progress, echo, scorer, t0, state, committed)
+            return _score(corpus, con, work, config, progress, echo, scorer, t0, state, committed, runner)
     finally:
         con.close()
 
 
 def _score(corpus: Corpus, con: Any, work: Path, config: ScoreConfig, progress: bool, echo: Callable[[str], None],
-           scorer: Any, t0: float, state: dict[str, Any], committed: dict[str, list[Path]]) -> ScoreSummary:
+           scorer: Any, t0: float, state: dict[str, Any], committed: dict[str, list[Path]],
+           runner: ModelRunner | None = None) -> ScoreSummary:
     summary = ScoreSummary(corpus=str(corpus.root), tier=config.tier, max_tokens=config.max_tokens)
     old = side_schema(corpus, TABLE)  # the table written last; DuckDB reads its rows column by column, streaming
     old_sql = f"read_parquet({sql_str(str(side_path(corpus, TABLE)))})"
@@ -536,26 +604,18 @@ def _score(corpus: Corpus, con: Any, work: Path, config: ScoreConfig, progress: 
         surface_cfg = old_cfg.get("surface", asdict(config.surface))
         summary.carried.append("surface")
     if config.tier in ("model", "both"):
-        own = scorer is None
-        if own:
-            from pipelines.score_model import TurnScorer
-
-            scorer = TurnScorer(config.model_config())
-            scorer.setup()
-        path = work / "model.parquet"
-        try:
-            with pq.ParquetWriter(path, MODEL_SCHEMA, compression="lz4") as mw:
-                _model_scores(con, config, summary, scorer, progress, echo, mw.write_table, work,
-                              _ranges(committed, con, config.sort_bytes))
-        finally:
-            if own:
-                scorer.teardown()
-        summary.model_id, summary.device, summary.dtype = scorer.model_id, scorer.device, scorer.dtype_name
-        summary.window_tokens = scorer.window
-        model_cfg = {**orjson.loads(orjson.dumps(asdict(scorer.config), default=str)), "fingerprint": scorer.fingerprint,
-                     "model_id": scorer.model_id, "dtype": scorer.dtype_name, "max_tokens": config.max_tokens,
+        ranges = _ranges(committed, con, config.sort_bytes)
+        if runner is None:
+            info, files = _local_model_tier(con, config, summary, scorer, progress, echo, work, ranges)
+        else:
+            info, files = _distributed_model_tier(corpus, committed, con, config, summary, scorer, runner, progress,
+                                                  work, ranges)
+        summary.model_id, summary.device, summary.dtype = info["model_id"], info["device"], info["dtype"]
+        summary.window_tokens = info["window"]
+        model_cfg = {**info["config"], "fingerprint": info["fingerprint"], "model_id": info["model_id"],
+                     "dtype": info["dtype"], "max_tokens": config.max_tokens,
                      "kept_from": kept_verdicts(corpus) if config.skip_dropped else "all trajectories"}
-        model = f"read_parquet({sql_str(str(path))})" if summary.model_turns else None
+        model = f"read_parquet({parquet_list(files)})" if summary.model_turns else None
     elif "cond_nll" in old_names:
         model = f"(SELECT {', '.join(keys + model_names)} FROM {old_sql} WHERE cond_nll IS NOT NULL)"
         model_cfg = old_cfg.get("model")
@@ -598,6 +658,137 @@ def _score(corpus: Corpus, con: Any, work: Path, config: ScoreConfig, progress: 
         summary.seconds = time.monotonic() - t0
         w.commit(_manifest_summary(summary), lock_wait_s=config.lock_wait_s)
     return summary
+
+
+def _scorer_info(scorer: Any) -> dict[str, Any]:
+    """What the table's metadata and the summary say of the model that scored."""
+    return {"model_id": scorer.model_id, "device": scorer.device, "dtype": scorer.dtype_name, "window": scorer.window,
+            "fingerprint": scorer.fingerprint, "config": orjson.loads(orjson.dumps(asdict(scorer.config), default=str))}
+
+
+def _local_model_tier(con: Any, config: ScoreConfig, summary: ScoreSummary, scorer: Any, progress: bool,
+                      echo: Callable[[str], None], work: Path, ranges: int) -> tuple[dict[str, Any], list[Path]]:
+    own = scorer is None
+    if own:
+        from pipelines.score_model import TurnScorer
+
+        scorer = TurnScorer(config.model_config())
+        scorer.setup()
+    path = work / "model.parquet"
+    try:
+        with pq.ParquetWriter(path, MODEL_SCHEMA, compression="lz4") as mw:
+            _model_scores(con, config, summary, scorer, progress, echo, mw.write_table, work, ranges)
+        return _scorer_info(scorer), [path]
+    finally:
+        if own:
+            scorer.teardown()
+
+
+@dataclass(frozen=True)
+class ModelUnit:
+    """One md5 range of a distributed model tier: everything a worker needs to score it alone
+    (the files of the corpus state the driver read, the kept trajectories' file, where to write)."""
+
+    index: int
+    lo: str
+    hi: str | None
+    root: str
+    committed: dict[str, list[Path]]
+    kept: str | None  # SQL: read_parquet of (trajectory_id, prio), or None for every trajectory
+    out: str
+    config: ScoreConfig
+
+
+# A runner of units (`pipelines.beam_score.BeamModelRunner`): scores each unit with a copy of the scorer
+# (`score_unit`) and returns their results, one per unit, whatever the order.
+ModelRunner = Callable[[list[ModelUnit], Any], list[dict[str, Any]]]
+MIN_UNITS = 8  # a distributed model tier's units at least (more when the corpus is larger: `_ranges`)
+
+
+def score_unit(unit: ModelUnit, scorer: Any) -> dict[str, Any]:
+    """Score one unit (`scorer` set up) into a Parquet file of its own in `unit.out`, written then
+    renamed, and return the file's name with the counts. Another attempt at the same unit (a
+    retried bundle) writes another file; the driver reads only the ones the results name."""
+    import shutil
+
+    import duckdb
+
+    cfg = unit.config
+    tag = f"{unit.index:05d}-{os.urandom(4).hex()}"
+    out = Path(unit.out)
+    spill = out / f"duckdb-{tag}"
+    final = out / f"model-{tag}.parquet"
+    tmp = out / f".model-{tag}.parquet.tmp"
+    summary = ScoreSummary(corpus=unit.root, tier=cfg.tier)
+    con = duckdb.connect()
+    t0 = time.monotonic()
+    try:
+        connect(unit.root, con, committed=unit.committed)
+        con.execute(f"SET memory_limit = {sql_str(cfg.memory_limit)}")
+        con.execute(f"SET temp_directory = {sql_str(str(spill))}")
+        if cfg.threads:
+            con.execute(f"SET threads = {int(cfg.threads)}")
+        con.execute("SET preserve_insertion_order = false")
+        con.execute("SET enable_progress_bar = false")
+        before = dict(scorer.stats)
+        with pq.ParquetWriter(tmp, MODEL_SCHEMA, compression="lz4") as w:
+            _ModelPass(cfg, scorer, summary, w.write_table).run(
+                _range_rows(con, int(cfg.surface.seed), unit.kept, unit.lo, unit.hi))
+        os.replace(tmp, final)
+        _add_scorer_counts(summary, before, scorer.stats)
+    finally:
+        con.close()
+        shutil.rmtree(spill, ignore_errors=True)
+        tmp.unlink(missing_ok=True)
+    return {"index": unit.index, "file": final.name, "trajectories": summary.model_trajectories,
+            "turns": summary.model_turns, "truncated": summary.truncated_turns, "tokens": summary.model_tokens,
+            "windows": summary.windowed_trajectories, "uncond_shared": summary.uncond_shared,
+            "seconds": time.monotonic() - t0, "scorer": _scorer_info(scorer)}
+
+
+def _distributed_model_tier(corpus: Corpus, committed: dict[str, list[Path]], con: Any, config: ScoreConfig,
+                            summary: ScoreSummary, scorer: Any, runner: ModelRunner, progress: bool, work: Path,
+                            ranges: int) -> tuple[dict[str, Any], list[Path]]:
+    """The model tier as units of one md5 range each, scored by `runner`'s workers (each sets up its
+    own copy of `scorer`: the model loads once per worker, not per unit); the rows are the local
+    run's (a turn's scores depend on its trajectory only), the work folder must be reachable by
+    every worker, as ingest's staging is for `--beam`."""
+    kept = _kept_relation(con, config, work, summary)
+    total = summary.model_trajectories_total = _model_total(con, kept)
+    out = work / "model-units"
+    out.mkdir()
+    units = [ModelUnit(i, lo, hi, str(corpus.root), committed, kept, str(out), config)
+             for i, (lo, hi) in enumerate(md5_ranges(max(ranges, MIN_UNITS)))]
+    if scorer is None:
+        from pipelines.score_model import TurnScorer
+
+        scorer = TurnScorer(config.model_config())  # each worker sets up its copy
+    summary.model_runner, summary.model_units = getattr(runner, "name", type(runner).__name__), len(units)
+    st = _Status("model", progress)
+    st(f"{total:,} trajectories in {len(units)} units on {summary.model_runner}", force=True)
+    t0 = time.monotonic()
+    results = {r["index"]: r for r in runner(units, scorer)}
+    missing = sorted(set(range(len(units))) - set(results))
+    if missing:
+        raise RuntimeError(f"score: the model tier's units {missing} returned no result")
+    summary.model_seconds = time.monotonic() - t0
+    files = []
+    for i in range(len(units)):
+        r = results[i]
+        summary.model_trajectories += r["trajectories"]
+        summary.model_turns += r["turns"]
+        summary.truncated_turns += r["truncated"]
+        summary.model_tokens += r["tokens"]
+        summary.windowed_trajectories += r["windows"]
+        summary.uncond_shared += r["uncond_shared"]
+        files.append(out / r["file"])
+    fingerprints = {(r["scorer"]["model_id"], r["scorer"]["dtype"], r["scorer"]["fingerprint"]) for r in results.values()}
+    if len(fingerprints) > 1:
+        raise RuntimeError(f"score: the workers scored with different models or dtypes: {sorted(fingerprints)}")
+    info = {**results[0]["scorer"], "device": ", ".join(sorted({r["scorer"]["device"] for r in results.values()}))}
+    st.finish(f"{summary.model_trajectories:,}/{total:,} trajectories · {summary.model_turns:,} turns · "
+              f"{summary.model_tokens:,} tokens in {len(units)} units")
+    return info, files
 
 
 WRITE_ROWS = 65_536  # rows per batch (and Parquet row group) of the written table

@@ -292,7 +292,8 @@ def test_every_stage_option_of_the_cli_is_dagster_config() -> None:
 
     renamed = {"no_retry_identical": "retry_identical", "ignore_cleaning": "use_cleaning", "recompute": "reuse_signatures",
                "redact_every_text": "use_redaction_scan", "domain_weight": "domain_weights",
-               "source_weight": "source_weights", "batch_tokens": "max_batch_tokens"}
+               "source_weight": "source_weights", "batch_tokens": "max_batch_tokens",
+               "beam": "beam_runner", "beam_option": "beam_options"}  # score: a runner set is --beam
     sub = next(a for a in build_parser()._actions if a.dest == "command")
     for stage, cfg in [("clean", CleanRunConfig), ("dedup", DedupRunConfig), ("export", ExportRunConfig),
                        ("score", ScoringModelResource)]:

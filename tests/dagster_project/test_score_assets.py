@@ -51,6 +51,32 @@ def test_model_tier_uses_the_resource_model(corpus: CorpusResource, tmp_path: Pa
     assert all(e.passed for e in res.get_asset_check_evaluations())
 
 
+def test_model_tier_on_beam_workers(tmp_path: Path) -> None:
+    """`beam_runner` set: the asset's model tier runs as a Beam pipeline whose workers load the
+    model; this process loads none; a setting Beam cannot honour fails the run with its reason."""
+    pytest.importorskip("torch")
+    from pipelines.score import MIN_UNITS
+    from tests.support.tiny_model import save_tiny_gpt2
+
+    out = tmp_path / "corpus"
+    ingest([ROOT / "data" / "sample" / "corpus" / "intercode" / "ic_ctf_gpt-4_25_turns.json"], out, progress=False)
+    corpus = CorpusResource(root=str(out), inbox=str(tmp_path / "inbox"), settle_seconds=0)
+    settings = {"model": str(save_tiny_gpt2(tmp_path / "tiny")), "dtype": "float32", "beam_runner": "DirectRunner"}
+    model = ScoringModelResource(**settings)
+    assert model.scorer() is None
+    res = dg.materialize([turn_scores, turn_scores_checks], resources={"corpus": corpus, "scoring_model": model})
+    assert res.success
+    md = {k: v.value for k, v in res.asset_materializations_for_node("turn_scores")[0].metadata.items()}
+    assert (md["model_runner"], md["model_units"], md["device"]) == ("Beam DirectRunner", MIN_UNITS, "cpu")
+    assert md["model_trajectories"] > 0 and md["model_tokens"] > 0
+    assert all(e.passed for e in res.get_asset_check_evaluations())
+    capped = ScoringModelResource(**settings, max_tokens=1000)
+    res = dg.materialize([turn_scores], resources={"corpus": corpus, "scoring_model": capped}, raise_on_error=False)
+    assert not res.success
+    [failure] = [e for e in res.all_events if e.is_step_failure]
+    assert "--max-tokens takes trajectories in one order" in str(failure.step_failure_data.error)
+
+
 def test_joins_the_definitions() -> None:
     """The lines the code location adds: the asset, its checks and the resource resolve together."""
     from dagster_project.assets import corpus_report, ingested_traces
