@@ -461,6 +461,8 @@ class ExportTokenizer:
         contents hold an added token's string (`chat_text` lists it) is set aside for `finish`."""
         careful = {i: c for i, t in enumerate(texts) if (c := self.careful.get(t)) is not None}
         if careful:
+            for i in careful:  # taken: rendered again when encoded again (`chat_text`)
+                self.careful.pop(texts[i], None)
             texts = [t for i, t in enumerate(texts) if i not in careful]
         pending = self._begin(texts, ahead)
         pending.careful = careful
@@ -717,19 +719,16 @@ class ExportTokenizer:
         return hashlib.sha256(f"{i['tokenizer_json_sha256']}:{i['chat_template_sha256']}".encode()).hexdigest()[:16]
 
 
-MAX_CAREFUL = 4096  # texts `chat_text` remembers to encode apart (a batch's; the oldest go first)
-
-
 def chat_text(tok: ExportTokenizer, msgs: list[dict[str, str]]) -> tuple[str, list[tuple[int, int]]]:
     """The rendered text of `msgs` and the character span of each assistant content, exactly as
     `pipelines.render.render` builds them (with the tokenizer's template pieces, cached per length).
-    A text whose contents hold an added token's string is listed in `tok.careful`, so that
-    `ExportTokenizer.encode` encodes those contents as text, as `render.render` does."""
+    A text whose contents hold an added token's string is listed in `tok.careful` until it is
+    encoded, so that `ExportTokenizer.encode` encodes those contents as text, as `render.render`
+    does. No bound: a bound dropped the oldest of a batch's windows (over 4,096 of them) before
+    they were encoded, and a control token's string in them became the control token, with loss."""
     pieces = tok.pieces((len(msgs) - 1) // 2)
     text, spans = interleave(pieces, msgs)
     if tok.added.in_contents(msgs):
-        if len(tok.careful) >= MAX_CAREFUL:
-            del tok.careful[next(iter(tok.careful))]
         tok.careful[text] = (pieces, msgs)
     return text, spans
 

@@ -1032,6 +1032,35 @@ def test_control_token_strings_inside_messages_are_text(tok: ex.ExportTokenizer,
     assert tok.encode([text], [cs])[0][0].tolist() == tok.backend.encode(text, add_special_tokens=False).ids
 
 
+def test_control_token_strings_stay_text_in_a_batch_of_thousands_of_windows(tok: ex.ExportTokenizer,
+                                                                           tmp_path: Path) -> None:
+    """The texts to encode apart were remembered up to 4,096, the oldest dropped first; a batch's
+    windows are all rendered before they are encoded, so with more of them `<filename>` in the
+    first windows became SmolLM2's control token, with loss (the audit's 23,112 times)."""
+    from pipelines.ingest import IngestConfig, ingest
+
+    rows = []
+    for i in range(80):
+        msgs: list[dict] = [{"role": "user", "content": f"task {i}: create <filename> and fill it"}]
+        for k in range(60):
+            call = {"id": f"c{k}", "type": "function", "function": {"name": "bash", "arguments": f'{{"cmd": "cat f{k}"}}'}}
+            msgs += [{"role": "assistant", "content": "", "tool_calls": [call]},
+                     {"role": "tool", "tool_call_id": f"c{k}", "content": f"usage: cat <filename> (run {i}.{k})"}]
+        rows.append(orjson.dumps({"messages": msgs}))
+    (tmp_path / "chat.jsonl").write_bytes(b"\n".join(rows) + b"\n")
+    root = tmp_path / "corpus"
+    ingest([tmp_path / "chat.jsonl"], root, IngestConfig(workers=1, domain_override="terminal"), progress=False)
+    out = tmp_path / "out"
+    s = export(root, out, small_config(seq_len=64, split=ex.SplitConfig(validation=0.0, test=0.0)), tokenizer=tok,
+               progress=False)
+    docs = documents(out, "train")
+    assert s.trajectories_total == 80 and len(docs) > 4096  # in one batch (256 trajectories)
+    ids = np.concatenate([d[1] for d in docs])
+    control = {tok.backend.token_to_id(t) for t in ("<filename>", "<file_sep>", "<reponame>", "<|endoftext|>")}
+    assert int(np.isin(ids, list(control)).sum()) == 0
+    assert tok.careful == {}  # each remembered text was taken when encoded
+
+
 def test_a_turn_whose_action_fills_the_window_is_not_counted_as_trained(tok: ex.ExportTokenizer, tmp_path: Path) -> None:
     """An action longer than the sequence leaves none of its observation in its window (cut at the
     sequence length, then dropped for having no loss): the manifest counted the turn as trained,
