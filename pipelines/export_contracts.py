@@ -47,66 +47,132 @@ def export_complete(out: Path, corpus: Path | None = None) -> ContractResult:
 def export_masks(out: Path, corpus: Path | None = None) -> ContractResult:
     """Every packed sample: labels = input_ids where loss_mask else -100, positions restart at
     each cu_seqlens boundary, no document's first token is a target, length ≤ seq_len, counts
-    match the manifest."""
+    match the manifest. An export without Parquet: Megatron's documents (a mask per token, within
+    seq_len, no first-token target), else the chat records' counts, against the manifest."""
     m = _manifest(out)
-    seq_len = m["settings"]["seq_len"]
+    formats = m["settings"]["formats"]
+    check = _parquet_masks if "parquet" in formats else _megatron_masks if "megatron" in formats else _chat_counts
     bad: list[str] = []
     for split, s in m["splits"].items():
-        tokens = loss = 0
-        for shard in s["shards"]:
-            path = shard["files"].get("parquet", [{}])[0].get("path")
-            if path is None:
-                continue
-            t = pq.read_table(out / path, columns=["input_ids", "labels", "loss_mask", "position_ids", "cu_seqlens"])
-            cols = {c: t.column(c).combine_chunks() for c in t.column_names}
-            off = cols["input_ids"].offsets.to_numpy()
-            ids, lab, mask, pos = (cols[c].values.to_numpy() for c in ("input_ids", "labels", "loss_mask", "position_ids"))
-            if not (np.array_equal(off, cols["labels"].offsets.to_numpy()) and np.array_equal(off, cols["loss_mask"].offsets.to_numpy())
-                    and np.array_equal(off, cols["position_ids"].offsets.to_numpy())):
-                bad.append(f"{path}: columns of different lengths")
-                continue
-            if not np.array_equal(lab, np.where(mask == 1, ids, -100)):
-                row = int(np.searchsorted(off, np.flatnonzero(lab != np.where(mask == 1, ids, -100))[0], "right") - 1)
-                bad.append(f"{path} sample {row}: labels disagree with loss_mask")
-            for r in range(len(off) - 1):
-                n = off[r + 1] - off[r]
-                cu = cols["cu_seqlens"][r].values.to_numpy()
-                if n > seq_len or cu[0] != 0 or cu[-1] != n or np.any(np.diff(cu) <= 0):
-                    bad.append(f"{path} sample {r}: length {n} or cu_seqlens {cu.tolist()[:8]} invalid")
-                    continue
-                expect = np.arange(n) - np.repeat(cu[:-1], np.diff(cu))
-                if not np.array_equal(pos[off[r]:off[r + 1]], expect):
-                    bad.append(f"{path} sample {r}: position_ids do not restart at cu_seqlens")
-                if mask[off[r] + cu[:-1]].any():
-                    bad.append(f"{path} sample {r}: a document's first token is a target")
-            tokens += int(len(ids))
-            loss += int(mask.sum())
-        if "parquet" in m["settings"]["formats"] and (tokens, loss) != (s["tokens"], s["loss_tokens"]):
-            bad.append(f"{split}: {tokens} tokens / {loss} loss tokens in the shards, manifest says {s['tokens']} / {s['loss_tokens']}")
+        tokens, loss = check(out, s["shards"], m["settings"]["seq_len"], bad)
+        if (tokens, loss) != (s["tokens"], s["loss_tokens"]):
+            bad.append(f"{split}: {tokens} tokens / {loss} loss tokens in the files, manifest says "
+                       f"{s['tokens']} / {s['loss_tokens']}")
     return ContractResult("export_masks", not bad, "labels, loss masks, positions and document boundaries agree",
-                          {"bad": bad[:MAX_LISTED], "problems": len(bad)})
+                          {"format": check.__name__.split("_")[1], "bad": bad[:MAX_LISTED], "problems": len(bad)})
+
+
+def _files(shards: list[dict[str, Any]], fmt: str) -> list[str]:
+    return [f["path"] for shard in shards for f in shard["files"].get(fmt, [])]
+
+
+def _parquet_masks(out: Path, shards: list[dict[str, Any]], seq_len: int, bad: list[str]) -> tuple[int, int]:
+    tokens = loss = 0
+    for path in _files(shards, "parquet"):
+        t = pq.read_table(out / path, columns=["input_ids", "labels", "loss_mask", "position_ids", "cu_seqlens"])
+        cols = {c: t.column(c).combine_chunks() for c in t.column_names}
+        off = cols["input_ids"].offsets.to_numpy()
+        ids, lab, mask, pos = (cols[c].values.to_numpy() for c in ("input_ids", "labels", "loss_mask", "position_ids"))
+        if not (np.array_equal(off, cols["labels"].offsets.to_numpy()) and np.array_equal(off, cols["loss_mask"].offsets.to_numpy())
+                and np.array_equal(off, cols["position_ids"].offsets.to_numpy())):
+            bad.append(f"{path}: columns of different lengths")
+            continue
+        if not np.array_equal(lab, np.where(mask == 1, ids, -100)):
+            row = int(np.searchsorted(off, np.flatnonzero(lab != np.where(mask == 1, ids, -100))[0], "right") - 1)
+            bad.append(f"{path} sample {row}: labels disagree with loss_mask")
+        for r in range(len(off) - 1):
+            n = off[r + 1] - off[r]
+            cu = cols["cu_seqlens"][r].values.to_numpy()
+            if n > seq_len or cu[0] != 0 or cu[-1] != n or np.any(np.diff(cu) <= 0):
+                bad.append(f"{path} sample {r}: length {n} or cu_seqlens {cu.tolist()[:8]} invalid")
+                continue
+            expect = np.arange(n) - np.repeat(cu[:-1], np.diff(cu))
+            if not np.array_equal(pos[off[r]:off[r + 1]], expect):
+                bad.append(f"{path} sample {r}: position_ids do not restart at cu_seqlens")
+            if mask[off[r] + cu[:-1]].any():
+                bad.append(f"{path} sample {r}: a document's first token is a target")
+        tokens += int(len(ids))
+        loss += int(mask.sum())
+    return tokens, loss
+
+
+def _megatron_masks(out: Path, shards: list[dict[str, Any]], seq_len: int, bad: list[str]) -> tuple[int, int]:
+    from pipelines.export_formats import read_indexed
+
+    tokens = loss = 0
+    for path in _files(shards, "megatron"):
+        if not path.endswith("_loss_mask.idx"):
+            continue
+        prefix = path[: -len("_loss_mask.idx")]
+        masks, _ = read_indexed(out / f"{prefix}_loss_mask")
+        ids, _ = read_indexed(out / f"{prefix}_tokens")
+        if len(ids) != len(masks):
+            bad.append(f"{prefix}: {len(ids)} token documents, {len(masks)} loss-mask documents")
+            continue
+        for d, (i, k) in enumerate(zip(ids, masks, strict=True)):
+            if len(i) != len(k) or len(i) > seq_len or not len(i) or k[0] or not set(np.unique(k).tolist()) <= {0, 1}:
+                bad.append(f"{prefix} document {d}: {len(i)} tokens, {len(k)} mask values (first {k[:1].tolist()})")
+            tokens += len(i)
+            loss += int(k.sum())
+    return tokens, loss
+
+
+def _chat_counts(out: Path, shards: list[dict[str, Any]], seq_len: int, bad: list[str]) -> tuple[int, int]:
+    from pipelines.export_formats import read_chat
+
+    tokens = loss = 0
+    for path in _files(shards, "chat"):
+        for r in read_chat(out / path):
+            if not 0 < r["num_tokens"] <= seq_len or not 0 < r["num_loss_tokens"] <= r["num_tokens"]:
+                bad.append(f"{path} record {r['id']}: {r['num_tokens']} tokens, {r['num_loss_tokens']} loss tokens")
+            tokens += r["num_tokens"]
+            loss += r["num_loss_tokens"]
+    return tokens, loss
+
+
+def _split_ids(out: Path, m: dict[str, Any]) -> dict[str, set[str]] | None:
+    """The trajectory ids in each split's files (the Parquet shards', else the chat records'); None
+    for an export of Megatron's files alone, which carry no ids."""
+    from pipelines.export_formats import read_chat
+
+    formats = m["settings"]["formats"]
+    if "parquet" not in formats and "chat" not in formats:
+        return None
+    ids: dict[str, set[str]] = {}
+    for split, s in m["splits"].items():
+        got = ids.setdefault(split, set())
+        if "parquet" in formats:
+            for path in _files(s["shards"], "parquet"):
+                for row in pq.read_table(out / path, columns=["trajectory_ids"]).column(0).to_pylist():
+                    got.update(row)
+        else:
+            for path in _files(s["shards"], "chat"):
+                got.update(r["trajectory_id"] for r in read_chat(out / path))
+    return ids
+
+
+NO_IDS = "an export of Megatron's files alone: they carry no trajectory ids (add parquet or chat to the formats)"
 
 
 def export_splits_disjoint(out: Path, corpus: Path | None = None) -> ContractResult:
     """No trajectory, and (with the corpus) no split group (task), is in two splits."""
-    from pipelines.export import SplitConfig, group_key
+    from pipelines.export import group_key
 
     m = _manifest(out)
+    by_split = _split_ids(out, m)
+    if by_split is None:
+        return ContractResult("export_splits_disjoint", False, "no trajectory and no task in two splits",
+                              {"not_checked": NO_IDS}, severity="warn")
     where: dict[str, set[str]] = {}
-    for split, s in m["splits"].items():
-        for shard in s["shards"]:
-            path = shard["files"].get("parquet", [{}])[0].get("path")
-            if path is None:
-                continue
-            for ids in pq.read_table(out / path, columns=["trajectory_ids"]).column(0).to_pylist():
-                for tid in ids:
-                    where.setdefault(tid, set()).add(split)
+    for split, ids in by_split.items():
+        for tid in ids:
+            where.setdefault(tid, set()).add(split)
     crossing = sorted(t for t, s in where.items() if len(s) > 1)
     groups_crossing: list[str] = []
     if corpus is not None and where:
         from pipelines.query import connect
 
-        cfg = SplitConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in m["settings"]["split"].items()})
+        cfg = _split_config(m)
         con = connect(corpus)
         cols = sorted({"trajectory_id", *cfg.group_by})
         by_group: dict[str, set[str]] = {}
@@ -123,21 +189,20 @@ def export_splits_disjoint(out: Path, corpus: Path | None = None) -> ContractRes
 
 def export_eval_set(out: Path, corpus: Path | None = None) -> ContractResult:
     """Every evaluation row has the AgentWorldBench fields, reads back through the importer, and
-    comes from the test split."""
+    comes from the test split: its trajectory is in no training or validation file and (with the
+    corpus) its task falls in the test split. A test trajectory whose documents were all left out
+    (no turn with loss) is in no file, yet its eval rows are the test split's."""
     from collectors.agentworldbench import AgentWorldBenchImporter
     from collectors.base import ImportContext
     from pipelines.evalset import FIELDS
 
     m = _manifest(out)
-    test_ids: set[str] = set()
-    for shard in m["splits"]["test"]["shards"]:
-        path = shard["files"].get("parquet", [{}])[0].get("path")
-        if path is not None:
-            for ids in pq.read_table(out / path, columns=["trajectory_ids"]).column(0).to_pylist():
-                test_ids.update(ids)
+    by_split = _split_ids(out, m) or {}
+    elsewhere = {tid: split for split, ids in by_split.items() if split != "test" for tid in ids}
     imp = AgentWorldBenchImporter()
     bad: list[str] = []
     rows = 0
+    read: dict[str, str] = {}  # trajectory id -> the first row that names it
     for f in m["eval"]["files"]:
         for i, line in enumerate((out / f["path"]).read_bytes().splitlines()):
             rows += 1
@@ -153,10 +218,42 @@ def export_eval_set(out: Path, corpus: Path | None = None) -> ContractResult:
                 continue
             if len(traj.turns) != row["turn_idx"]:
                 bad.append(f"{where}: {len(traj.turns)} turns read back, turn_idx {row['turn_idx']}")
-            if test_ids and row["id"] not in test_ids:
-                bad.append(f"{where}: trajectory {row['id']} is not in the test split")
-    return ContractResult("export_eval_set", not bad, "the eval set is AgentWorldBench JSONL from the test split",
-                          {"rows": rows, "bad": bad[:MAX_LISTED]})
+            if row["id"] in elsewhere:
+                bad.append(f"{where}: trajectory {row['id']} is in the {elsewhere[row['id']]} split's files")
+            read.setdefault(row["id"], where)
+    meta: dict[str, Any] = {"rows": rows, "bad": bad[:MAX_LISTED]}
+    if corpus is not None:
+        splits = _splits_of(corpus, _split_config(m), set(read))
+        bad += [f"{w}: trajectory {t} is in the {splits.get(t, 'corpus: no such')} split"
+                for t, w in read.items() if splits.get(t) != "test"]
+        meta["bad"] = bad[:MAX_LISTED]
+    elif not by_split:
+        meta["split_not_checked"] = NO_IDS + ", and no corpus was given"
+    return ContractResult("export_eval_set", not bad, "the eval set is AgentWorldBench JSONL from the test split", meta)
+
+
+def _split_config(m: dict[str, Any]) -> Any:
+    from pipelines.export import SplitConfig
+
+    return SplitConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in m["settings"]["split"].items()})
+
+
+def _splits_of(corpus: Path, cfg: Any, ids: set[str]) -> dict[str, str]:
+    """The split of each of `ids` by the export's settings (its task's, as the export assigned it)."""
+    import pyarrow as pa
+
+    from pipelines.export import group_key, split_of
+    from pipelines.query import connect
+
+    cols = sorted({"trajectory_id", *cfg.group_by})
+    con = connect(corpus)
+    try:
+        con.register("_ids", pa.table({"trajectory_id": sorted(ids)}))
+        rows = con.sql(f"SELECT {', '.join('t.' + c for c in cols)} FROM trajectories t SEMI JOIN _ids USING (trajectory_id)"
+                       ).fetchall()
+    finally:
+        con.close()
+    return {d["trajectory_id"]: split_of(group_key(d, cfg), cfg) for d in (dict(zip(cols, r, strict=True)) for r in rows)}
 
 
 EXPORT_CONTRACTS: dict[str, Callable[[Path, Path | None], ContractResult]] = {

@@ -1,0 +1,109 @@
+"""The export's data contracts fail on what they guard against, whatever formats were written, and
+pass on a valid export."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+import pyarrow.parquet as pq
+import pytest
+
+from pipelines.export import ExportTokenizer, SplitConfig, export
+from pipelines.export_contracts import run_export_contracts
+from pipelines.ingest import IngestConfig, ingest
+from pipelines.query import run_query
+from tests.pipelines.export_support import build_corpus, small_config, tokenizer
+
+
+@pytest.fixture(scope="module")
+def tok() -> ExportTokenizer:
+    return tokenizer()
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_corpus(tmp_path_factory.mktemp("contracts"))
+
+
+def _results(out: Path, corpus: Path | None) -> dict[str, tuple[bool, str]]:
+    return {r.name: (r.passed, r.severity) for r in run_export_contracts(out, corpus)}
+
+
+def _bump_manifest_tokens(out: Path) -> None:
+    m = orjson.loads((out / "manifest.json").read_bytes())
+    m["splits"]["train"]["tokens"] += 1
+    (out / "manifest.json").write_bytes(orjson.dumps(m))
+
+
+ALL_PASS = {"export_complete": (True, "error"), "export_masks": (True, "error"),
+            "export_splits_disjoint": (True, "error"), "export_eval_set": (True, "error")}
+
+
+@pytest.mark.parametrize("formats", [("chat",), ("megatron",)])
+def test_an_export_without_parquet_is_checked_from_its_own_files(formats: tuple[str, ...], corpus: Path,
+                                                                 tok: ExportTokenizer, tmp_path: Path) -> None:
+    """Three of the four contracts read only Parquet shards and passed on anything else (the
+    splits contract reported 0 trajectories of 109)."""
+    out = tmp_path / "out"
+    export(corpus, out, small_config(formats=formats), tokenizer=tok, progress=False)
+    got = _results(out, corpus)
+    if formats == ("chat",):
+        assert got == ALL_PASS
+        [r] = [r for r in run_export_contracts(out, corpus) if r.name == "export_splits_disjoint"]
+        trained = sum(s["trajectories"] for s in orjson.loads((out / "manifest.json").read_bytes())["splits"].values())
+        assert r.metadata["trajectories"] == trained > 0
+    else:  # Megatron's files carry no trajectory ids: said, as a warning, not passed
+        assert got == {**ALL_PASS, "export_splits_disjoint": (False, "warn")}
+        [r] = [r for r in run_export_contracts(out, corpus) if r.name == "export_splits_disjoint"]
+        assert "carry no trajectory ids" in r.metadata["not_checked"]
+    [masks] = [r for r in run_export_contracts(out, corpus) if r.name == "export_masks"]
+    assert masks.metadata["format"] == formats[0]
+    _bump_manifest_tokens(out)
+    [masks] = [r for r in run_export_contracts(out, corpus) if r.name == "export_masks"]
+    assert not masks.passed and "manifest says" in masks.metadata["bad"][0], masks.metadata
+
+
+def test_an_eval_row_of_a_training_trajectory_fails(corpus: Path, tok: ExportTokenizer, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    export(corpus, out, small_config(split=SplitConfig(validation=0.0, test=0.3)), tokenizer=tok, progress=False)
+    assert _results(out, corpus) == ALL_PASS
+    m = orjson.loads((out / "manifest.json").read_bytes())
+    train_id = pq.read_table(out / m["splits"]["train"]["shards"][0]["files"]["parquet"][0]["path"],
+                             columns=["trajectory_ids"]).column(0)[0].as_py()[0]
+    path = out / m["eval"]["files"][0]["path"]
+    lines = path.read_bytes().splitlines()
+    row = orjson.loads(lines[0])
+    row["id"] = train_id
+    path.write_bytes(b"\n".join([orjson.dumps(row), *lines[1:]]) + b"\n")
+    for where in (corpus, None):  # from the files alone, and with the corpus's split of the task too
+        [r] = [r for r in run_export_contracts(out, where) if r.name == "export_eval_set"]
+        assert not r.passed
+        assert f"line 1: trajectory {train_id} is in the train split's files" in r.metadata["bad"][0]
+
+
+def test_eval_rows_of_a_test_trajectory_left_without_documents_pass(tok: ExportTokenizer, tmp_path: Path) -> None:
+    """A test trajectory whose every turn another one owns (a shared prefix) has no document, so no
+    shard names it, yet its eval rows are the test split's: the contract failed a valid export."""
+    from pipelines.dedup import dedup
+
+    def chat(turns: int) -> bytes:
+        msgs: list[dict] = [{"role": "user", "content": "inspect the repository and report the python version used"}]
+        for k in range(turns):
+            call = {"id": f"c{k}", "type": "function",
+                    "function": {"name": "bash", "arguments": orjson.dumps({"cmd": f"step {k} of the inspection"}).decode()}}
+            msgs += [{"role": "assistant", "content": None, "tool_calls": [call]},
+                     {"role": "tool", "tool_call_id": f"c{k}", "content": f"output number {k}: " + "lorem ipsum " * 5}]
+        return orjson.dumps({"messages": msgs})
+
+    (tmp_path / "in.jsonl").write_bytes(chat(3) + b"\n" + chat(5) + b"\n")
+    root = tmp_path / "corpus"
+    ingest([tmp_path / "in.jsonl"], root, IngestConfig(workers=1, domain_override="terminal"), progress=False)
+    dedup(root, progress=False)
+    out = tmp_path / "out"
+    export(root, out, small_config(split=SplitConfig(validation=0.0, test=1.0), record_in_corpus=True), tokenizer=tok,
+           progress=False, echo=lambda m: None)
+    assert run_query(root, "SELECT split, documents > 0 FROM export_assignments ORDER BY 2")[1] == [("test", False),
+                                                                                                  ("test", True)]
+    assert _results(out, root) == ALL_PASS
+    assert _results(out, None) == ALL_PASS
