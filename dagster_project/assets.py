@@ -2,6 +2,8 @@
 
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import dagster as dg
@@ -15,6 +17,19 @@ from pipelines.stats import ingest_overview
 
 # Collection assets retry (transient I/O, a busy corpus lock); derived assets do not.
 COLLECTION_RETRY = dg.RetryPolicy(max_retries=3, delay=10, backoff=dg.Backoff.EXPONENTIAL)
+# ... but not an error of settings or inputs, which fails the same way every time
+FOR_GOOD = (FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError, ValueError)
+
+
+@contextmanager
+def no_retry_for_settings() -> Iterator[None]:
+    """Errors of settings and inputs (a missing spec file, a bad option, an unknown Beam runner)
+    fail the step at once with their own message; the retry policy is for a busy lock and I/O (a
+    missing spec was retried three times, 111 s, and reported as "Exceeded max_retries")."""
+    try:
+        yield
+    except FOR_GOOD as e:
+        raise dg.Failure(description=f"{type(e).__name__}: {e}", allow_retries=False) from e
 
 
 def _md_table(columns: list[str], rows: list[tuple]) -> dg.MetadataValue:
@@ -56,7 +71,8 @@ def ingested_traces(context: dg.AssetExecutionContext, corpus: CorpusResource,
     files = [i.path for i in offered]
     context.log.info(f"{len(files)} settled inputs in {corpus.inbox_path / source} for {day}")
     t0 = time.monotonic()
-    summary = corpus.ingest(files)
+    with no_retry_for_settings():
+        summary = corpus.ingest(files)
     context.log.info(summary.render())
     # the corpus stores a source path as text (`display_name`: bytes of a non-UTF-8 file name as
     # `\xff` escapes); the raw name's lone surrogates would match nothing and DuckDB refuses them

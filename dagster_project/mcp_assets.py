@@ -16,7 +16,7 @@ from collectors.mcp.collect import McpSummary, collect
 from collectors.mcp.contracts import MCP_CONTRACTS, run_mcp_contracts
 from collectors.mcp.faults import FaultConfig
 from collectors.mcp.spec import default_specs
-from dagster_project.assets import COLLECTION_RETRY, _md_table
+from dagster_project.assets import COLLECTION_RETRY, _md_table, no_retry_for_settings
 from dagster_project.contract_checks import check_result, check_specs, no_corpus, only_selected
 from dagster_project.resources import CorpusResource
 from pipelines.store import Corpus
@@ -52,7 +52,8 @@ class McpServersResource(dg.ConfigurableResource):
 def mcp_trajectories(context: dg.AssetExecutionContext, corpus: CorpusResource,
                      mcp_servers: McpServersResource) -> dg.MaterializeResult:
     t0 = time.monotonic()
-    summary = mcp_servers.collect(corpus.root, log=context.log.info)
+    with no_retry_for_settings():
+        summary = mcp_servers.collect(corpus.root, log=context.log.info)
     context.log.info(summary.render())
     if summary.sessions and summary.failed == summary.sessions:
         raise dg.Failure(description=f"every MCP session failed; first: {summary.failures[0]}",

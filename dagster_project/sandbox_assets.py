@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import dagster as dg
 
-from dagster_project.assets import COLLECTION_RETRY, _md_table
+from dagster_project.assets import COLLECTION_RETRY, _md_table, no_retry_for_settings
 from dagster_project.contract_checks import check_result, check_specs, no_corpus, only_selected
 from dagster_project.resources import CorpusResource
 from pipelines.store import Corpus
@@ -67,8 +67,9 @@ def sandbox_trajectories(context: dg.AssetExecutionContext, corpus: CorpusResour
 
     t0 = time.monotonic()
     try:
-        summary = sandbox_pool.collect(corpus.root, log=context.log.info)
-    except EngineUnavailable as e:
+        with no_retry_for_settings():
+            summary = sandbox_pool.collect(corpus.root, log=context.log.info)
+    except EngineUnavailable as e:  # retried: an engine may be (re)starting
         raise dg.Failure(description=str(e)) from e
     context.log.info(summary.render())
     if summary.jobs and not summary.trajectories:

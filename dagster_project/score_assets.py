@@ -44,6 +44,8 @@ class ScoringModelResource(dg.ConfigurableResource):
     def model_runner(self) -> object | None:
         """The Beam runner of the model tier's units, or None to score in this process."""
         if not self.beam_runner:
+            if self.beam_options:
+                raise ValueError(f"beam_options {list(self.beam_options)} set without beam_runner")
             return None
         from pipelines.beam_score import BeamModelRunner
         from pipelines.score import check_distributable

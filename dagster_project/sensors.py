@@ -19,7 +19,7 @@ import dagster as dg
 from dagster_project.assets import ingested_traces
 from dagster_project.partitions import SOURCES, key
 from dagster_project.resources import CorpusResource
-from pipelines.inbox import scan, sources
+from pipelines.inbox import misnamed_sources, scan, sources
 
 ingest_job = dg.define_asset_job(
     "ingest_job",
@@ -47,6 +47,10 @@ def inbox_requests(corpus: CorpusResource, cursor: str | None, known_sources: li
         log(f"{len(future)} inbox inputs are modified in the future (a clock off?) and wait until then: {future[0]}")
     if errors and log is not None:
         log(f"{len(errors)} inbox sources could not be walked to the end (the inputs found before are offered): {errors[0]}")
+    misnamed = misnamed_sources(corpus.inbox_path)
+    if misnamed and log is not None:
+        log(f"{len(misnamed)} inbox folders are not ingested: a source's name is letters, digits, '.', '_' and '-', "
+            f"starting with a letter or digit, at most 100 characters: {', '.join(repr(n) for n in misnamed[:5])}")
     run_requests = []
     for (source, day), keys in sorted(groups.items()):
         keys.sort()

@@ -82,7 +82,9 @@ def traces_out(corpus: CorpusResource, config: TracesRunConfig) -> Path:
 
 
 @dg.asset(
-    deps=["turn_scores"],  # queries come from `kept_turns`, weighed by the loss mask when scored
+    # queries come from `kept_turns`, weighed by the loss mask when scored, and only from the export's
+    # training split (its `export_assignments`): after the export, or eval trajectories become queries
+    deps=["turn_scores", "training_export"],
     group_name="traces",
     kinds={"python", "parquet"},
     description="Rejection-sampled thinking traces: K reasoned predictions per (history, action) from the endpoint, "
@@ -115,7 +117,8 @@ def thinking_traces(context: dg.AssetExecutionContext, corpus: CorpusResource, t
     by_source = [(k, v["queries"], v["kept"], f"{100 * v['retention']:.1f} %", v["best_p50"]) for k, v in s.by_source.items()]
     return dg.MaterializeResult(metadata={
         "queries": s.queries, "candidates": s.candidates, "parsed": s.parsed, "kept": s.kept,
-        "retention": round(s.retention, 4), "generator": s.generator, "judge": s.judge or "none",
+        "retention": round(s.retention, 4), "min_retention": config.min_retention,  # for the check
+        "generator": s.generator, "judge": s.judge or "none",
         "generated": s.generations.get("generated", 0), "from_cache": s.generations.get("cached", 0),
         "failed": s.generations.get("failed", 0), "fingerprint": s.fingerprint,
         "by_domain": _md_table(["domain", "queries", "kept", "retention", "best p50", "threshold"], by_domain),
@@ -131,8 +134,11 @@ def thinking_traces(context: dg.AssetExecutionContext, corpus: CorpusResource, t
 @dg.multi_asset_check(specs=check_specs(TRACE_CHECKS, thinking_traces), can_subset=True)
 def traces_checks(context: dg.AssetCheckExecutionContext, corpus: CorpusResource):
     out = Path(corpus.root).parent / "traces"
+    floor = 0.0
     event = context.instance.get_latest_materialization_event(thinking_traces.key)
     mat = event.asset_materialization if event is not None else None
-    if mat is not None and "sft" in mat.metadata:  # the directory the last run really wrote
+    if mat is not None and "sft" in mat.metadata:  # the directory the last run really wrote, and its floor
         out = Path(str(mat.metadata["sft"].value)).parent
-    yield from only_selected(context, (check_result(r, thinking_traces.key) for r in check_traces(out)))
+        if "min_retention" in mat.metadata:
+            floor = float(mat.metadata["min_retention"].value)
+    yield from only_selected(context, (check_result(r, thinking_traces.key) for r in check_traces(out, floor)))

@@ -56,6 +56,15 @@ def sources(inbox: Path) -> list[str]:
     return sorted(p.name for p in inbox.iterdir() if p.is_dir() and SOURCE_NAME.match(p.name))
 
 
+def misnamed_sources(inbox: Path) -> list[str]:
+    """Folders of the inbox whose names cannot be a source (a partition key): not ingested, so
+    the sensor says so. Hidden ones (`.name`) are left alone on purpose."""
+    if not inbox.is_dir():
+        return []
+    return sorted(p.name for p in inbox.iterdir()
+                  if p.is_dir() and not p.name.startswith(".") and not SOURCE_NAME.match(p.name))
+
+
 def day_of(mtime_ns: int) -> str:
     day = dt.datetime.fromtimestamp(mtime_ns / 1e9, dt.UTC).strftime("%Y-%m-%d")
     return max(day, FIRST_DAY)

@@ -65,7 +65,7 @@ def test_definitions_load() -> None:
     assert parents["dedup_clusters"] == {"cleaning_verdicts"}
     assert parents["turn_scores"] == {"dedup_clusters"}
     assert parents["training_export"] == {"dedup_clusters", "turn_scores"}
-    assert parents["thinking_traces"] == {"turn_scores"}
+    assert parents["thinking_traces"] == {"turn_scores", "training_export"}  # the split is the export's
     assert {c.name for c in corpus_contracts.check_specs} == {
         "schema_valid", "counts_reconcile", "quarantine_rate", "latest_batch_quarantine_rate", "unique_trajectory_id",
         "manifest_checksums"}
@@ -163,6 +163,20 @@ def test_sensor_waits_for_settled_files_and_adds_sources(setup, tmp_path: Path, 
     assert [json.loads(rq.tags["worldline/inputs"]) for rq in r4.run_requests] == [7]
     r5 = inbox_requests(corpus, r4.cursor, known_sources=["swe", "newsrc"])
     assert r5.run_requests == []  # same files: same run key, never requested twice
+
+
+def test_the_sensor_names_inbox_folders_it_cannot_take(setup, sample: Path) -> None:
+    """A folder whose name cannot be a partition key was skipped without a word."""
+    corpus, _ = setup
+    inbox = Path(corpus.inbox)
+    for name in ("team data", "_incoming", ".cache"):
+        _drop(inbox, name, [sample / "swe-agent" / "ctf_pwn_warmup.traj"])
+    logged: list[str] = []
+    r = inbox_requests(corpus, None, ["swe"], log=logged.append)
+    assert [m for m in logged if "not ingested" in m] == [
+        "2 inbox folders are not ingested: a source's name is letters, digits, '.', '_' and '-', starting with a letter "
+        "or digit, at most 100 characters: '_incoming', 'team data'"]  # a hidden one is left alone
+    assert [req.partition_keys for req in r.dynamic_partitions_requests] == []
 
 
 def test_a_partition_converts_with_beam_when_configured(setup) -> None:

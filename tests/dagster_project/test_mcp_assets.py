@@ -53,3 +53,19 @@ def test_all_sessions_failing_fails_the_asset(tmp_path: Path) -> None:
     corpus = CorpusResource(root=str(tmp_path / "corpus"), inbox=str(tmp_path / "inbox"))
     with pytest.raises(dg.Failure, match="every MCP session failed; first: broken/s#0: start_failed"):
         mcp_trajectories(dg.build_asset_context(), corpus=corpus, mcp_servers=McpServersResource(specs=[str(spec)]))
+
+
+def test_an_error_of_the_settings_fails_at_once(tmp_path: Path) -> None:
+    """A spec that does not exist fails the same way every time: it was retried three times
+    (10/20/40 s apart) and reported as "Exceeded max_retries"; now it fails at once, saying why."""
+    import time
+
+    corpus = CorpusResource(root=str(tmp_path / "corpus"), inbox=str(tmp_path / "inbox"))
+    t0 = time.monotonic()
+    res = dg.materialize([mcp_trajectories], resources={"corpus": corpus, "mcp_servers": McpServersResource(
+        specs=[str(tmp_path / "missing.yaml")])}, instance=dg.DagsterInstance.ephemeral(), raise_on_error=False)
+    assert not res.success and time.monotonic() - t0 < 9  # the first retry would wait 10 s
+    assert not [e for e in res.all_events if e.event_type_value == "STEP_UP_FOR_RETRY"]
+    [failure] = [e for e in res.all_events if e.is_step_failure]
+    assert failure.step_failure_data.user_failure_data.description.startswith("FileNotFoundError: ")
+    assert "missing.yaml" in failure.step_failure_data.user_failure_data.description

@@ -56,10 +56,29 @@ def test_good_settings_are_numbers_and_lists(monkeypatch: pytest.MonkeyPatch, tm
     s = settings()
     assert (s["settle_seconds"], s["max_quarantine_rate"], s["beam_options"]) == (0.0, 1.0, [])
     cfg = tmp_path / "worldline.yaml"
-    cfg.write_text("settle_seconds: 2\nbeam_options: --direct_num_workers=2 --direct_running_mode=in_memory\n")
+    cfg.write_text("settle_seconds: 2\nbeam_runner: DirectRunner\n"
+                   "beam_options: --direct_num_workers=2 --direct_running_mode=in_memory\n")
     monkeypatch.setenv("WORLDLINE_CONFIG", str(cfg))
     s = settings()
     assert (s["settle_seconds"], s["max_quarantine_rate"]) == (2.0, 1.0)
     assert s["beam_options"] == ["--direct_num_workers=2", "--direct_running_mode=in_memory"]  # as the env var splits
     corpus = build_resources()["corpus"]
     assert (corpus.settle_seconds, corpus.beam_options) == (2.0, ["--direct_num_workers=2", "--direct_running_mode=in_memory"])
+
+
+def test_beam_options_without_a_runner_are_refused(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """They were ignored (the ingest ran locally), where the CLI refuses `--beam-option` without `--beam`."""
+    from dagster_project.score_assets import ScoringModelResource
+
+    monkeypatch.setenv("WORLDLINE_BEAM_OPTIONS", "--direct_num_workers=2")
+    with pytest.raises(ValueError, match=re.escape("environment variable WORLDLINE_BEAM_OPTIONS: beam_options "
+                                                   "['--direct_num_workers=2'] set without beam_runner")):
+        settings()
+    monkeypatch.delenv("WORLDLINE_BEAM_OPTIONS")
+    cfg = tmp_path / "worldline.yaml"
+    cfg.write_text("beam_options: [--direct_num_workers=2]\n")
+    monkeypatch.setenv("WORLDLINE_CONFIG", str(cfg))
+    with pytest.raises(ValueError, match=re.escape(f"{cfg} (WORLDLINE_CONFIG): beam_options")):
+        settings()
+    with pytest.raises(ValueError, match="set without beam_runner"):
+        ScoringModelResource(beam_options=["--direct_num_workers=2"]).model_runner()

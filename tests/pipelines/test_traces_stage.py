@@ -266,6 +266,17 @@ def test_dagster_asset_checks_and_report(server, corpus: Path, tmp_path: Path) -
     assert (tmp_path / "gen-cache.sqlite").is_file() and not (out / "cache.sqlite").exists()  # the run config's cache
     evals = {e.check_name: e.passed for e in res.get_asset_check_evaluations()}
     assert evals == dict.fromkeys(TRACE_CHECKS, True)
+    # the run config's retention floor reaches the check (it was left at 0: the check could not fail)
+    res = dg.materialize(
+        [thinking_traces, traces_checks],
+        resources={"corpus": CorpusResource(root=str(corpus), inbox=str(tmp_path / "inbox")),
+                   "traces_endpoint": TracesEndpointResource(base_url=url, model="smollm2")},
+        run_config={"ops": {"thinking_traces": {"config": {
+            "out": str(out), "k": 1, "max_queries": 1, "max_tokens": 8, "threshold": 1.0, "max_target_chars": 200,
+            "history_turns": 1, "cache": str(tmp_path / "gen-cache.sqlite"), "min_retention": 0.5}}}},
+        instance=dg.DagsterInstance.ephemeral())
+    [floor] = [e for e in res.get_asset_check_evaluations() if e.check_name == "retention_floor"]
+    assert not floor.passed and floor.metadata["min_retention"].value == 0.5, floor.metadata
     html = section_traces(connect(corpus))
     assert "Retention per domain" in html and "<svg" in html and "smollm2" in html
 
