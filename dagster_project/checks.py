@@ -13,12 +13,24 @@ from pipelines.store import Corpus
 @dg.multi_asset_check(specs=check_specs(CONTRACTS, ingested_traces), can_subset=True)
 def corpus_contracts(context: dg.AssetCheckExecutionContext, corpus: CorpusResource):
     selected = {k.name for k in context.selected_asset_check_keys}
-    yield from only_selected(context, _corpus_contracts(corpus, selected))
+    yield from only_selected(context, _corpus_contracts(corpus, selected, _batch_of_this_run(context)))
 
 
-def _corpus_contracts(corpus: CorpusResource, names: set[str]):
+def _batch_of_this_run(context: dg.AssetCheckExecutionContext) -> str | None:
+    """The batch this run's ingest committed (its materialization's metadata), so that the check
+    judges it even when another partition's run committed after it; None when the run ingested
+    nothing new or the check runs alone (then the newest batch)."""
+    for record in context.instance.all_logs(context.run.run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION):
+        mat = record.asset_materialization
+        if mat is not None and mat.asset_key == ingested_traces.key and "batch" in mat.metadata:
+            value = str(mat.metadata["batch"].value)
+            return None if value.startswith("none") else value
+    return None
+
+
+def _corpus_contracts(corpus: CorpusResource, names: set[str], batch: str | None = None):
     if not Corpus(corpus.root).exists():
         yield from no_corpus(CONTRACTS, ingested_traces.key, corpus.root, "ingested_traces")
         return
-    for r in run_contracts(corpus.root, corpus.max_quarantine_rate, names):  # what was not selected is not run
+    for r in run_contracts(corpus.root, corpus.max_quarantine_rate, names, batch):  # what was not selected is not run
         yield check_result(r, ingested_traces.key)

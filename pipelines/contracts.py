@@ -135,15 +135,20 @@ def quarantine_rate(corpus: Corpus, max_rate: float = 0.25) -> ContractResult:
     )
 
 
-def latest_batch_quarantine_rate(corpus: Corpus, max_rate: float = 0.25) -> ContractResult:
+def latest_batch_quarantine_rate(corpus: Corpus, max_rate: float = 0.25, batch: str | None = None) -> ContractResult:
     """The newest ingest's quarantined records are at most `max_rate` of its records in: a drop of
-    mostly broken files fails, however large the corpus it joined (a Dagster partition's run)."""
+    mostly broken files fails, however large the corpus it joined (a Dagster partition's run).
+    `batch`: that ingest's batch instead of the newest (a partition run's own, when another
+    partition's run committed after it)."""
     m = corpus.manifest()
     batches = [b for b in m["batches"]
                if b.get("state") == "committed" and isinstance(b.get("counts"), dict) and "records" in b["counts"]]
+    if batch is not None:
+        batches = [b for b in batches if b["id"] == batch]
     if not batches:
-        return ContractResult("latest_batch_quarantine_rate", True, f"the newest ingest quarantined ≤ {_percent(max_rate)}",
-                              {"batch": None, "note": "no ingest batch yet"})
+        return ContractResult("latest_batch_quarantine_rate", batch is None,
+                              f"the newest ingest quarantined ≤ {_percent(max_rate)}",
+                              {"batch": batch, "note": "no ingest batch yet" if batch is None else "no such committed batch"})
     b = batches[-1]
     records, quar = int(b["counts"]["records"]), int(b["counts"]["quarantined"])
     rate = quar / records if records else 0.0
@@ -227,13 +232,15 @@ def run_named(contracts: Mapping[str, Callable[[Any], ContractResult]], arg: Any
 
 
 def run_contracts(corpus_dir: Path | str, max_quarantine_rate: float = 0.25,
-                  names: Iterable[str] | None = None) -> list[ContractResult]:
-    """Every corpus contract. A path that is not a corpus is a CorpusError, not contracts that fail
+                  names: Iterable[str] | None = None, batch: str | None = None) -> list[ContractResult]:
+    """Every corpus contract (`batch`: the ingest `latest_batch_quarantine_rate` judges; default the
+    newest). A path that is not a corpus is a CorpusError, not contracts that fail
     (or pass, over nothing), and a rate bound outside [0, 1] a ValueError: neither is a verdict."""
     if not 0 <= max_quarantine_rate <= 1:  # NaN fails too
         raise ValueError(f"--max-quarantine-rate must be in [0, 1] (got {max_quarantine_rate})")
     corpus = Corpus(corpus_dir).require()
     bounded = {name: functools.partial(CONTRACTS[name], max_rate=max_quarantine_rate) for name in RATE_CONTRACTS}
+    bounded["latest_batch_quarantine_rate"] = functools.partial(bounded["latest_batch_quarantine_rate"], batch=batch)
     contracts = {**CONTRACTS, **bounded}
     if names is not None:  # only these (a Dagster run of some of the checks: the others read and hash nothing)
         wanted = set(names)

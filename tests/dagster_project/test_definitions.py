@@ -165,6 +165,39 @@ def test_sensor_waits_for_settled_files_and_adds_sources(setup, tmp_path: Path, 
     assert r5.run_requests == []  # same files: same run key, never requested twice
 
 
+def test_the_batch_check_judges_its_own_runs_batch(setup, sample: Path, tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Partition runs take turns on the corpus: another one may commit between a run's ingest and
+    its checks. The check judged the newest batch (the other run's, clean) and a partition of
+    mostly broken files passed."""
+    from dagster_project import checks
+    from pipelines.contracts import latest_batch_quarantine_rate
+    from pipelines.store import Corpus
+
+    corpus, instance = setup
+    inbox = Path(corpus.inbox)
+    for i in range(3):
+        (tmp_path / f"junk{i}.txt").write_text(f"not a trace {i}\n")
+    _drop(inbox, "bad", [sample / "swe-agent" / "ctf_pwn_warmup.traj", *sorted(tmp_path.glob("junk*.txt"))])
+    instance.add_dynamic_partitions(SOURCES.name, ["bad"])
+    real = checks.run_contracts
+
+    def another_run_commits_first(*a, **k):  # noqa: ANN002, ANN003, ANN202
+        ingest([sample / "tau-bench"], corpus.root, progress=False)
+        return real(*a, **k)
+
+    monkeypatch.setattr(checks, "run_contracts", another_run_commits_first)
+    res = dg.materialize([ingested_traces, corpus_contracts], partition_key=key("bad", DAY), resources={"corpus": corpus},
+                         instance=instance, raise_on_error=False)
+    batch = res.asset_materializations_for_node("ingested_traces")[0].metadata["batch"].value
+    [ev] = [e for e in res.get_asset_check_evaluations() if e.check_name == "latest_batch_quarantine_rate"]
+    assert (ev.passed, ev.metadata["batch"].value, ev.metadata["rate"].value) == (False, batch, 0.75)
+    newest = Corpus(corpus.root).manifest()["batches"][-1]["id"]
+    assert newest != batch  # the other run's, which the check used to judge
+    assert latest_batch_quarantine_rate(Corpus(corpus.root)).metadata["batch"] == newest
+    assert not latest_batch_quarantine_rate(Corpus(corpus.root), batch="no-such-batch").passed
+
+
 def test_the_sensor_names_inbox_folders_it_cannot_take(setup, sample: Path) -> None:
     """A folder whose name cannot be a partition key was skipped without a word."""
     corpus, _ = setup
