@@ -597,6 +597,31 @@ def test_trimmed_offsets_fall_back_to_whole_text_encoding(tok: ex.ExportTokenize
         assert ts.tolist() == ex.token_spans(np.asarray(e.offsets, dtype=np.int64).reshape(-1, 2), cs).tolist()
 
 
+@pytest.mark.parametrize("scheme", ["first", "always"])
+def test_a_tokenizer_that_marks_only_a_texts_first_word_is_encoded_whole(scheme: str) -> None:
+    """SentencePiece-style tokenizers (BPE + Metaspace `prepend_scheme="first"`: Llama-2, Mistral
+    converted with `legacy=False`) give `▁` to the first word of a text only: encoding the pieces
+    between added tokens apart gave each its own `▁`, other ids than the tokenizer's for every
+    document. Such a tokenizer is now encoded whole; `always` keeps the segmenting path."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tk = Tokenizer(models.BPE(unk_token="<unk>"))
+    tk.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme=scheme)
+    tk.decoder = decoders.Metaspace(replacement="\u2581", prepend_scheme=scheme)
+    corpus = ["hello world this is a test of the tokenizer", "ls -la output file.txt", "user assistant system"] * 50
+    tk.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=300, special_tokens=["<unk>", "<|im_start|>", "<|im_end|>"]))
+    hf = PreTrainedTokenizerFast(tokenizer_object=tk, unk_token="<unk>", eos_token="<|im_end|>")
+    hf.chat_template = "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    et = ex.ExportTokenizer(hf, "metaspace")
+    assert (et._split is not None) == (scheme == "always")
+    msgs = [{"role": "system", "content": "hello world"}, {"role": "user", "content": "ls -la"},
+            {"role": "assistant", "content": "output file.txt"}]
+    text, cs = ex.chat_text(et, msgs)
+    [(ids, _)] = et.encode([text], [cs])
+    assert ids.tolist() == tk.encode(text, add_special_tokens=False).ids
+
+
 # --- determinism and atomicity -----------------------------------------------------------------
 
 
@@ -760,6 +785,24 @@ def test_chat_template_from_config_and_tokenizer_directory(corpus: Path, tok: ex
         cids, cmask = render_record(custom, rec)
         assert cids.tolist() == ids.tolist() and cmask.tolist() == mask.tolist()
         assert custom.hf.decode(ids[:4].tolist()).startswith("### system:")
+
+
+@pytest.mark.parametrize("content", ["{{ m['content'] | trim }}", "{{ m['content'].lstrip('\\n') }}",
+                                     "{{ m['content'].rstrip() }}"])
+def test_a_chat_template_that_strips_contents_is_refused(content: str, corpus: Path, tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """Llama 3's and Gemma's `| trim`, Qwen3's `lstrip('\\n')`: the probe's bare placeholders
+    came through, so the template was taken, and the export put in the untrimmed contents (7 of
+    10 documents had other tokens than the template renders)."""
+    from pipelines.cli import main
+
+    template = tmp_path / "t.jinja"
+    template.write_text("{% for m in messages %}<|im_start|>{{ m['role'] }}\n" + content + "<|im_end|>\n{% endfor %}")
+    out = tmp_path / "out"
+    assert main(["export", str(corpus), "--out", str(out), "--chat-template", str(template), "--quiet"]) == 1
+    err = capsys.readouterr().err
+    assert "strips the white space around message 0 (system)" in err and "--chat-template" in err, err
+    assert not out.exists()  # refused before anything was written
 
 
 def test_cli_export(corpus: Path, tmp_path: Path) -> None:
