@@ -1449,17 +1449,18 @@ class _SplitWriter:
         return self.shards
 
 
-def _mix_add(mix: dict, split: str, d: Document, first: bool) -> None:
-    for axis, key in (("domain", d.domain), ("source_format", d.source_format)):
+def _mix_add(mix: dict, split: str, domain: str, source_format: str, kept: list[Document], out: list[Document]) -> None:
+    """One trajectory into the mix: what was written (`out`, its copies by weight: `trajectories`
+    with a document, `documents`, `tokens`, `loss_tokens`) and `natural_tokens`, one copy of each
+    of its documents whatever its weight (a trajectory weighted down to no copy counts there too)."""
+    for axis, key in (("domain", domain), ("source_format", source_format)):
         e = mix.setdefault(split, {}).setdefault(axis, {}).setdefault(
             key, {"trajectories": 0, "documents": 0, "tokens": 0, "loss_tokens": 0, "natural_tokens": 0})
-        e["documents"] += 1
-        e["tokens"] += len(d)
-        e["loss_tokens"] += d.loss_tokens
-        if d.copy == 0:
-            e["natural_tokens"] += len(d)
-        if first:
-            e["trajectories"] += 1
+        e["trajectories"] += bool(out)
+        e["documents"] += len(out)
+        e["tokens"] += sum(len(d) for d in out)
+        e["loss_tokens"] += sum(d.loss_tokens for d in out)
+        e["natural_tokens"] += sum(len(d) for d in kept)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1648,12 +1649,9 @@ def _run(opened: _Opened, cfg: ExportConfig, tok: ExportTokenizer, root: Path, s
                     st.no_loss_dropped += 1
                     continue
                 kept.append(d)
-            out_docs = []
-            for c in range(w.copies):
-                for d in kept:
-                    dd = d if c == 0 else replace(d, copy=c)
-                    out_docs.append(dd)
-                    _mix_add(summary.mix, w.split, dd, first=dd is out_docs[0])
+            out_docs = [d if c == 0 else replace(d, copy=c) for c in range(w.copies) for d in kept]
+            if kept:
+                _mix_add(summary.mix, w.split, w.domain, w.source_format, kept, out_docs)
             for d in out_docs:
                 st.documents += 1
                 st.windows += d.window > 0

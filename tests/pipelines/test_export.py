@@ -386,7 +386,12 @@ def test_mixture_weights(corpus: Path, tok: ex.ExportTokenizer, exported: tuple[
                tokenizer=tok, progress=False)
     base = s0.mix["train"]["source_format"]
     mixed = s.mix["train"]["source_format"]
-    assert "tau-bench" not in mixed  # mcp × 0 → dropped
+    assert (mixed["tau-bench"]["documents"], mixed["tau-bench"]["trajectories"]) == (0, 0)  # mcp × 0 → dropped
+    # the natural mix is one copy of everything, whatever the weights (a copy-0 count missed the dropped)
+    for axis in ("domain", "source_format"):
+        assert {k: v["natural_tokens"] for k, v in s.mix["train"][axis].items()} == {
+            k: v["tokens"] for k, v in s0.mix["train"][axis].items()} == {
+            k: v["natural_tokens"] for k, v in s0.mix["train"][axis].items()}
     assert mixed["intercode"]["documents"] == 2 * base["intercode"]["documents"]
     assert mixed["intercode"]["tokens"] == 2 * base["intercode"]["tokens"]
     # agentworldbench train rows: terminal (2) × 0.5 = 1 copy each; mcp rows × 0 → none
@@ -394,7 +399,7 @@ def test_mixture_weights(corpus: Path, tok: ex.ExportTokenizer, exported: tuple[
     # validation and test keep the natural mix
     assert s.mix["test"] == s0.mix["test"] and s.mix["validation"] == s0.mix["validation"]
     m = _manifest(tmp_path / "mix")
-    assert "mcp" not in m["mix"]["train"]["domain"]
+    assert m["mix"]["train"]["domain"]["mcp"]["tokens"] == 0 < m["mix"]["train"]["domain"]["mcp"]["natural_tokens"]
     assert sum(v["tokens"] for v in m["mix"]["train"]["domain"].values()) == s.splits["train"].tokens
     # the android row (weight 0.5) is kept or not by its seeded draw, the same in every run
     android = m["mix"]["train"]["domain"].get("android", {"documents": 0})["documents"]
