@@ -59,9 +59,9 @@ def add_arguments(s: argparse.ArgumentParser) -> None:
     s.add_argument("--judge", action="store_true", help="also grade candidates with an LLM judge (same endpoint)")
     s.add_argument("--judge-model", help="judge model at the endpoint (default: --model)")
     s.add_argument("--judge-endpoint", help="judge base URL (default: --endpoint)")
-    s.add_argument("--judge-weight", type=float, default=0.3, help="with --judge: the judge's share of a candidate's score")
+    s.add_argument("--judge-weight", type=float, help="with --judge: the judge's share of a candidate's score (default 0.3)")
     s.add_argument("--judge-required", action="store_true", help="reject candidates the judge cannot grade")
-    s.add_argument("--judge-max-tokens", type=int, default=160, help="generation budget per judge verdict")
+    s.add_argument("--judge-max-tokens", type=int, help="generation budget per judge verdict (default 160)")
     s.add_argument("--concurrency", type=int, default=8, help="requests in flight")
     s.add_argument("--rps", type=float, help="rate limit: requests per second")
     s.add_argument("--timeout", type=float, default=300.0, help="seconds per request")
@@ -94,8 +94,10 @@ def run(a: argparse.Namespace) -> int:
     if not a.endpoint or not a.model:
         raise ValueError("traces needs --endpoint URL (or `local`) and --model NAME, "
                          "or WORLDLINE_TRACES_BASE_URL and WORLDLINE_TRACES_MODEL")
-    judge = JudgeConfig(a.judge_weight, a.judge_required, a.judge_max_tokens)
-    given = sorted([f"--judge-{name.replace('_', '-')}" for name in judge.changed()]
+    judge_options = {"weight": a.judge_weight, "max_tokens": a.judge_max_tokens, "required": a.judge_required or None}
+    judge = JudgeConfig(**{k: v for k, v in judge_options.items() if v is not None})  # the defaults are JudgeConfig's
+    # any judge option given, even at its default value, without --judge is refused
+    given = sorted([f"--judge-{k.replace('_', '-')}" for k, v in judge_options.items() if v is not None]
                    + [flag for flag, value in (("--judge-model", a.judge_model), ("--judge-endpoint", a.judge_endpoint))
                       if value is not None])
     if not a.judge and given:

@@ -300,6 +300,8 @@ def test_judge_options_without_judge_are_refused(small: Path, tmp_path: Path, ca
     assert main([*args, "--judge-weight", "0.5", "--judge-required"]) == 1
     err = capsys.readouterr().err
     assert "--judge-required, --judge-weight set without --judge: add --judge" in err
+    assert main([*args, "--judge-weight", "0.3"]) == 1  # its default value, given: refused too
+    assert "--judge-weight set without --judge" in capsys.readouterr().err
     assert not out.exists()
 
 
