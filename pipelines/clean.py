@@ -84,9 +84,14 @@ SHELL_TOOLS = ("bash", "execute_bash", "shell", "run_shell_command", "run_comman
                "terminal", "cmd", "sh", "exec", "run")
 
 # RE2 patterns, case-insensitive. CAPTCHA and HTTP-error pages are looked for only in web-like
-# observations (a terminal printing "404 Not Found" from curl is the environment working), and
-# HTTP errors only near the top (a page *about* errors is fine).
-CAPTCHA_RE = (r"(?i)captcha|are you a robot|i'?m not a robot|verify (?:that )?you are (?:a )?human"
+# observations of the GUI domains (`WEB_DOMAINS`; CAPTCHAs in search results too): a terminal
+# printing "404 Not Found" from curl, or pip installing django-simple-captcha, through a bash tool
+# whose results are `tool_result`s, is the environment working; HTTP errors only near the top (a
+# page *about* errors is fine). A CAPTCHA is a challenge, not the word: a footer "protected by
+# reCAPTCHA" is an ordinary page.
+CAPTCHA_RE = (r"(?i)(?:solve|complete|enter|fill in|type)(?: in)? (?:the |this |a )?(?:re|h)?captcha"
+              r"|(?:re|h)?captcha (?:challenge|verification|required|check|failed)|iframe '(?:re|h)captcha"
+              r"|are you a robot|i'?m not a robot|verify (?:that )?you are (?:a )?human"
               r"|unusual traffic from your computer|attention required! \| cloudflare"
               r"|checking (?:your browser before accessing|if the site connection is secure)"
               r"|please complete the security check|press (?:&|and) hold")
@@ -116,6 +121,8 @@ MALFORMED_RE = (r"(?i)^[ \t\n]*(?:error:?[ \t\n]*)?(?:malformed (?:command|actio
                 r"|your proposed edit has introduced new syntax error)"
                 r"|generated an exception: unknown tool name")
 WEB_KINDS = ("accessibility_tree", "view_hierarchy", "search_results", "tool_result", "error")
+WEB_DOMAINS = ("web", "android")  # where an HTTP error page or a CAPTCHA is the environment failing
+CAPTCHA_DOMAINS = (*WEB_DOMAINS, "search")  # a search engine's bot check too
 
 
 @dataclass(frozen=True)
@@ -145,7 +152,8 @@ class CleanConfig:
         d.pop("memory_limit")  # where DuckDB works, not what it finds
         d["decontam"] = self.decontam.fingerprint(eval_digest)
         d["redact"] = self.redact.fingerprint()
-        d["patterns"] = hashlib.sha256("\n".join((CAPTCHA_RE, HTTP_ERROR_RE, SANDBOX_CRASH_RE, MALFORMED_RE)).encode()).hexdigest()[:12]
+        d["patterns"] = hashlib.sha256("\n".join((CAPTCHA_RE, HTTP_ERROR_RE, SANDBOX_CRASH_RE, MALFORMED_RE, *WEB_DOMAINS,
+                                                  *CAPTCHA_DOMAINS)).encode()).hexdigest()[:12]
         d["verdicts"] = VERDICTS_VERSION
         return hashlib.sha256(repr(sorted(d.items())).encode()).hexdigest()[:16]
 
@@ -317,8 +325,10 @@ def _trajectory_verdicts(con: duckdb.DuckDBPyConnection, cfg: CleanConfig, summa
             INSERT INTO _tdrop
             WITH f AS (
                 SELECT trajectory_id, turn_index, observation,
-                       CASE WHEN observation_kind IN {_in_list(WEB_KINDS)} AND regexp_matches(observation, {sql_str(CAPTCHA_RE)}) THEN 'env_captcha'
-                            WHEN observation_kind IN {_in_list(WEB_KINDS)} AND regexp_matches(left(observation, 600), {sql_str(HTTP_ERROR_RE)}) THEN 'env_http_error'
+                       CASE WHEN observation_kind IN {_in_list(WEB_KINDS)} AND domain IN {_in_list(CAPTCHA_DOMAINS)}
+                                 AND regexp_matches(observation, {sql_str(CAPTCHA_RE)}) THEN 'env_captcha'
+                            WHEN observation_kind IN {_in_list(WEB_KINDS)} AND domain IN {_in_list(WEB_DOMAINS)}
+                                 AND regexp_matches(left(observation, 600), {sql_str(HTTP_ERROR_RE)}) THEN 'env_http_error'
                             WHEN regexp_matches(observation, {sql_str(SANDBOX_CRASH_RE)}) THEN 'env_sandbox_crash' END AS reason
                 FROM turns WHERE observation IS NOT NULL)
             SELECT trajectory_id, reason,

@@ -109,6 +109,15 @@ def planted(sample_corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> tu
     add("web_captcha", web, lambda t: setattr(t[2], "observation", CAPTCHA))
     add("web_http_error", web, lambda t: setattr(t[1], "observation", "RootWebArea '502 Bad Gateway', focused\n\theading '502 Bad Gateway'"))
     add("term_curl_404_ok", term, lambda t: setattr(t[1], "observation", "<html><head><title>404 Not Found</title></head></html>"))
+    # through a bash tool, whose results are `tool_result`s (the chat importer's): curl's 404 and pip
+    # installing a CAPTCHA library are the environment working; a web page's reCAPTCHA footer is a page
+    add("term_tool_404_ok", term, lambda t: (setattr(t[1], "observation", "HTTP/1.1 404 Not Found\nServer: nginx"),
+                                             setattr(t[1], "observation_kind", "tool_result")))
+    add("term_tool_captcha_pkg_ok", term, lambda t: (
+        setattr(t[1], "observation", "Successfully installed django-simple-captcha-0.6.0"),
+        setattr(t[1], "observation_kind", "tool_result")))
+    add("web_recaptcha_footer_ok", web, lambda t: setattr(
+        t[2], "observation", t[2].observation + "\n\tStaticText 'This site is protected by reCAPTCHA and the Google Privacy Policy'"))
     add("term_sandbox_crash", term, lambda t: setattr(t[2], "observation", CRASH))
     rejected = Turn(kind="env", action="ls -la |", observation=REJECTED, observation_kind="stdout", is_error=True)
     add("term_retry", term, lambda t: t.insert(1, rejected))
@@ -147,7 +156,8 @@ def test_planted_verdicts(planted: tuple[Path, dict[str, str]]) -> None:
     }
     # not dropped: raw shell under a bash tool, the harness's recall, curl printing a 404 page, a
     # malformed action with no retry after it, a repeated command that failed another way, the unchanged original
-    for ok in ("web_clean", "openhands_recall_ok", "term_curl_404_ok", "term_trailing_malformed_ok", "term_other_exit_code_ok"):
+    for ok in ("web_clean", "openhands_recall_ok", "term_curl_404_ok", "term_trailing_malformed_ok", "term_other_exit_code_ok",
+               "term_tool_404_ok", "term_tool_captcha_pkg_ok", "web_recaptcha_footer_ok"):
         assert ok not in got
 
 
