@@ -124,11 +124,18 @@ def _value_group(m: re.Match[str]) -> str | None:
 _PASSWORD_WORD = re.compile(r"(?i)pass|pwd")
 
 
+_NOT_SECRET_KEY = re.compile(r"(?i)tokeni[sz]er|tokens\b|token_?(?:type|count|ids?|len(?:gth)?|limit|usage)")
+_PROSE_AFTER = re.compile(r"[ \t]+[^\s#]")  # after a bare word, more words on the line: a message
+
+
 def _check_config(m: re.Match[str]) -> bool:
     key = m.group("key").strip("\\\"'")
     g = _value_group(m)
-    if g is None or _REFERENCE_KEY.search(key):
+    if g is None or _REFERENCE_KEY.search(key) or _NOT_SECRET_KEY.search(key):
         return False
+    if g == "v_bare" and m.group(g).isalpha() and m.string[m.end("key"):m.start(g)].strip() == ":" \
+            and _PROSE_AFTER.match(m.string, m.end()):
+        return False  # a word, then more: `passwd: Authentication token manipulation error`, `passwd: user 'bob' ...`
     is_password = _PASSWORD_WORD.search(key) is not None
     return _plausible_value(m.group(g), key, 1 if is_password else 8, bare=g == "v_bare")
 
@@ -152,8 +159,13 @@ _KEY_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_.-")
 
 KINDS: tuple[Kind, ...] = (
     Kind("private_key",
-         r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----.*?(?:-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|\Z)",
-         flags=re.S, needs=("private key",)),
+         # the header, then the key's own lines (base64, PEM headers) up to its END line, or at least
+         # 40 characters of them when the key is cut off; a header alone (code that looks for one, a
+         # grep hit) holds nothing secret, and the text after it used to go to the end
+         r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----"
+         r"(?:(?:[A-Za-z0-9+/=]|\s|\\[nrt]|(?:Proc-Type|DEK-Info|Comment): [^\n\\]*)*?"
+         r"-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|(?:\s|\\[nrt])+[A-Za-z0-9+/=](?:(?:\s|\\[nrt])*[A-Za-z0-9+/=]){39,})",
+         needs=("private key",)),
     Kind("jwt", rf"{_B}eyJ[A-Za-z0-9_-]{{8,}}\.eyJ[A-Za-z0-9_-]{{8,}}\.[A-Za-z0-9_-]{{8,}}", needs=("eyj",)),
     Kind("url_password", rf"{_B}[a-zA-Z][a-zA-Z0-9+.-]*://[^\s:/@'\"<>]+:(?P<value>[^\s@/'\"<>]+)@",
          group="value", needs=("://",), gate=r"://[^\s:/@'\"<>]+:[^\s@/'\"<>]+@"),
@@ -177,12 +189,12 @@ KINDS: tuple[Kind, ...] = (
          group="value", needs=("authorization",)),
     # key = value in env files, INI, YAML, TOML, shell (`export DB_PASSWORD=...`), code and JSON
     # ("password": "..."), including JSON inside a JSON string (escaped quotes); and CLI flags.
-    Kind("config_password", rf"(?i)(?<![<\w.-])(?P<key>{_Q}?{_PASSWORD_KEY}{_Q}?)[ \t]*[:=][ \t]*(?!=){_VALUE}",
+    Kind("config_password", rf"(?i)(?<![<\w./-])(?P<key>{_Q}?{_PASSWORD_KEY}{_Q}?)[ \t]*[:=][ \t]*(?!=){_VALUE}",
          check=_check_config, needs=("pass", "pwd"), gate=rf"(?:password|passwd|passphrase|pwd){_KEY_TAIL}", keyed=True),
     Kind("config_password_flag", rf"(?i)(?<![\w-])(?P<key>--?[A-Za-z0-9_-]*(?:password|passwd|pwd)[A-Za-z0-9_-]*)(?:=|[ \t]+){_VALUE}",
          check=_check_config, label="config_password", needs=("pass", "pwd"),
          gate=r"-[a-z0-9_-]*(?:password|passwd|pwd)[a-z0-9_-]*[= \t]"),
-    Kind("config_secret", rf"(?i)(?<![<\w.-])(?P<key>{_Q}?{_SECRET_KEY}{_Q}?)[ \t]*[:=][ \t]*(?!=){_VALUE}",
+    Kind("config_secret", rf"(?i)(?<![<\w./-])(?P<key>{_Q}?{_SECRET_KEY}{_Q}?)[ \t]*[:=][ \t]*(?!=){_VALUE}",
          check=_check_config, needs=("secret", "api", "token", "private"),
          gate=rf"(?:secret|token|api[_-]?key|private[_-]?key){_KEY_TAIL}", keyed=True),
     Kind("email", rf"{_B}[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{{2,}}\b",

@@ -120,6 +120,12 @@ def test_exact_outputs() -> None:
     assert r("a jane@x.io b 10.0.0.1 c 8.8.8.8") == "a <PII:email> b 10.0.0.1 c <PII:ip_address>"
     assert Redactor()("ip 8.8.8.8 stays by default") == "ip 8.8.8.8 stays by default"
     assert Redactor(RedactConfig(emails=False))("jane@x.io") == "jane@x.io"
+    # a key cut off before its END line: its body goes, the text after it stays
+    assert r(f"$ cat id_rsa\n-----BEGIN RSA PRIVATE KEY-----\n{KEY_BODY}\n$ ls\nout") == \
+        "$ cat id_rsa\n<SECRET:private_key>\n$ ls\nout"
+    assert r(f"-----BEGIN RSA PRIVATE KEY-----\nProc-Type: 4,ENCRYPTED\nDEK-Info: AES-128-CBC,AB12\n\n{KEY_BODY}\n"
+             "-----END RSA PRIVATE KEY-----\nnext") == "<SECRET:private_key>\nnext"
+    assert r("passwd: hunter2xyz") == "passwd: <SECRET:config_password>"  # a YAML value, nothing after it
 
 
 @pytest.mark.parametrize("text", [
@@ -127,6 +133,11 @@ def test_exact_outputs() -> None:
     "the password is required", "max_tokens = 512", 'eos_token = "</s>"', "pad_token_id: 0", "scikit: sk-learn-is-a-library-name",
     "git@github.com:org/repo.git", "api_key = settings.API_KEY", "token = tokens[i]", "password: ${DB_PASSWORD}",
     "bind 0.0.0.0 and 127.0.0.1:8080", "version 3.11.4", "SECRET_KEY = None", "--password-file /run/secrets/db",
+    # shell output the audit found redacted: passwd's messages, a grep of /etc/passwd, a model name
+    "passwd: Authentication token manipulation error", "passwd: user 'bob' does not exist",
+    "/etc/passwd:root:x:0:0:root:/root:/bin/bash", 'tokenizer: "Qwen/Qwen2.5-7B-Instruct"',
+    # code that looks for a key's header holds no key; what follows it stays (it used to go to the end)
+    'src/pem.py:12:    if line.startswith("-----BEGIN RSA PRIVATE KEY-----"):\nsrc/pem.py:40:        raise ValueError("not a key")',
 ])
 def test_benign_lookalikes_unchanged(text: str) -> None:
     assert Redactor(WITH_IPS).redact(text) == (text, Counter())
