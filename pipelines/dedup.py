@@ -674,6 +674,9 @@ def _components(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return nodes, nodes[label]
 
 
+ALL_PAIRS_BUCKET = 64  # LSH buckets up to this size have every pair verified (at most 2,016)
+
+
 def _pass_verdicts(con: duckdb.DuckDBPyConnection, corpus: Corpus, cfg: DedupConfig, fp: str, state: dict,
                    work: Path, summary: DedupSummary, progress: _Progress) -> None:
     bands, rows = cfg.lsh_params()
@@ -706,16 +709,25 @@ def _pass_verdicts(con: duckdb.DuckDBPyConnection, corpus: Corpus, cfg: DedupCon
         for w in writers:
             w.close()
 
-    # candidate pairs: within each bucket, every member with the bucket's smallest row
+    # candidate pairs: within a bucket of up to ALL_PAIRS_BUCKET members, every pair; in a larger one,
+    # each member with the first and with the one before it, in the order of their content hashes.
+    # Pairing every member with the bucket's first row alone missed near-duplicates whose first
+    # member was an outlier, and which one was first followed the order of the ingests.
     con.execute("CREATE OR REPLACE TEMP TABLE _cand (a BIGINT, b BIGINT)")
     for i in range(bands):
         progress(f"LSH: grouping band {i + 1}/{bands}")
         f = sql_str(str(band_dir / f"band-{i:03d}.parquet"))
         con.execute(f"""
             INSERT INTO _cand
-            SELECT m.a, unnest(m.members) AS b FROM (
-                SELECT min("row") AS a, list("row") AS members FROM read_parquet({f}) GROUP BY bucket HAVING count(*) > 1) m""")
-    con.execute("CREATE OR REPLACE TEMP TABLE _pairs AS SELECT DISTINCT a, b FROM _cand WHERE a <> b")
+            WITH m AS (SELECT f.bucket, f."row", r.exact_hash, count(*) OVER (PARTITION BY f.bucket) AS n
+                       FROM read_parquet({f}) f JOIN _rows r ON r.row_id = f."row"),
+                 big AS (SELECT "row", first_value("row") OVER w AS head, lag("row") OVER w AS prev
+                         FROM m WHERE n > {ALL_PAIRS_BUCKET} WINDOW w AS (PARTITION BY bucket ORDER BY exact_hash, "row"))
+            SELECT x."row", y."row" FROM m x JOIN m y ON x.bucket = y.bucket AND x."row" < y."row"
+            WHERE x.n > 1 AND x.n <= {ALL_PAIRS_BUCKET}
+            UNION ALL SELECT head, "row" FROM big
+            UNION ALL SELECT prev, "row" FROM big WHERE prev IS NOT NULL""")
+    con.execute("CREATE OR REPLACE TEMP TABLE _pairs AS SELECT DISTINCT least(a, b) AS a, greatest(a, b) AS b FROM _cand WHERE a <> b")
     con.execute("DROP TABLE _cand")
     summary.candidate_pairs = con.sql("SELECT count(*) FROM _pairs").fetchall()[0][0]
 

@@ -333,3 +333,23 @@ def test_exit_codes_count_in_exact_and_prefix_hashes(sample_corpus: Path, tmp_pa
         ("failed_then_tau", 0, 3), ("failed_then_tau", 1, 3), ("failed_then_tau", 2, 3),
         ("ok_then_other", 0, 3), ("ok_then_other", 1, 3), ("ok_then_other", 2, 3), ("ok_then_other", 3, 2),
         ("same_0", 0, 3), ("same_0", 1, 3), ("same_0", 2, 3), ("same_0", 3, 2)]
+
+
+def test_clusters_do_not_depend_on_the_order_of_the_ingests(tmp_path: Path) -> None:
+    """Each LSH bucket's members were verified only against the bucket's first row, which follows the
+    ingest order: with A (an outlier of the bucket) first, C was never compared with B, its
+    near-duplicate ({A, B} and C kept apart); with B first, all three clustered."""
+    from pipelines.ingest import IngestConfig, ingest
+    from pipelines.query import run_query
+
+    data = Path(__file__).resolve().parents[1] / "data" / "dedup"
+    got = {}
+    for order in ("ABC", "BAC", "CBA"):
+        root = tmp_path / order
+        for k in order:  # one batch each
+            ingest([data / f"lsh_{k}.jsonl"], root, IngestConfig(workers=1, domain_override="terminal"), progress=False)
+        s = dedup(root, progress=False)
+        got[order] = (s.verified_pairs, run_query(root, """SELECT t.task, d.cluster_id IS NOT NULL, d.is_representative
+            FROM trajectories t LEFT JOIN duplicates d USING (trajectory_id) ORDER BY 1""")[1])
+    assert got["ABC"] == got["BAC"] == got["CBA"] == (2, [("task A", True, False), ("task B", True, False),
+                                                          ("task C", True, True)])
