@@ -50,7 +50,7 @@ from schemas.options import at_least, check_memory_limit
 from schemas.tables import _f, side_table_schema
 
 TRAJECTORY_REASONS: dict[str, str] = {
-    "too_few_turns": "fewer than `min_turns` environment turns",
+    "too_few_turns": "fewer than `min_turns` environment turns (counted after the turns clean drops)",
     "action_outside_space": "an action whose tool is not in the trajectory's declared action space",
     "env_captcha": "the environment served a CAPTCHA / bot check instead of the page",
     "env_http_error": "the environment served an HTTP error page or a browser network-error page",
@@ -412,6 +412,16 @@ def _turn_verdicts(con: duckdb.DuckDBPyConnection, cfg: CleanConfig, step: _Step
             FROM w LEFT JOIN i USING (trajectory_id)
             WHERE w.oh = coalesce(w.prev, i.ih)
               AND NOT EXISTS (SELECT 1 FROM _udrop r WHERE r.trajectory_id = w.trajectory_id AND r.turn_index = w.turn_index)""")
+    # `min_turns` counts what the turn verdicts leave: a trajectory below it goes, its turn rows with it
+    con.execute(f"""
+        INSERT INTO _tdrop
+        SELECT c.trajectory_id, 'too_few_turns',
+               (c.n - d.m) || ' environment turn(s) left after ' || d.m || ' dropped (' || d.reasons || ')'
+        FROM (SELECT trajectory_id, count(*) AS n FROM turns WHERE kind = 'env' GROUP BY 1) c
+        JOIN (SELECT trajectory_id, count(*) AS m, string_agg(DISTINCT reason, ', ' ORDER BY reason) AS reasons
+              FROM _udrop GROUP BY 1) d USING (trajectory_id)
+        WHERE c.n - d.m < {int(cfg.min_turns)}""")
+    con.execute("DELETE FROM _udrop WHERE trajectory_id IN (SELECT trajectory_id FROM _tdrop)")
 
 
 def _scan_redactions(con: duckdb.DuckDBPyConnection, cfg: CleanConfig, summary: CleanSummary,

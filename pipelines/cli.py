@@ -248,7 +248,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("clean", help="cleaning verdicts, secret/PII scan, decontamination (side tables; nothing deleted)")
     s.add_argument("corpus", type=Path)
-    s.add_argument("--min-turns", type=int, default=2, help="fewer environment turns than this drops a trajectory")
+    s.add_argument("--min-turns", type=int, default=2,
+                   help="fewer environment turns than this, counted after the turns clean drops, drops a trajectory")
     s.add_argument("--eval-set", type=Path, help="JSON / JSON-lines evaluation set to decontaminate against")
     s.add_argument("--ngram", type=int, default=8, help="decontamination n-gram length (words)")
     s.add_argument("--min-overlap", type=float, default=0.5, help="share of an eval item's n-grams that flags a trajectory")

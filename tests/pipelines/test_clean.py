@@ -129,6 +129,8 @@ def planted(sample_corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> tu
     add("web_no_change", web, lambda t: setattr(t[2], "observation", t[1].observation + "\n\tStaticText 'at 2026-01-01T10:00:00Z'"))
     cases["web_no_change"].turns[1].observation += "\n\tStaticText 'at 2026-01-02T11:11:11Z'"
     add("term_one_turn", term, lambda t: t.__delitem__(slice(1, None)))
+    # two environment turns, one of them a rejected malformed action: one left, under --min-turns 2
+    add("term_one_left_after_retry", term, lambda t: (t.__delitem__(slice(1, None)), t.insert(0, dataclasses.replace(rejected))))
     ids = dict(zip(cases, plant(corpus, list(cases.values())), strict=True))
     return corpus, ids
 
@@ -150,6 +152,7 @@ def test_planted_verdicts(planted: tuple[Path, dict[str, str]]) -> None:
         "term_same_failure": [(1, "retry_cycle", "same failed action repeated at turn 2")],
         "web_no_change": [(2, "gui_no_change", "same screen as after turn 1")],
         "term_one_turn": [(None, "too_few_turns", "1 environment turn(s)")],
+        "term_one_left_after_retry": [(None, "too_few_turns", "1 environment turn(s) left after 1 dropped (retry_cycle)")],
         # inherited from the real trajectory: SWE-agent's linter rejected an edit, which was retried
         "swe_raw_shell_ok": [(6, "retry_cycle", "malformed action rejected: Your proposed edit has introduced new syntax error(s). "
                                                 "Please understand the fix")],
