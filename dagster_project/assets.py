@@ -17,18 +17,18 @@ from pipelines.stats import ingest_overview
 
 # Collection assets retry (transient I/O, a busy corpus lock); derived assets do not.
 COLLECTION_RETRY = dg.RetryPolicy(max_retries=3, delay=10, backoff=dg.Backoff.EXPONENTIAL)
-# ... but not an error of settings or inputs, which fails the same way every time
-FOR_GOOD = (FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError, ValueError)
+# ... but not an error of the settings, which fails the same way every time
+SETTINGS_ERRORS = (FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError, ValueError)
 
 
 @contextmanager
-def no_retry_for_settings() -> Iterator[None]:
-    """Errors of settings and inputs (a missing spec file, a bad option, an unknown Beam runner)
-    fail the step at once with their own message; the retry policy is for a busy lock and I/O (a
-    missing spec was retried three times, 111 s, and reported as "Exceeded max_retries")."""
+def no_retry_for_settings(kinds: tuple[type[BaseException], ...] = SETTINGS_ERRORS) -> Iterator[None]:
+    """Errors of the settings (a missing spec file, a bad option, an unknown Beam runner) fail the
+    step at once with their own message; the retry policy is for a busy lock and I/O (a missing
+    spec was retried three times, 111 s, and reported as "Exceeded max_retries")."""
     try:
         yield
-    except FOR_GOOD as e:
+    except kinds as e:
         raise dg.Failure(description=f"{type(e).__name__}: {e}", allow_retries=False) from e
 
 
@@ -71,7 +71,7 @@ def ingested_traces(context: dg.AssetExecutionContext, corpus: CorpusResource,
     files = [i.path for i in offered]
     context.log.info(f"{len(files)} settled inputs in {corpus.inbox_path / source} for {day}")
     t0 = time.monotonic()
-    with no_retry_for_settings():
+    with no_retry_for_settings((ValueError,)):  # an inbox input that left meanwhile is retried (re-listed)
         summary = corpus.ingest(files)
     context.log.info(summary.render())
     # the corpus stores a source path as text (`display_name`: bytes of a non-UTF-8 file name as

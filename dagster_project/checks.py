@@ -4,7 +4,13 @@
 import dagster as dg
 
 from dagster_project.assets import ingested_traces
-from dagster_project.contract_checks import check_result, check_specs, no_corpus, only_selected
+from dagster_project.contract_checks import (
+    check_result,
+    check_specs,
+    materialization_checked,
+    no_corpus,
+    only_selected,
+)
 from dagster_project.resources import CorpusResource
 from pipelines.contracts import CONTRACTS, run_contracts
 from pipelines.store import Corpus
@@ -17,15 +23,14 @@ def corpus_contracts(context: dg.AssetCheckExecutionContext, corpus: CorpusResou
 
 
 def _batch_of_this_run(context: dg.AssetCheckExecutionContext) -> str | None:
-    """The batch this run's ingest committed (its materialization's metadata), so that the check
-    judges it even when another partition's run committed after it; None when the run ingested
-    nothing new or the check runs alone (then the newest batch)."""
-    for record in context.instance.all_logs(context.run.run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION):
-        mat = record.asset_materialization
-        if mat is not None and mat.asset_key == ingested_traces.key and "batch" in mat.metadata:
-            value = str(mat.metadata["batch"].value)
-            return None if value.startswith("none") else value
-    return None
+    """The batch this run's ingest committed, so that the check judges it even when another
+    partition's run committed after it; "" when this run ingested nothing new (nothing to judge);
+    None when the check runs by itself (the newest batch)."""
+    mat, own = materialization_checked(context, ingested_traces.key)
+    if not own or mat is None or "batch" not in mat.metadata:
+        return None
+    value = str(mat.metadata["batch"].value)
+    return "" if value.startswith("none") else value
 
 
 def _corpus_contracts(corpus: CorpusResource, names: set[str], batch: str | None = None):

@@ -23,6 +23,18 @@ def check_result(r: ContractResult, key: dg.AssetKey) -> dg.AssetCheckResult:
                                severity=dg.AssetCheckSeverity.WARN if r.severity == "warn" else dg.AssetCheckSeverity.ERROR)
 
 
+def materialization_checked(context: dg.AssetCheckExecutionContext, key: dg.AssetKey) -> tuple[Any, bool]:
+    """(The materialization of `key` a check is about, whether it is this run's): this run's own
+    when it materialized the asset (another run may have materialized it since, a partition's or
+    a backfill's), else the latest (a check run by itself)."""
+    for record in context.instance.all_logs(context.run.run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION):
+        mat = record.asset_materialization
+        if mat is not None and mat.asset_key == key:
+            return mat, True
+    event = context.instance.get_latest_materialization_event(key)
+    return (event.asset_materialization if event is not None else None), False
+
+
 def only_selected(context: dg.AssetCheckExecutionContext,
                   results: Iterable[dg.AssetCheckResult]) -> Iterator[dg.AssetCheckResult]:
     """The results of the checks this run selected. With it a multi-asset check can be subset

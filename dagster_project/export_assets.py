@@ -13,7 +13,7 @@ import dagster as dg
 
 from dagster_project.assets import _md_table
 from dagster_project.clean_assets import dedup_clusters
-from dagster_project.contract_checks import check_result, check_specs, only_selected
+from dagster_project.contract_checks import check_result, check_specs, materialization_checked, only_selected
 from dagster_project.resources import CorpusResource
 from pipelines.export import ExportConfig, SplitConfig, export, parse_weights, read_manifest
 from pipelines.export_contracts import EXPORT_CONTRACTS, run_export_contracts
@@ -81,8 +81,7 @@ def training_export(context: dg.AssetExecutionContext, corpus: CorpusResource, c
 @dg.multi_asset_check(specs=check_specs(EXPORT_CONTRACTS, training_export), can_subset=True)
 def export_checks(context: dg.AssetCheckExecutionContext, corpus: CorpusResource):
     out = export_out(corpus)
-    event = context.instance.get_latest_materialization_event(training_export.key)
-    mat = event.asset_materialization if event is not None else None
-    if mat is not None and "manifest" in mat.metadata:  # the directory the last run really wrote
+    mat, _ = materialization_checked(context, training_export.key)
+    if mat is not None and "manifest" in mat.metadata:  # the directory the run really wrote
         out = Path(str(mat.metadata["manifest"].value)).parent
     yield from only_selected(context, (check_result(r, training_export.key) for r in run_export_contracts(out, corpus.root)))

@@ -15,7 +15,7 @@ from pathlib import Path
 import dagster as dg
 
 from dagster_project.assets import _md_table
-from dagster_project.contract_checks import check_result, check_specs, only_selected
+from dagster_project.contract_checks import check_result, check_specs, materialization_checked, only_selected
 from dagster_project.resources import CorpusResource
 from pipelines.traces.checks import TRACE_CHECKS, check_traces
 from pipelines.traces.generate import EndpointGenerator, Sampling
@@ -135,9 +135,8 @@ def thinking_traces(context: dg.AssetExecutionContext, corpus: CorpusResource, t
 def traces_checks(context: dg.AssetCheckExecutionContext, corpus: CorpusResource):
     out = Path(corpus.root).parent / "traces"
     floor = 0.0
-    event = context.instance.get_latest_materialization_event(thinking_traces.key)
-    mat = event.asset_materialization if event is not None else None
-    if mat is not None and "sft" in mat.metadata:  # the directory the last run really wrote, and its floor
+    mat, _ = materialization_checked(context, thinking_traces.key)
+    if mat is not None and "sft" in mat.metadata:  # the directory the run really wrote, and its floor
         out = Path(str(mat.metadata["sft"].value)).parent
         if "min_retention" in mat.metadata:
             floor = float(mat.metadata["min_retention"].value)

@@ -1,16 +1,20 @@
 """The score stage's model tier as an Apache Beam pipeline: the causal LM on many workers (GPUs).
 
 Each unit (one md5 range of the trajectories, `pipelines.score.ModelUnit`) is scored by
-`score_unit`, the same loop the local run uses, on a worker that loads the model once in its
-DoFn's `setup()` and frees it in `teardown()`. A unit writes its rows to a Parquet file of its own
-and its counts to a small JSON file (written then renamed) in the stage's work folder, which must
-be on storage every worker can reach; the driver then writes the side table exactly as a local run
-does. A retried unit writes another rows file; only the one its surviving result names is read.
+`score_unit`, the same loop the local run uses. A worker process loads the model once, in the
+first of its DoFn instances' `setup()` (a runner may make one instance per thread, Dataflow and
+Flink do: loading concurrently broke transformers' imports and would hold a model per thread), and
+its threads score their units one at a time with it (a GPU runs one batch at a time anyway). A
+unit writes its rows to a Parquet file of its own and its counts to a small JSON file (written then
+renamed) in the stage's work folder, which must be on storage every worker can reach; the driver
+then writes the side table exactly as a local run does. A retried unit writes another rows file;
+only the one its surviving result names is read.
 """
 
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -21,21 +25,45 @@ from pipelines.store import write_json_atomic
 
 RESULTS_DIR = "results"
 
+_LOCK = threading.Lock()
+_LOADED: dict[str, list[Any]] = {}  # scorer key -> [set-up scorer, its lock, DoFn instances using it, key]
+
+
+def _key(scorer: Any) -> str:
+    return f"{scorer.model_id}|{scorer.config!r}"
+
 
 class _ScoreUnits(beam.DoFn):
     def __init__(self, scorer: Any):
         self.scorer = scorer  # pickled without its model (`TurnScorer.__getstate__`)
+        self.shared: list[Any] | None = None
 
     def setup(self) -> None:
-        self.scorer.setup()
+        key = _key(self.scorer)  # before setup (which names the model file)
+        with _LOCK:  # one model per process, set up once, whatever the number of instances
+            shared = _LOADED.get(key)
+            if shared is None:
+                self.scorer.setup()
+                shared = _LOADED[key] = [self.scorer, threading.Lock(), 0, key]
+            shared[2] += 1
+            self.shared = shared
 
     def process(self, unit: ModelUnit):  # noqa: ANN201 - Beam's generator
-        result = score_unit(unit, self.scorer)
+        scorer, lock = self.shared[0], self.shared[1]
+        with lock:  # its counts (`stats`) are the unit's own only while no other unit runs
+            result = score_unit(unit, scorer)
         write_json_atomic(Path(unit.out) / RESULTS_DIR / f"{unit.index:05d}.json", result)
         yield unit.index
 
     def teardown(self) -> None:
-        self.scorer.teardown()
+        if self.shared is None:
+            return
+        with _LOCK:
+            self.shared[2] -= 1
+            if self.shared[2] == 0:
+                _LOADED.pop(self.shared[3], None)
+                self.shared[0].teardown()
+            self.shared = None
 
 
 class BeamModelRunner:

@@ -139,7 +139,10 @@ def latest_batch_quarantine_rate(corpus: Corpus, max_rate: float = 0.25, batch: 
     """The newest ingest's quarantined records are at most `max_rate` of its records in: a drop of
     mostly broken files fails, however large the corpus it joined (a Dagster partition's run).
     `batch`: that ingest's batch instead of the newest (a partition run's own, when another
-    partition's run committed after it)."""
+    partition's run committed after it); "": the run committed none (nothing new to judge)."""
+    if batch == "":
+        return ContractResult("latest_batch_quarantine_rate", True, f"the newest ingest quarantined ≤ {_percent(max_rate)}",
+                              {"batch": None, "note": "this run ingested nothing new"})
     m = corpus.manifest()
     batches = [b for b in m["batches"]
                if b.get("state") == "committed" and isinstance(b.get("counts"), dict) and "records" in b["counts"]]

@@ -227,8 +227,10 @@ def export_eval_set(out: Path, corpus: Path | None = None) -> ContractResult:
         bad += [f"{w}: trajectory {t} is in the {splits.get(t, 'corpus: no such')} split"
                 for t, w in read.items() if splits.get(t) != "test"]
         meta["bad"] = bad[:MAX_LISTED]
-    elif not by_split:
+    elif not by_split:  # the rows are checked, their split could not be: a warning, as the splits contract's
         meta["split_not_checked"] = NO_IDS + ", and no corpus was given"
+        return ContractResult("export_eval_set", False, "the eval set is AgentWorldBench JSONL from the test split", meta,
+                              severity="error" if bad else "warn")
     return ContractResult("export_eval_set", not bad, "the eval set is AgentWorldBench JSONL from the test split", meta)
 
 

@@ -693,7 +693,7 @@ class ModelUnit:
     lo: str
     hi: str | None
     root: str
-    committed: dict[str, list[Path]]
+    committed: str  # a JSON file of the corpus files the driver read ({view: [absolute paths]}), once for all units
     kept: str | None  # SQL: read_parquet of (trajectory_id, prio), or None for every trajectory
     out: str
     config: ScoreConfig
@@ -723,7 +723,8 @@ def score_unit(unit: ModelUnit, scorer: Any) -> dict[str, Any]:
     con = duckdb.connect()
     t0 = time.monotonic()
     try:
-        connect(unit.root, con, committed=unit.committed)
+        committed = {k: [Path(p) for p in v] for k, v in orjson.loads(Path(unit.committed).read_bytes()).items()}
+        connect(unit.root, con, committed=committed)
         con.execute(f"SET memory_limit = {sql_str(cfg.memory_limit)}")
         con.execute(f"SET temp_directory = {sql_str(str(spill))}")
         if cfg.threads:
@@ -753,11 +754,14 @@ def _distributed_model_tier(corpus: Corpus, committed: dict[str, list[Path]], co
     own copy of `scorer`: the model loads once per worker, not per unit); the rows are the local
     run's (a turn's scores depend on its trajectory only), the work folder must be reachable by
     every worker, as ingest's staging is for `--beam`."""
+    work = work.resolve()  # workers elsewhere have another working directory
     kept = _kept_relation(con, config, work, summary)
     total = summary.model_trajectories_total = _model_total(con, kept)
     out = work / "model-units"
     out.mkdir()
-    units = [ModelUnit(i, lo, hi, str(corpus.root), committed, kept, str(out), config)
+    listing = out / "committed.json"
+    listing.write_bytes(orjson.dumps({k: [str(Path(p).resolve()) for p in v] for k, v in committed.items()}))
+    units = [ModelUnit(i, lo, hi, str(corpus.root.resolve()), str(listing), kept, str(out), config)
              for i, (lo, hi) in enumerate(md5_ranges(max(ranges, MIN_UNITS)))]
     if scorer is None:
         from pipelines.score_model import TurnScorer

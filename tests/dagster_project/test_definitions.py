@@ -198,6 +198,23 @@ def test_the_batch_check_judges_its_own_runs_batch(setup, sample: Path, tmp_path
     assert not latest_batch_quarantine_rate(Corpus(corpus.root), batch="no-such-batch").passed
 
 
+def test_a_run_that_ingests_nothing_new_judges_no_batch(setup, sample: Path, tmp_path: Path) -> None:
+    """A rerun (or backfill) of a partition already ingested commits no batch: its check judged the
+    newest one, another partition's, and failed on that one's rate."""
+    corpus, instance = setup
+    for i in range(3):
+        (tmp_path / f"junk{i}.txt").write_text(f"not a trace {i}\n")
+    _drop(Path(corpus.inbox), "bad", [sample / "swe-agent" / "ctf_pwn_warmup.traj", *sorted(tmp_path.glob("junk*.txt"))])
+    instance.add_dynamic_partitions(SOURCES.name, ["bad"])
+    verdicts = []
+    for source in ("swe", "bad", "swe"):  # the last: nothing new, after bad's batch
+        res = dg.materialize([ingested_traces, corpus_contracts], partition_key=key(source, DAY), resources={"corpus": corpus},
+                             instance=instance, raise_on_error=False)
+        [ev] = [e for e in res.get_asset_check_evaluations() if e.check_name == "latest_batch_quarantine_rate"]
+        verdicts.append((ev.passed, ev.metadata.get("note", dg.MetadataValue.text("")).value))
+    assert verdicts == [(True, ""), (False, ""), (True, "this run ingested nothing new")]
+
+
 def test_the_sensor_names_inbox_folders_it_cannot_take(setup, sample: Path) -> None:
     """A folder whose name cannot be a partition key was skipped without a word."""
     corpus, _ = setup

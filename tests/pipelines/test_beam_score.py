@@ -65,36 +65,40 @@ def test_cli_score_with_beam_on_two_worker_processes(local: Path, tiny_model_dir
     _same_table(out, local)
 
 
-def test_the_model_loads_once_per_worker_and_a_retried_unit_counts_once(
+def test_four_threads_load_the_model_once_and_a_retried_unit_counts_once(
         local: Path, tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """In one process: fewer model loads than units (each DoFn instance sets its copy up once), and
-    unit run twice (a retried bundle: here every unit) leaves two row files of which only the one its
-    result names is read."""
+    """Four worker threads in one process (as Dataflow and Flink run them): a DoFn instance each,
+    one model load in all (concurrent loads broke transformers' imports, and held a model per
+    thread); each unit's `process` run twice (a retried bundle): its first rows file is left
+    behind and only the one its last result names is read. Run from a relative corpus path."""
     from pipelines import beam_score
     from pipelines.beam_score import BeamModelRunner
     from pipelines.score_model import TurnScorer
 
     log = tmp_path / "log.txt"  # a file: Beam pickles what it runs
-    real_setup, real_unit = TurnScorer.setup, beam_score.score_unit
+    real_setup, real_process = TurnScorer.setup, beam_score._ScoreUnits.process
 
     def setup(self) -> None:  # noqa: ANN001
         with open(log, "a") as f:
             f.write("setup\n")
         real_setup(self)
 
-    def twice(unit, scorer):  # noqa: ANN001, ANN202
-        real_unit(unit, scorer)  # the first attempt: its rows file is left behind, its result overwritten
+    def twice(self, unit):  # noqa: ANN001, ANN202
+        list(real_process(self, unit))
         with open(log, "a") as f:
             f.write(f"unit {unit.index}\n")
-        return real_unit(unit, scorer)
+        yield from real_process(self, unit)
 
     monkeypatch.setattr(TurnScorer, "setup", setup)
-    monkeypatch.setattr(beam_score, "score_unit", twice)
+    monkeypatch.setattr(beam_score._ScoreUnits, "process", twice)
     out = _corpus(tmp_path)
-    s = score(out, _config(tiny_model_dir), progress=False, runner=BeamModelRunner())
+    monkeypatch.chdir(tmp_path)
+    runner = BeamModelRunner("DirectRunner", ["--direct_num_workers=4", "--direct_running_mode=multi_threading"])
+    s = score(Path("corpus"), _config(tiny_model_dir), progress=False, runner=runner)
     lines = log.read_text().splitlines()
-    assert sorted(x for x in lines if x.startswith("unit")) == [f"unit {i}" for i in range(MIN_UNITS)]
-    assert 1 <= lines.count("setup") < MIN_UNITS
+    assert sorted(x for x in lines if x.startswith("unit")) == sorted(f"unit {i}" for i in range(MIN_UNITS))
+    assert lines.count("setup") == 1
+    assert beam_score._LOADED == {}  # torn down with the last instance
     assert (s.model_runner, s.model_units, s.model_trajectories) == ("Beam DirectRunner", MIN_UNITS, s.model_trajectories_total)
     _same_table(out, local)
 

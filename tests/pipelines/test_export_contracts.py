@@ -57,6 +57,8 @@ def test_an_export_without_parquet_is_checked_from_its_own_files(formats: tuple[
         assert got == {**ALL_PASS, "export_splits_disjoint": (False, "warn")}
         [r] = [r for r in run_export_contracts(out, corpus) if r.name == "export_splits_disjoint"]
         assert "carry no trajectory ids" in r.metadata["not_checked"]
+        # without the corpus, the eval rows' split cannot be checked either: a warning, not a pass
+        assert _results(out, None)["export_eval_set"] == (False, "warn")
     [masks] = [r for r in run_export_contracts(out, corpus) if r.name == "export_masks"]
     assert masks.metadata["format"] == formats[0]
     _bump_manifest_tokens(out)
