@@ -156,7 +156,6 @@ NO_IDS = "an export of Megatron's files alone: they carry no trajectory ids (add
 
 def export_splits_disjoint(out: Path, corpus: Path | None = None) -> ContractResult:
     """No trajectory, and (with the corpus) no split group (task), is in two splits."""
-    from pipelines.export import group_key
 
     m = _manifest(out)
     by_split = _split_ids(out, m)
@@ -170,16 +169,9 @@ def export_splits_disjoint(out: Path, corpus: Path | None = None) -> ContractRes
     crossing = sorted(t for t, s in where.items() if len(s) > 1)
     groups_crossing: list[str] = []
     if corpus is not None and where:
-        from pipelines.query import connect
-
-        cfg = _split_config(m)
-        con = connect(corpus)
-        cols = sorted({"trajectory_id", *cfg.group_by})
         by_group: dict[str, set[str]] = {}
-        for row in con.sql(f"SELECT {', '.join(cols)} FROM trajectories").fetchall():
-            d = dict(zip(cols, row, strict=True))
-            if d["trajectory_id"] in where:
-                by_group.setdefault(group_key(d, cfg), set()).update(where[d["trajectory_id"]])
+        for tid, key in _group_keys(corpus, _split_config(m), set(where)).items():
+            by_group.setdefault(key, set()).update(where[tid])
         groups_crossing = sorted(g for g, s in by_group.items() if len(s) > 1)
     return ContractResult("export_splits_disjoint", not crossing and not groups_crossing,
                           "no trajectory and no task in two splits",
@@ -240,22 +232,29 @@ def _split_config(m: dict[str, Any]) -> Any:
     return SplitConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in m["settings"]["split"].items()})
 
 
-def _splits_of(corpus: Path, cfg: Any, ids: set[str]) -> dict[str, str]:
-    """The split of each of `ids` by the export's settings (its task's, as the export assigned it)."""
+def _group_keys(corpus: Path, cfg: Any, ids: set[str]) -> dict[str, str]:
+    """The split group (task) of each of `ids`, from the corpus, as the export keyed it."""
     import pyarrow as pa
 
-    from pipelines.export import group_key, split_of
+    from pipelines.export import group_key
     from pipelines.query import connect
 
     cols = sorted({"trajectory_id", *cfg.group_by})
     con = connect(corpus)
     try:
-        con.register("_ids", pa.table({"trajectory_id": sorted(ids)}))
+        con.register("_ids", pa.table({"trajectory_id": sorted(ids)}, schema=pa.schema([("trajectory_id", pa.string())])))
         rows = con.sql(f"SELECT {', '.join('t.' + c for c in cols)} FROM trajectories t SEMI JOIN _ids USING (trajectory_id)"
                        ).fetchall()
     finally:
         con.close()
-    return {d["trajectory_id"]: split_of(group_key(d, cfg), cfg) for d in (dict(zip(cols, r, strict=True)) for r in rows)}
+    return {d["trajectory_id"]: group_key(d, cfg) for d in (dict(zip(cols, r, strict=True)) for r in rows)}
+
+
+def _splits_of(corpus: Path, cfg: Any, ids: set[str]) -> dict[str, str]:
+    """The split of each of `ids` by the export's settings (its task's, as the export assigned it)."""
+    from pipelines.export import split_of
+
+    return {t: split_of(k, cfg) for t, k in _group_keys(corpus, cfg, ids).items()}
 
 
 EXPORT_CONTRACTS: dict[str, Callable[[Path, Path | None], ContractResult]] = {
