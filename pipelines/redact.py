@@ -140,6 +140,11 @@ def _check_config(m: re.Match[str]) -> bool:
     return _plausible_value(m.group(g), key, 1 if is_password else 8, bare=g == "v_bare")
 
 
+def _check_literal(m: re.Match[str]) -> bool:
+    """A command line's password: a value, not `$PASS`, `<password>` or `***`."""
+    return _plausible_value(m.group("value"), "", 1, bare=False)
+
+
 def _check_openai(m: re.Match[str]) -> bool:
     v = m.group(0)
     return any(c.isdigit() for c in v) and any(c.isupper() for c in v)
@@ -167,8 +172,8 @@ KINDS: tuple[Kind, ...] = (
          r"-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|(?:\s|\\[nrt])+[A-Za-z0-9+/=](?:(?:\s|\\[nrt])*[A-Za-z0-9+/=]){39,})",
          needs=("private key",)),
     Kind("jwt", rf"{_B}eyJ[A-Za-z0-9_-]{{8,}}\.eyJ[A-Za-z0-9_-]{{8,}}\.[A-Za-z0-9_-]{{8,}}", needs=("eyj",)),
-    Kind("url_password", rf"{_B}[a-zA-Z][a-zA-Z0-9+.-]*://[^\s:/@'\"<>]+:(?P<value>[^\s@/'\"<>]+)@",
-         group="value", needs=("://",), gate=r"://[^\s:/@'\"<>]+:[^\s@/'\"<>]+@"),
+    Kind("url_password", rf"{_B}[a-zA-Z][a-zA-Z0-9+.-]*://[^\s:/@'\"<>]*:(?P<value>[^\s@/'\"<>]+)@",
+         group="value", needs=("://",), gate=r"://[^\s:/@'\"<>]*:[^\s@/'\"<>]+@"),  # `redis://:pw@host`: no user
     Kind("aws_access_key", rf"{_B}{_AWS_PREFIX}[A-Z0-9]{{16}}\b",
          needs=("akia", "asia", "abia", "acca", "agpa", "aida", "aipa", "anpa", "anva", "aroa", "apka")),
     Kind("aws_secret_key",
@@ -184,6 +189,7 @@ KINDS: tuple[Kind, ...] = (
          gate=r"[sr]k_(?:live|test)_[0-9a-z]{16}"),
     Kind("google_api_key", rf"{_B}AIza[0-9A-Za-z_-]{{35}}\b", needs=("aiza",)),
     Kind("huggingface_token", rf"{_B}hf_[A-Za-z0-9]{{30,}}\b", needs=("hf_",)),
+    Kind("gitlab_token", rf"{_B}glpat-[A-Za-z0-9_-]{{20,}}", needs=("glpat-",)),
     Kind("bearer_token",
          rf"(?i){_B}authorization\\?[\"']?\s*[:=]\s*\\?[\"']?(?:bearer|token|basic)\s+(?P<value>[A-Za-z0-9._~+/=-]{{12,}})",
          group="value", needs=("authorization",)),
@@ -194,6 +200,16 @@ KINDS: tuple[Kind, ...] = (
     Kind("config_password_flag", rf"(?i)(?<![\w-])(?P<key>--?[A-Za-z0-9_-]*(?:password|passwd|pwd)[A-Za-z0-9_-]*)(?:=|[ \t]+){_VALUE}",
          check=_check_config, label="config_password", needs=("pass", "pwd"),
          gate=r"-[a-z0-9_-]*(?:password|passwd|pwd)[a-z0-9_-]*[= \t]"),
+    # passwords that command lines take without a `password` key: `mysql -pPW`, `sshpass -p PW`,
+    # `curl -u user:PW`, `docker login -p PW`
+    Kind("mysql_password", r"\b(?:mysql|mysqldump|mysqladmin|mariadb)\b[^\n]*?[ \t]-p(?P<value>[^\s'\"-][^\s'\"]*)",
+         group="value", check=_check_literal, label="config_password", needs=("mysql", "mariadb")),
+    Kind("sshpass_password", r"\bsshpass[ \t]+-p[ \t]*['\"]?(?P<value>[^\s'\"]+)",
+         group="value", check=_check_literal, label="config_password", needs=("sshpass",)),
+    Kind("curl_password", r"\bcurl\b[^\n]*?[ \t](?:-u|--user)[ \t=]?['\"]?[^\s:'\"]*:(?P<value>[^\s'\"]+)",
+         group="value", check=_check_literal, label="config_password", needs=("curl",)),
+    Kind("docker_login_password", r"\bdocker[ \t]+login\b[^\n]*?[ \t]-p[ \t]+['\"]?(?P<value>[^\s'\"]+)",
+         group="value", check=_check_literal, label="config_password", needs=("docker",)),
     Kind("config_secret", rf"(?i)(?<![<\w./-])(?P<key>{_Q}?{_SECRET_KEY}{_Q}?)[ \t]*[:=][ \t]*(?!=){_VALUE}",
          check=_check_config, needs=("secret", "api", "token", "private"),
          gate=rf"(?:secret|token|api[_-]?key|private[_-]?key){_KEY_TAIL}", keyed=True),

@@ -58,7 +58,7 @@ def test_scan_duration_on_the_scan_line_and_scan_progress(sample_corpus: Path, t
     # the scan's own progress (stderr is not a terminal here: the first line, then the last)
     err = capsys.readouterr().err.splitlines()
     assert err[0].startswith("clean: scanning for secrets and PII: column 1/17 (turns.action) · 0 texts (0.0 MB) checked, 0 with some · ")
-    assert err[-1].startswith("clean: scanning for secrets and PII: done · 517 texts (0.9 MB) checked, 12 with some · ")
+    assert err[-1].startswith("clean: scanning for secrets and PII: done · 529 texts (0.9 MB) checked, 12 with some · ")
     assert s.redacted_texts == 12 and s.redactions == {"email": 28, "url_password": 1}
     # nothing of DuckDB's spill folder is left in the corpus
     assert not list(corpus.glob(".clean-work-*"))

@@ -42,6 +42,7 @@ PLANTED: dict[str, tuple[str, str]] = {
     "stripe_key": ("stripe.api_key_v = sk_live_4eC39HqLyjWDarjtT1zdp7dc", "sk_live_4eC39HqLyjWDarjtT1zdp7dc"),
     "google_api_key": ("maps?key AIzaSyD3x9Kq2Lm7Np4Rt8Vw1Yz5Bc6Df0Gh2Jk", "AIzaSyD3x9Kq2Lm7Np4Rt8Vw1Yz5Bc6Df0Gh2Jk"),
     "huggingface_token": ("HF 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", "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"),
+    "gitlab_token": ("export GITLAB_TOKEN=glpat-Xy7Kq2Lm9Np4Rt8Vw1Yz", "glpat-Xy7Kq2Lm9Np4Rt8Vw1Yz"),
     "jwt": (f"session cookie {JWT}", JWT),
     "bearer_token": ("Authorization: Bearer tok_9Fh2Lk8Qp3Zx7Vb1", "tok_9Fh2Lk8Qp3Zx7Vb1"),
     "private_key": (f"-----BEGIN RSA PRIVATE KEY-----\n{KEY_BODY}\n-----END RSA PRIVATE KEY-----", KEY_BODY),
@@ -126,6 +127,12 @@ def test_exact_outputs() -> None:
     assert r(f"-----BEGIN RSA PRIVATE KEY-----\nProc-Type: 4,ENCRYPTED\nDEK-Info: AES-128-CBC,AB12\n\n{KEY_BODY}\n"
              "-----END RSA PRIVATE KEY-----\nnext") == "<SECRET:private_key>\nnext"
     assert r("passwd: hunter2xyz") == "passwd: <SECRET:config_password>"  # a YAML value, nothing after it
+    # passwords on command lines without a password key (the audit's misses)
+    assert r("redis://:p4ssw0rd@cache:6379/0") == "redis://:<SECRET:url_password>@cache:6379/0"
+    assert r("mysql -u root -pS3cretPw123 -h db") == "mysql -u root -p<SECRET:config_password> -h db"
+    assert r("sshpass -p 'hunter2abc' ssh root@host") == "sshpass -p '<SECRET:config_password>' ssh root@host"
+    assert r("curl -u admin:S3cretPw123 https://api.x.io") == "curl -u admin:<SECRET:config_password> https://api.x.io"
+    assert r("docker login -u me -p S3cretPw123 reg.io") == "docker login -u me -p <SECRET:config_password> reg.io"
 
 
 @pytest.mark.parametrize("text", [
@@ -136,6 +143,8 @@ def test_exact_outputs() -> None:
     # shell output the audit found redacted: passwd's messages, a grep of /etc/passwd, a model name
     "passwd: Authentication token manipulation error", "passwd: user 'bob' does not exist",
     "/etc/passwd:root:x:0:0:root:/root:/bin/bash", 'tokenizer: "Qwen/Qwen2.5-7B-Instruct"',
+    "mysql -u root -p mydb", "mysql -u root -p$MYSQL_PWD db", "curl -u \"$USER:$TOKEN\" https://x.io",
+    "docker login -u me --password-stdin", "sshpass -p \"$PW\" ssh host", "mysql -h db -P 3306 -e 'select 1'",
     # code that looks for a key's header holds no key; what follows it stays (it used to go to the end)
     'src/pem.py:12:    if line.startswith("-----BEGIN RSA PRIVATE KEY-----"):\nsrc/pem.py:40:        raise ValueError("not a key")',
 ])
