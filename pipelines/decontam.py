@@ -3,7 +3,9 @@
 Word n-grams (lower-cased alphanumeric tokens) of every evaluation item are indexed in memory
 (evaluation sets are small); each trajectory's task and actions are scanned for them. A trajectory
 is flagged against an item when the item's n-grams found in it cover at least `min_overlap` of the
-item's n-grams (items shorter than n words count as one n-gram of all their words). Each flag
+item's n-grams. An item shorter than n words counts as one n-gram of all its words: from half of n
+words up, it is found wherever its words occur in that order; a shorter one only in a text of just
+those words (two or three words are found everywhere). Each flag
 names the matching item, the field that matched and the overlap, so a person can check it: `task`
 when the task alone matches the most, `action` when the task followed by the actions (in turn order)
 matches more (an item that holds a task and the actions taken on it, as an AgentWorldBench row
@@ -87,6 +89,11 @@ def ngrams(text: str, n: int) -> set[tuple[str, ...]]:
     if len(toks) < n:
         return {tuple(toks)}
     return {tuple(toks[i : i + n]) for i in range(len(toks) - n + 1)}
+
+
+def short_item(words: int, n: int) -> bool:
+    """An item of fewer than n words, but enough (half of n or more) to be found inside a longer text."""
+    return 2 * words >= n and words < n
 
 
 def _records(path: Path) -> Iterator[tuple[str, dict]]:
@@ -181,6 +188,7 @@ class EvalIndex:
     postings: dict[tuple[str, ...], list[int]] = field(default_factory=dict)
     sizes: list[int] = field(default_factory=list)
     ids: list[str] = field(default_factory=list)
+    short: set[int] = field(default_factory=set)  # lengths (< n words) of the items found inside longer texts
 
     @classmethod
     def build(cls, items: list[EvalItem], config: DecontamConfig) -> EvalIndex:
@@ -194,12 +202,19 @@ class EvalIndex:
             idx.sizes.append(len(grams))
             for g in grams:
                 idx.postings.setdefault(g, []).append(k)
+                if short_item(len(g), config.n):
+                    idx.short.add(len(g))
         return idx
 
     def matches(self, text: str) -> dict[int, int]:
-        """Item number → how many of its n-grams occur in `text`."""
+        """Item number → how many of its n-grams occur in `text` (for a short item: its words, in order)."""
+        grams = ngrams(text, self.n)
+        if self.short:
+            toks = _TOKEN.findall(text.lower())
+            for k in self.short:
+                grams.update(tuple(toks[i : i + k]) for i in range(len(toks) - k + 1))
         hits: dict[int, int] = {}
-        for g in ngrams(text, self.n):
+        for g in grams:
             for k in self.postings.get(g, ()):
                 hits[k] = hits.get(k, 0) + 1
         return hits

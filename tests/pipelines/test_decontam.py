@@ -75,6 +75,21 @@ def test_an_item_of_task_and_actions_matches_the_trajectory_that_holds_both() ->
     assert scan_trajectory(index, "t", None, acts, cfg) == []
 
 
+def test_an_item_shorter_than_n_words_is_found_inside_a_longer_task() -> None:
+    """A 7-word item under --ngram 8 became one 7-gram, and a longer text gives only 8-grams: it
+    matched nothing, although two sample tasks hold it word for word. Two or three words are
+    found only as a whole text (they occur everywhere)."""
+    cfg = DecontamConfig()  # n = 8
+    items = [EvalItem("seven", "Counts all files in the /testbed folder"), EvalItem("two", "list files")]
+    index = EvalIndex.build(items, cfg)
+    task = "Counts all files in the /testbed folder and its subfolders, recursively"
+    [flag] = scan_trajectory(index, "t", task, [], cfg)
+    assert (flag.eval_id, flag.field, flag.matched, flag.total) == ("seven", "task", 1, 1)
+    assert scan_trajectory(index, "t", "Counts all files in the /tmp folder and its subfolders", [], cfg) == []
+    assert [f.eval_id for f in scan_trajectory(index, "t", "please list files here", [], cfg)] == []
+    assert [f.eval_id for f in scan_trajectory(index, "t", "List files", [], cfg)] == ["two"]
+
+
 def test_exported_eval_set_finds_the_trajectories_it_came_from(tmp_path: Path) -> None:
     corpus, out = tmp_path / "corpus", tmp_path / "export"
     ingest([SAMPLE / "tau-bench", SAMPLE / "intercode"], corpus, IngestConfig(workers=1), progress=False)
