@@ -50,8 +50,17 @@ def define_derived_views(con: duckdb.DuckDBPyConnection, side_tables: Iterable[s
         traj_joins.append(f"ANTI JOIN {nonrep} dd USING (trajectory_id)")
     counts = "true"
     if "shared_prefixes" in have:
-        joins.append("LEFT JOIN (SELECT trajectory_id, turn_index, counts_for_training FROM shared_prefixes) sp "
-                     "USING (trajectory_id, turn_index)")
+        # a prefix counts once, in its owner; when cleaning or dedup leave the owner out (dedup ran
+        # with --ignore-cleaning, or before clean), in the first sharer they keep instead: the
+        # recorded owner first, then by trajectory_id
+        out = []
+        if "cleaning" in have:
+            out.append("ANTI JOIN (SELECT DISTINCT trajectory_id FROM cleaning WHERE turn_index IS NULL) pw USING (trajectory_id)")
+        if "duplicates" in have:
+            out.append(f"ANTI JOIN ({duplicates_left_out(have)}) pd USING (trajectory_id)")
+        owners = (f"(SELECT trajectory_id, turn_index, row_number() OVER (PARTITION BY prefix_hash ORDER BY counts_for_training "
+                  f"DESC, trajectory_id) = 1 AS counts_for_training FROM shared_prefixes {' '.join(out)})")
+        joins.append(f"LEFT JOIN {owners} sp USING (trajectory_id, turn_index)")
         counts = "coalesce(sp.counts_for_training, true)"
     con.execute(f"CREATE OR REPLACE VIEW kept_turns AS SELECT u.*, {counts} AS counts_for_training FROM turns u {' '.join(joins)}")
     con.execute(f"CREATE OR REPLACE VIEW kept_trajectories AS SELECT t.* FROM trajectories t {' '.join(traj_joins)} "

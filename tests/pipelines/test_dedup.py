@@ -353,3 +353,25 @@ def test_clusters_do_not_depend_on_the_order_of_the_ingests(tmp_path: Path) -> N
             FROM trajectories t LEFT JOIN duplicates d USING (trajectory_id) ORDER BY 1""")[1])
     assert got["ABC"] == got["BAC"] == got["CBA"] == (2, [("task A", True, False), ("task B", True, False),
                                                           ("task C", True, True)])
+
+
+@pytest.mark.parametrize("order", ["clean, then dedup --ignore-cleaning", "dedup, then clean"])
+def test_a_shared_prefix_counts_in_a_sharer_that_cleaning_keeps(order: str, tmp_path: Path) -> None:
+    """Two sessions share three turns; cleaning drops the one that owned them (a sandbox crash). The
+    kept one's copy of the prefix counted nowhere (5 kept turns, 2 counted)."""
+    from pipelines.ingest import IngestConfig, ingest
+    from pipelines.query import run_query
+
+    root = tmp_path / "c"
+    ingest([Path(__file__).resolve().parents[1] / "data" / "dedup" / "prefix_owner.jsonl"], root,
+           IngestConfig(workers=1, domain_override="terminal"), progress=False)
+    if order.startswith("clean"):
+        clean(root, progress=False)
+        dedup(root, DedupConfig(use_cleaning=False), progress=False)
+    else:
+        dedup(root, progress=False)
+        clean(root, progress=False)
+    assert run_query(root, "SELECT count(*) FROM shared_prefixes WHERE NOT counts_for_training")[1] == [(3,)]
+    assert run_query(root, """SELECT t.task, count(*), count(*) FILTER (WHERE counts_for_training)
+                              FROM kept_turns JOIN trajectories t USING (trajectory_id) GROUP BY 1""")[1] == [
+        ("run the app tests", 5, 5)]
