@@ -18,7 +18,7 @@ is reproducible by its seed.
 | oom_kill | memory (and swap) limit of `memory_mb`; the kernel OOM-kills what outgrows it |
 | slow_command | a wrapper first on PATH sleeps `delay_s` before running the real `binary` |
 | timeout | a wrapper makes `binary` hang (`hang_s`) and the per-action timeout is `timeout_s` |
-| truncated_output | the action's stdout goes through `dd iflag=count_bytes count=bytes` inside the sandbox (writers past it get SIGPIPE) |
+| truncated_output | the action's stdout goes through `dd bs=1 count=bytes` inside the sandbox (its first N bytes, however many writes they took; writers past them get SIGPIPE) |
 | clock_skew | the clock reads `offset_s` off: a `date` wrapper and a Python `sitecustomize` (time, datetime) shift it; there is no libfaketime here, so the kernel clock (file mtimes, other programs) is not shifted |
 """
 
@@ -38,7 +38,7 @@ from sandboxes.sandbox import Limits, Sandbox, SandboxConfig
 # reset, truncation; the fill below): removing or wrapping them would break the recording, not the
 # agent's environment. A test checks every such path in those modules is listed.
 HARNESS_BINARIES = frozenset({"bash", "sh", "timeout", "find", "xargs", "md5sum", "head", "base64", "tar", "sleep", "date",
-                              "touch", "rm", "dd", "truncate"})
+                              "touch", "rm", "dd", "truncate", "chmod", "stat"})
 REMOVABLE = ("python3", "git", "make", "grep", "sed", "awk", "sort", "uniq", "wc", "cut", "tr", "diff", "patch",
              "jq", "bc", "gzip", "curl", "file", "tail", "ls", "cat", "cp", "mv", "mkdir", "ps", "du", "df")
 WRAPPABLE = tuple(c for c in REMOVABLE if c not in ("ls", "cat", "cp", "mv", "mkdir"))

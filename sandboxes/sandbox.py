@@ -91,9 +91,11 @@ PATH = "/run/wl/shim:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bi
 # `\builtin NAME`, past the agent's aliases and functions (`exec` as `\exec`: through `builtin`,
 # its redirections would not stay).
 #
-# With truncation, stdout goes through `dd iflag=count_bytes count=N` in a process substitution:
-# it passes on whatever each read returns at once, even while a background job keeps the pipe
-# open (`head` would hold it until end of file), and stops after N bytes. Bash does not wait for a
+# With truncation, stdout goes through `dd bs=1 count=N` in a process substitution: it passes on
+# each byte at once, even while a background job keeps the pipe open (`head -c`, and `dd` with
+# `fullblock`, would hold it until end of file), and stops after exactly N bytes however many
+# writes they took (`iflag=count_bytes` with a larger block stopped after its first read). A byte
+# per read costs about 0.1 s per 64 KiB. Bash does not wait for a
 # process substitution, so the EXIT trap closes stdout and waits a moment (at most 0.5 s) for
 # `dd` to pass on the rest before the server writes the end markers; a background job's later
 # output shows up later, as in a terminal.
@@ -107,7 +109,7 @@ __wl_t=$__wl_a __wl_in=$__wl_b __wl_out=$__wl_c __wl_wd=$__wl_d __wl_cut=
 \builtin unset __wl_a __wl_b __wl_c __wl_d
 \builtin trap '\builtin exit 143' TERM
 \builtin trap '@SAVE@' EXIT
-if [[ $__wl_t -gt 0 ]]; then exec > >(exec /usr/bin/dd bs=64K iflag=count_bytes count="$__wl_t" status=none); __wl_cut=$!; fi
+if [[ $__wl_t -gt 0 ]]; then exec > >(exec /usr/bin/dd bs=1 count="$__wl_t" status=none); __wl_cut=$!; fi
 if [[ -n $__wl_in ]]; then
   \builtin unset -v @ENV@ SHLVL PWD OLDPWD 2>/dev/null
   \builtin . "$__wl_in" 2>/dev/null
@@ -124,16 +126,22 @@ _SERVER = r"""exec 4>&2 2>/dev/null
 st= names=$(compgen -e)
 RC=${RC//@ENV@/${names//$'\n'/ }}
 printf %s "$PWD" > /run/wl/cwd
+modes=$(/usr/bin/stat -c '%a %n' -- "$PWD" /tmp /home/agent /dev/shm)
 while IFS=' ' read -r nonce t trunc mode wd cmd; do
   printf -v wd '%b' "$wd"
   if [[ $mode == r ]]; then
     kill -KILL -1; wait
     shopt -s dotglob nullglob
+    # what the agent made unwritable (chmod 555) would stay: writable again, emptied, the modes back
+    /usr/bin/chmod -R u+rwX -- "$wd" /tmp /home/agent /dev/shm
     /usr/bin/rm -rf -- "$wd"/* /tmp/* /home/agent/* /dev/shm/* /run/wl/shim/* /run/wl/py /run/wl/chk.* /run/wl/env.*
+    for f in /run/wl/*; do case ${f##*/} in rc|cwd|mark|changed|shim) ;; *) /usr/bin/rm -rf -- "$f" ;; esac; done
+    while read -r m f; do /usr/bin/chmod -- "$m" "$f"; done <<< "$modes"
+    left=("$wd"/* /tmp/* /home/agent/* /dev/shm/*)
     shopt -u dotglob nullglob
     printf %s "$wd" > /run/wl/cwd
     : > /run/wl/mark
-    st= rc=0
+    st= rc=${#left[@]}  # not 0: something could not be removed, and the caller starts a fresh container
   else
     printf -v cmd '%b' "$cmd"
     # one second early: a file changed in the same clock tick as the mark must still be -cnewer
@@ -457,9 +465,11 @@ class Sandbox:
 
     def reset(self) -> None:
         """Back to the just-started state, for the next trajectory on the same container: the
-        server (pid 1) kills every other process and empties the work dir, /tmp, $HOME, /dev/shm
-        and the perturbation wrappers (the root file system is read-only, so nothing else can
-        have changed). One round trip."""
+        server (pid 1) kills every other process, makes writable what the agent made read-only,
+        empties the work dir, /tmp, $HOME, /dev/shm, its own /run/wl of everything but its files,
+        and puts the first four's modes back (the root file system is read-only, so nothing else
+        can have changed); anything left makes it a SandboxError (`SandboxCache` then starts a
+        fresh container). One round trip."""
         r = self.run("", timeout_s=30, harness=True, _reset=True)
         self._frames.clear()
         if r.exit_code != 0 or self._listing or r.cwd != self.cfg.workdir:

@@ -83,6 +83,19 @@ def test_reset_returns_to_a_fresh_state(sb: Sandbox) -> None:
     assert (r.stdout, sb.uses) == ("/work\n/home/agent:\n\n/tmp:\n\n/work:\n0\n", 1)
 
 
+def test_reset_undoes_what_the_agent_made_read_only(sb: Sandbox) -> None:
+    """A directory made read-only (chmod 555) kept its files through `rm -rf`, `chmod 555 /work ~`
+    survived, and a file left in /run/wl stayed: the next trajectory on the container saw the
+    previous one's secret, or failed to write, recorded as unperturbed (audit)."""
+    modes = sb.run("stat -c %a /work ~").stdout
+    sb.run("mkdir -p /tmp/keep/sub && echo secret > /tmp/keep/sub/f && chmod 555 /tmp/keep/sub; "
+           "mkdir -p ~/ro && echo s > ~/ro/g && chmod 500 ~/ro; mkdir /dev/shm/x && chmod 555 /dev/shm/x; "
+           "echo planted > /run/wl/note; touch /work/w; chmod 555 /work ~")
+    sb.reset()
+    r = sb.run("ls -A /tmp ~ /work /dev/shm; ls /run/wl | grep -c note; stat -c %a /work ~; echo ok > f && cat f")
+    assert r.stdout == f"/dev/shm:\n\n/home/agent:\n\n/tmp:\n\n/work:\n0\n{modes}ok\n", r.combined
+
+
 def test_runaway_output_is_capped_and_the_session_goes_on(sb: Sandbox) -> None:
     r = sb.run("seq 1 300000")
     assert (len(r.stdout), r.stdout[-7:], r.output_capped) == (1988895, "300000\n", False)
@@ -90,6 +103,16 @@ def test_runaway_output_is_capped_and_the_session_goes_on(sb: Sandbox) -> None:
     assert (r.exit_code, r.output_capped) == (137, True) and MAX_OUTPUT <= len(r.stdout) < 100_000_000
     assert set(r.stdout[:1000]) == {"y", "\n"}
     assert sb.run("echo ok").stdout == "ok\n"
+
+
+def test_truncated_output_keeps_the_first_bytes_of_several_writes(images) -> None:
+    """`dd count_bytes` without `fullblock` stopped after its first read: `echo first; sleep 0.2;
+    echo second` under 64 bytes kept `first` alone and exited 141 (audit)."""
+    with Sandbox(SandboxConfig(image=images["terminal"], truncate_bytes=64), Session()) as sb:
+        r = sb.run("echo first; sleep 0.2; echo second")
+        assert (r.stdout, r.exit_code) == ("first\nsecond\n", 0)
+        r = sb.run("for i in $(seq 1 40); do echo line $i; sleep 0.01; done")
+        assert r.stdout == "".join(f"line {i}\n" for i in range(1, 41))[:64]
 
 
 def test_truncated_output_always_belongs_to_its_own_action(images) -> None:
