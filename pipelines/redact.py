@@ -213,7 +213,9 @@ KINDS: tuple[Kind, ...] = (
     Kind("config_secret", rf"(?i)(?<![<\w./-])(?P<key>{_Q}?{_SECRET_KEY}{_Q}?)[ \t]*[:=][ \t]*(?!=){_VALUE}",
          check=_check_config, needs=("secret", "api", "token", "private"),
          gate=rf"(?:secret|token|api[_-]?key|private[_-]?key){_KEY_TAIL}", keyed=True),
-    Kind("email", rf"{_B}[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{{2,}}\b",
+    # the shortest domain that ends the address: `alpine-devel@lists.alpinelinux.org-4a6a0840.rsa.pub`
+    # (a key file's name) keeps the name's tail; `a@mail.example.com` still ends at `.com`
+    Kind("email", rf"{_B}[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*?\.[A-Za-z]{{2,}}(?![A-Za-z0-9]|\.[A-Za-z0-9])",
          needs=("@",), gate=r"@[a-z0-9-]+\.[a-z0-9-]"),
     Kind("ip_address",
          rf"{_B}(?:(?:25[0-5]|2[0-4][0-9]|1[0-9]{{2}}|[1-9]?[0-9])\.){{3}}(?:25[0-5]|2[0-4][0-9]|1[0-9]{{2}}|[1-9]?[0-9])\b",

@@ -119,6 +119,9 @@ def test_exact_outputs() -> None:
     assert r("MYSQL_ROOT_PASSWORD: 'r00t!'") == "MYSQL_ROOT_PASSWORD: '<SECRET:config_password>'"
     assert r("aws_secret_access_key = AKIAQWERTYUIOPASDFGH") == "aws_secret_access_key = <SECRET:aws_access_key>"
     assert r("a jane@x.io b 10.0.0.1 c 8.8.8.8") == "a <PII:email> b 10.0.0.1 c <PII:ip_address>"
+    assert r("/etc/apk/keys/alpine-devel@lists.alpinelinux.org-4a6a0840.rsa.pub") == \
+        "/etc/apk/keys/<PII:email>-4a6a0840.rsa.pub"  # the address, not the file name after it
+    assert r("to: a.b@mail.example.co.uk.") == "to: <PII:email>."
     assert Redactor()("ip 8.8.8.8 stays by default") == "ip 8.8.8.8 stays by default"
     assert Redactor(RedactConfig(emails=False))("jane@x.io") == "jane@x.io"
     # a key cut off before its END line: its body goes, the text after it stays
