@@ -251,14 +251,18 @@ def test_dagster_asset_checks_and_report(server, corpus: Path, tmp_path: Path) -
                           resources={**build_resources(), **traces_resources()})
     assert "thinking_traces" in {k.to_user_string() for k in defs.resolve_asset_graph().get_all_asset_keys()}
     out = tmp_path / "dagster-traces"
-    res = dg.materialize(
-        [thinking_traces, traces_checks],
-        resources={"corpus": CorpusResource(root=str(corpus), inbox=str(tmp_path / "inbox")),
-                   "traces_endpoint": TracesEndpointResource(base_url=url, model="smollm2")},
-        run_config={"ops": {"thinking_traces": {"config": {
-            "out": str(out), "k": 1, "max_queries": 1, "max_tokens": 8, "threshold": 0.0, "max_target_chars": 200,
-            "history_turns": 1, "cache": str(tmp_path / "gen-cache.sqlite")}}}},
-        instance=dg.DagsterInstance.ephemeral())
+
+    def run(**config: object) -> dg.ExecuteInProcessResult:
+        return dg.materialize(
+            [thinking_traces, traces_checks],
+            resources={"corpus": CorpusResource(root=str(corpus), inbox=str(tmp_path / "inbox")),
+                       "traces_endpoint": TracesEndpointResource(base_url=url, model="smollm2")},
+            run_config={"ops": {"thinking_traces": {"config": {
+                "out": str(out), "k": 1, "max_queries": 1, "max_tokens": 8, "max_target_chars": 200,
+                "history_turns": 1, "cache": str(tmp_path / "gen-cache.sqlite"), **config}}}},
+            instance=dg.DagsterInstance.ephemeral())
+
+    res = run(threshold=0.0)
     assert res.success
     md = {k: v.value for k, v in res.asset_materializations_for_node("thinking_traces")[0].metadata.items()}
     assert (md["queries"], md["candidates"], md["generated"] + md["from_cache"]) == (1, 1, 1)
@@ -267,14 +271,7 @@ def test_dagster_asset_checks_and_report(server, corpus: Path, tmp_path: Path) -
     evals = {e.check_name: e.passed for e in res.get_asset_check_evaluations()}
     assert evals == dict.fromkeys(TRACE_CHECKS, True)
     # the run config's retention floor reaches the check (it was left at 0: the check could not fail)
-    res = dg.materialize(
-        [thinking_traces, traces_checks],
-        resources={"corpus": CorpusResource(root=str(corpus), inbox=str(tmp_path / "inbox")),
-                   "traces_endpoint": TracesEndpointResource(base_url=url, model="smollm2")},
-        run_config={"ops": {"thinking_traces": {"config": {
-            "out": str(out), "k": 1, "max_queries": 1, "max_tokens": 8, "threshold": 1.0, "max_target_chars": 200,
-            "history_turns": 1, "cache": str(tmp_path / "gen-cache.sqlite"), "min_retention": 0.5}}}},
-        instance=dg.DagsterInstance.ephemeral())
+    res = run(threshold=1.0, min_retention=0.5)
     [floor] = [e for e in res.get_asset_check_evaluations() if e.check_name == "retention_floor"]
     assert not floor.passed and floor.metadata["min_retention"].value == 0.5, floor.metadata
     html = section_traces(connect(corpus))
