@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import threading
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +26,18 @@ from pipelines.store import write_json_atomic
 
 RESULTS_DIR = "results"
 
+@dataclass
+class _Loaded:
+    """A process's set-up scorer, the lock its units take turns on, and the DoFn instances using it."""
+
+    scorer: Any
+    key: str
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    users: int = 0
+
+
 _LOCK = threading.Lock()
-_LOADED: dict[str, list[Any]] = {}  # scorer key -> [set-up scorer, its lock, DoFn instances using it, key]
+_LOADED: dict[str, _Loaded] = {}  # scorer key -> the process's one loaded copy
 
 
 def _key(scorer: Any) -> str:
@@ -36,34 +47,32 @@ def _key(scorer: Any) -> str:
 class _ScoreUnits(beam.DoFn):
     def __init__(self, scorer: Any):
         self.scorer = scorer  # pickled without its model (`TurnScorer.__getstate__`)
-        self.shared: list[Any] | None = None
+        self.loaded: _Loaded | None = None
 
     def setup(self) -> None:
         key = _key(self.scorer)  # before setup (which names the model file)
         with _LOCK:  # one model per process, set up once, whatever the number of instances
-            shared = _LOADED.get(key)
-            if shared is None:
+            if key not in _LOADED:
                 self.scorer.setup()
-                shared = _LOADED[key] = [self.scorer, threading.Lock(), 0, key]
-            shared[2] += 1
-            self.shared = shared
+                _LOADED[key] = _Loaded(self.scorer, key)
+            self.loaded = _LOADED[key]
+            self.loaded.users += 1
 
     def process(self, unit: ModelUnit):  # noqa: ANN201 - Beam's generator
-        scorer, lock = self.shared[0], self.shared[1]
-        with lock:  # its counts (`stats`) are the unit's own only while no other unit runs
-            result = score_unit(unit, scorer)
+        with self.loaded.lock:  # its counts (`stats`) are the unit's own only while no other unit runs
+            result = score_unit(unit, self.loaded.scorer)
         write_json_atomic(Path(unit.out) / RESULTS_DIR / f"{unit.index:05d}.json", result)
         yield unit.index
 
     def teardown(self) -> None:
-        if self.shared is None:
+        if self.loaded is None:
             return
         with _LOCK:
-            self.shared[2] -= 1
-            if self.shared[2] == 0:
-                _LOADED.pop(self.shared[3], None)
-                self.shared[0].teardown()
-            self.shared = None
+            self.loaded.users -= 1
+            if self.loaded.users == 0:
+                _LOADED.pop(self.loaded.key, None)
+                self.loaded.scorer.teardown()
+            self.loaded = None
 
 
 class BeamModelRunner:

@@ -109,9 +109,7 @@ def _cmd_score(a: argparse.Namespace) -> int:
     runner = None
     if _beam_wanted(a, "the model tier"):
         from pipelines.beam_score import BeamModelRunner
-        from pipelines.score import check_distributable
 
-        check_distributable(cfg)
         runner = BeamModelRunner(a.beam_runner or "DirectRunner", a.beam_option)
     summary = score(a.corpus, cfg, progress=not a.quiet, echo=lambda m: print(m, file=sys.stderr), runner=runner)
     print(summary.render())

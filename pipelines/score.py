@@ -569,14 +569,19 @@ def score(
     con = connect(corpus.root, committed=committed)
     try:
         with spill_workspace(con, corpus.root, "score", config.memory_limit) as work:
-            if config.threads:
-                con.execute(f"SET threads = {int(config.threads)}")
-            # a scan's batches as they come (the order is ORDER BY's); kept in order, they queue up in memory
-            con.execute("SET preserve_insertion_order = false")
-            con.execute("SET enable_progress_bar = false")  # the stage's own line says how far it got
+            _stage_settings(con, config)
             return _score(corpus, con, work, config, progress, echo, scorer, t0, state, committed, runner)
     finally:
         con.close()
+
+
+def _stage_settings(con: Any, config: ScoreConfig) -> None:
+    """The stage's DuckDB settings, in the driver and in each unit of a distributed model tier."""
+    if config.threads:
+        con.execute(f"SET threads = {int(config.threads)}")
+    # a scan's batches as they come (the order is ORDER BY's); kept in order, they queue up in memory
+    con.execute("SET preserve_insertion_order = false")
+    con.execute("SET enable_progress_bar = false")  # the stage's own line says how far it got
 
 
 def _score(corpus: Corpus, con: Any, work: Path, config: ScoreConfig, progress: bool, echo: Callable[[str], None],
@@ -703,6 +708,9 @@ class ModelUnit:
 # (`score_unit`) and returns their results, one per unit, whatever the order.
 ModelRunner = Callable[[list[ModelUnit], Any], list[dict[str, Any]]]
 MIN_UNITS = 8  # a distributed model tier's units at least (more when the corpus is larger: `_ranges`)
+# what a unit counts, summed into the driver's summary
+UNIT_COUNTS = ("model_trajectories", "model_turns", "truncated_turns", "model_tokens", "windowed_trajectories",
+               "uncond_shared")
 
 
 def score_unit(unit: ModelUnit, scorer: Any) -> dict[str, Any]:
@@ -721,16 +729,12 @@ def score_unit(unit: ModelUnit, scorer: Any) -> dict[str, Any]:
     tmp = out / f".model-{tag}.parquet.tmp"
     summary = ScoreSummary(corpus=unit.root, tier=cfg.tier)
     con = duckdb.connect()
-    t0 = time.monotonic()
     try:
         committed = {k: [Path(p) for p in v] for k, v in orjson.loads(Path(unit.committed).read_bytes()).items()}
         connect(unit.root, con, committed=committed)
-        con.execute(f"SET memory_limit = {sql_str(cfg.memory_limit)}")
+        con.execute(f"SET memory_limit = {sql_str(cfg.memory_limit)}")  # as `spill_workspace`, in the unit's folder
         con.execute(f"SET temp_directory = {sql_str(str(spill))}")
-        if cfg.threads:
-            con.execute(f"SET threads = {int(cfg.threads)}")
-        con.execute("SET preserve_insertion_order = false")
-        con.execute("SET enable_progress_bar = false")
+        _stage_settings(con, cfg)
         before = dict(scorer.stats)
         with pq.ParquetWriter(tmp, MODEL_SCHEMA, compression="lz4") as w:
             _ModelPass(cfg, scorer, summary, w.write_table).run(
@@ -741,10 +745,8 @@ def score_unit(unit: ModelUnit, scorer: Any) -> dict[str, Any]:
         con.close()
         shutil.rmtree(spill, ignore_errors=True)
         tmp.unlink(missing_ok=True)
-    return {"index": unit.index, "file": final.name, "trajectories": summary.model_trajectories,
-            "turns": summary.model_turns, "truncated": summary.truncated_turns, "tokens": summary.model_tokens,
-            "windows": summary.windowed_trajectories, "uncond_shared": summary.uncond_shared,
-            "seconds": time.monotonic() - t0, "scorer": _scorer_info(scorer)}
+    return {"index": unit.index, "file": final.name, "counts": {n: getattr(summary, n) for n in UNIT_COUNTS},
+            "scorer": _scorer_info(scorer)}
 
 
 def _distributed_model_tier(corpus: Corpus, committed: dict[str, list[Path]], con: Any, config: ScoreConfig,
@@ -776,16 +778,10 @@ def _distributed_model_tier(corpus: Corpus, committed: dict[str, list[Path]], co
     if missing:
         raise RuntimeError(f"score: the model tier's units {missing} returned no result")
     summary.model_seconds = time.monotonic() - t0
-    files = []
-    for i in range(len(units)):
-        r = results[i]
-        summary.model_trajectories += r["trajectories"]
-        summary.model_turns += r["turns"]
-        summary.truncated_turns += r["truncated"]
-        summary.model_tokens += r["tokens"]
-        summary.windowed_trajectories += r["windows"]
-        summary.uncond_shared += r["uncond_shared"]
-        files.append(out / r["file"])
+    for r in results.values():
+        for n in UNIT_COUNTS:
+            setattr(summary, n, getattr(summary, n) + r["counts"][n])
+    files = [out / results[i]["file"] for i in range(len(units))]
     fingerprints = {(r["scorer"]["model_id"], r["scorer"]["dtype"], r["scorer"]["fingerprint"]) for r in results.values()}
     if len(fingerprints) > 1:
         raise RuntimeError(f"score: the workers scored with different models or dtypes: {sorted(fingerprints)}")
