@@ -36,6 +36,14 @@ def _number(value: object, name: str, where: str, low: float, high: float) -> fl
     return x
 
 
+def beam_wanted(runner: str | None, options: list[str]) -> bool:
+    """Whether a Beam runner is set; options without one are an error, as the CLI's `--beam-option`
+    without `--beam` is (they were ignored)."""
+    if options and not runner:
+        raise ValueError(f"beam_options {list(options)} set without beam_runner")
+    return bool(runner)
+
+
 def settings() -> dict:
     def env(name: str, default: str | None = None) -> str | None:
         return os.environ.get(ENV[name], default)
@@ -63,9 +71,11 @@ def settings() -> dict:
         where.update({k: f"{path} (WORLDLINE_CONFIG)" for k in loaded})
         if isinstance(s["beam_options"], str):  # as in WORLDLINE_BEAM_OPTIONS: space-separated
             s["beam_options"] = s["beam_options"].split()
-    if s["beam_options"] and not s["beam_runner"]:  # as the CLI refuses --beam-option without --beam
-        raise ValueError(f"{where['beam_options']}: beam_options {s['beam_options']} set without beam_runner "
-                         "(the options of a Beam run; set beam_runner, e.g. DirectRunner, or drop them)")
+    try:
+        beam_wanted(s["beam_runner"], s["beam_options"])
+    except ValueError as e:
+        raise ValueError(f"{where['beam_options']}: {e} (the options of a Beam run; set beam_runner, e.g. "
+                         "DirectRunner, or drop them)") from None
     s["settle_seconds"] = _number(s["settle_seconds"], "settle_seconds", where["settle_seconds"], 0, float("inf"))
     s["max_quarantine_rate"] = _number(s["max_quarantine_rate"], "max_quarantine_rate", where["max_quarantine_rate"], 0, 1)
     return s
@@ -89,9 +99,7 @@ class CorpusResource(dg.ConfigurableResource):
     def ingest(self, paths: list[Path], domain: str | None = None) -> IngestSummary:
         cfg = IngestConfig(domain_override=domain, lock_wait_s=self.lock_wait_seconds)
         runner = None
-        if self.beam_options and not self.beam_runner:
-            raise ValueError(f"beam_options {list(self.beam_options)} set without beam_runner")
-        if self.beam_runner:
+        if beam_wanted(self.beam_runner, self.beam_options):
             from pipelines.beam_ingest import beam_runner
 
             runner = beam_runner(self.beam_runner, list(self.beam_options))

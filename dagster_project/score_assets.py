@@ -8,7 +8,7 @@ from pydantic import PrivateAttr
 from dagster_project.assets import _md_table
 from dagster_project.clean_assets import dedup_clusters
 from dagster_project.contract_checks import check_result, only_selected
-from dagster_project.resources import CorpusResource
+from dagster_project.resources import CorpusResource, beam_wanted
 from pipelines.score import TABLE, ScoreConfig, score, score_contracts
 from pipelines.score_surface import SurfaceConfig
 
@@ -43,14 +43,10 @@ class ScoringModelResource(dg.ConfigurableResource):
 
     def model_runner(self) -> object | None:
         """The Beam runner of the model tier's units, or None to score in this process."""
-        if not self.beam_runner:
-            if self.beam_options:
-                raise ValueError(f"beam_options {list(self.beam_options)} set without beam_runner")
+        if not beam_wanted(self.beam_runner, self.beam_options):
             return None
         from pipelines.beam_score import BeamModelRunner
-        from pipelines.score import check_distributable
 
-        check_distributable(self.score_config())
         return BeamModelRunner(self.beam_runner, list(self.beam_options))
 
     def scorer(self) -> object | None:

@@ -50,19 +50,18 @@ class InboxInput:
         return f"{self.path}|{self.signature}"
 
 
+def _folders(inbox: Path) -> list[str]:
+    return sorted(p.name for p in inbox.iterdir() if p.is_dir()) if inbox.is_dir() else []
+
+
 def sources(inbox: Path) -> list[str]:
-    if not inbox.is_dir():
-        return []
-    return sorted(p.name for p in inbox.iterdir() if p.is_dir() and SOURCE_NAME.match(p.name))
+    return [n for n in _folders(inbox) if SOURCE_NAME.match(n)]
 
 
 def misnamed_sources(inbox: Path) -> list[str]:
     """Folders of the inbox whose names cannot be a source (a partition key): not ingested, so
     the sensor says so. Hidden ones (`.name`) are left alone on purpose."""
-    if not inbox.is_dir():
-        return []
-    return sorted(p.name for p in inbox.iterdir()
-                  if p.is_dir() and not p.name.startswith(".") and not SOURCE_NAME.match(p.name))
+    return [n for n in _folders(inbox) if not n.startswith(".") and not SOURCE_NAME.match(n)]
 
 
 def day_of(mtime_ns: int) -> str:

@@ -20,6 +20,8 @@ from collections.abc import Iterable
 
 import duckdb
 
+WHOLE_DROPS = "SELECT DISTINCT trajectory_id FROM cleaning WHERE turn_index IS NULL"  # trajectories cleaning drops
+
 
 def duplicates_left_out(side_tables: Iterable[str]) -> str:
     """SQL for the trajectory ids `kept_turns` leaves out as duplicates: the members `duplicates` does
@@ -31,15 +33,14 @@ def duplicates_left_out(side_tables: Iterable[str]) -> str:
     return """SELECT trajectory_id FROM (
                 SELECT trajectory_id, row_number() OVER (PARTITION BY cluster_id ORDER BY is_representative DESC,
                                                          trajectory_id) AS k
-                FROM duplicates ANTI JOIN (SELECT DISTINCT trajectory_id FROM cleaning WHERE turn_index IS NULL) cw
-                     USING (trajectory_id)) WHERE k > 1"""
+                FROM duplicates ANTI JOIN (""" + WHOLE_DROPS + """) cw USING (trajectory_id)) WHERE k > 1"""
 
 
 def define_derived_views(con: duckdb.DuckDBPyConnection, side_tables: Iterable[str]) -> None:
     have = set(side_tables)
     joins, traj_joins = [], []
     if "cleaning" in have:
-        whole = "(SELECT DISTINCT trajectory_id FROM cleaning WHERE turn_index IS NULL)"
+        whole = f"({WHOLE_DROPS})"
         joins.append(f"ANTI JOIN {whole} cw USING (trajectory_id)")
         joins.append("ANTI JOIN (SELECT DISTINCT trajectory_id, turn_index FROM cleaning WHERE turn_index IS NOT NULL) ct "
                      "USING (trajectory_id, turn_index)")
@@ -53,13 +54,8 @@ def define_derived_views(con: duckdb.DuckDBPyConnection, side_tables: Iterable[s
         # a prefix counts once, in its owner; when cleaning or dedup leave the owner out (dedup ran
         # with --ignore-cleaning, or before clean), in the first sharer they keep instead: the
         # recorded owner first, then by trajectory_id
-        out = []
-        if "cleaning" in have:
-            out.append("ANTI JOIN (SELECT DISTINCT trajectory_id FROM cleaning WHERE turn_index IS NULL) pw USING (trajectory_id)")
-        if "duplicates" in have:
-            out.append(f"ANTI JOIN ({duplicates_left_out(have)}) pd USING (trajectory_id)")
         owners = (f"(SELECT trajectory_id, turn_index, row_number() OVER (PARTITION BY prefix_hash ORDER BY counts_for_training "
-                  f"DESC, trajectory_id) = 1 AS counts_for_training FROM shared_prefixes {' '.join(out)})")
+                  f"DESC, trajectory_id) = 1 AS counts_for_training FROM shared_prefixes {' '.join(traj_joins)})")
         joins.append(f"LEFT JOIN {owners} sp USING (trajectory_id, turn_index)")
         counts = "coalesce(sp.counts_for_training, true)"
     con.execute(f"CREATE OR REPLACE VIEW kept_turns AS SELECT u.*, {counts} AS counts_for_training FROM turns u {' '.join(joins)}")
