@@ -50,8 +50,8 @@ def export_masks(out: Path, corpus: Path | None = None) -> ContractResult:
     match the manifest. An export without Parquet: Megatron's documents (a mask per token, within
     seq_len, no first-token target), else the chat records' counts, against the manifest."""
     m = _manifest(out)
-    formats = m["settings"]["formats"]
-    check = _parquet_masks if "parquet" in formats else _megatron_masks if "megatron" in formats else _chat_counts
+    fmt = next(f for f in MASK_CHECKS if f in m["settings"]["formats"])  # the most thorough the export has
+    check = MASK_CHECKS[fmt]
     bad: list[str] = []
     for split, s in m["splits"].items():
         tokens, loss = check(out, s["shards"], m["settings"]["seq_len"], bad)
@@ -59,7 +59,7 @@ def export_masks(out: Path, corpus: Path | None = None) -> ContractResult:
             bad.append(f"{split}: {tokens} tokens / {loss} loss tokens in the files, manifest says "
                        f"{s['tokens']} / {s['loss_tokens']}")
     return ContractResult("export_masks", not bad, "labels, loss masks, positions and document boundaries agree",
-                          {"format": check.__name__.split("_")[1], "bad": bad[:MAX_LISTED], "problems": len(bad)})
+                          {"format": fmt, "bad": bad[:MAX_LISTED], "problems": len(bad)})
 
 
 def _files(shards: list[dict[str, Any]], fmt: str) -> list[str]:
@@ -128,6 +128,9 @@ def _chat_counts(out: Path, shards: list[dict[str, Any]], seq_len: int, bad: lis
             tokens += r["num_tokens"]
             loss += r["num_loss_tokens"]
     return tokens, loss
+
+
+MASK_CHECKS = {"parquet": _parquet_masks, "megatron": _megatron_masks, "chat": _chat_counts}
 
 
 def _split_ids(out: Path, m: dict[str, Any]) -> dict[str, set[str]] | None:

@@ -162,15 +162,10 @@ def template_pieces(tokenizer: Any, n_messages: int, roles: list[str]) -> list[s
     # a template that trims or strips contents (`| trim`: Llama 3, Gemma; Qwen3's `lstrip`) keeps the
     # bare placeholders, but would render other text than the contents the spans are built from
     padded = [{"role": r, "content": f"\n \n{_PH.format(i)}\n \n"} for i, r in enumerate(roles)]
-    text = tokenizer.apply_chat_template(padded, tokenize=False)
-    pos = 0
-    for i in range(n_messages):  # the template's own text around each padded content, exactly
-        ends = pos + len(pieces[i]) + len(padded[i]["content"])
-        if text[pos:ends] != pieces[i] + padded[i]["content"]:
-            raise ValueError(f"the chat template of {getattr(tokenizer, 'name_or_path', 'the tokenizer')!r} "
-                             f"strips the white space around message {i} ({roles[i]}) (e.g. `| trim`); scoring "
-                             "and the export need contents verbatim: give a template without it (--chat-template)")
-        pos = ends
+    if tokenizer.apply_chat_template(padded, tokenize=False) != interleave(pieces, padded)[0]:
+        raise ValueError(f"the chat template of {getattr(tokenizer, 'name_or_path', 'the tokenizer')!r} "
+                         "strips the white space around message contents (e.g. `| trim`); scoring and the export "
+                         "need contents verbatim: give a template without it (--chat-template)")
     return pieces
 
 

@@ -375,3 +375,28 @@ def test_a_shared_prefix_counts_in_a_sharer_that_cleaning_keeps(order: str, tmp_
     assert run_query(root, """SELECT t.task, count(*), count(*) FILTER (WHERE counts_for_training)
                               FROM kept_turns JOIN trajectories t USING (trajectory_id) GROUP BY 1""")[1] == [
         ("run the app tests", 5, 5)]
+
+
+def test_an_lsh_bucket_past_all_pairs_is_paired_in_content_hash_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bucket larger than ALL_PAIRS_BUCKET has each member paired with the first and the previous
+    in content-hash order, not every pair: twelve near-copies under a bound of 4 still make one
+    cluster, from fewer candidate pairs than every pair of them in every band."""
+    import orjson
+
+    from pipelines import dedup as dedup_module
+    from pipelines.ingest import IngestConfig, ingest
+
+    monkeypatch.setattr(dedup_module, "ALL_PAIRS_BUCKET", 4)
+    words = " ".join(f"w{i}" for i in range(120))
+    lines = []
+    for k in range(12):  # the same long output, one word apart
+        call = {"id": "c0", "type": "function", "function": {"name": "bash", "arguments": '{"command": "cat notes.txt"}'}}
+        lines.append(orjson.dumps({"messages": [{"role": "user", "content": f"task {k}"},
+                                                {"role": "assistant", "content": None, "tool_calls": [call]},
+                                                {"role": "tool", "tool_call_id": "c0", "content": f"{words} extra{k}"}]}))
+    (tmp_path / "near.jsonl").write_bytes(b"\n".join(lines) + b"\n")
+    root = tmp_path / "c"
+    ingest([tmp_path / "near.jsonl"], root, IngestConfig(workers=1, domain_override="terminal"), progress=False)
+    s = dedup(root, progress=False)
+    assert (s.clusters, s.near_duplicates, s.kept) == (1, 11, 1)
+    assert 11 <= s.candidate_pairs < 12 * 11 // 2
