@@ -162,7 +162,7 @@ while IFS=' ' read -r nonce t trunc mode wd cmd; do
     fi
   fi
   printf '\n%s\n' "$nonce"
-  printf '\n%s\nrc=%s\ncwd=%s\n' "$nonce" "$rc" "$(< /run/wl/cwd)" >&4
+  printf '\n%s\nrc=%s\ncwd=%s\0' "$nonce" "$rc" "$(< /run/wl/cwd)" >&4  # NUL: a path may hold newlines
   : > /run/wl/changed
   /usr/bin/find "$wd" -mindepth 1 -xdev -name .git -prune -o -printf '%y %s %T@ %m %P\0' \
     -type f -cnewer /run/wl/mark -size -1025k -fprint0 /run/wl/changed >&4
@@ -683,10 +683,11 @@ class Sandbox:
         duration = time.monotonic() - t0
         stdout, stderr, combined = _texts(order, out.kept, err.kept)
         head, _, md5s = bytes(meta).partition(f"\n{nonce}-md5\n".encode())
-        lines = head.split(b"\n", 2)
-        rc = int(lines[0].removeprefix(b"rc="))
-        cwd = _decode(lines[1].removeprefix(b"cwd="))
-        listing = _parse_listing(_decode(lines[2]) if len(lines) > 2 else "")
+        rc_line, _, rest = head.partition(b"\n")
+        rc = int(rc_line.removeprefix(b"rc="))
+        cwd_field, _, listing_text = rest.partition(b"\0")
+        cwd = _decode(cwd_field.removeprefix(b"cwd="))
+        listing = _parse_listing(_decode(listing_text))
         hashes = _parse_md5(_decode(md5s), self.cfg.workdir)
         res = ActionResult(command, stdout, stderr, combined, rc, duration, started, cwd,
                            timed_out=killed or (rc in (124, 137) and duration >= timeout), first_output_s=first,

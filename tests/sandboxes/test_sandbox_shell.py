@@ -77,3 +77,10 @@ def test_exported_variables_aliases_and_functions_carry_over(sb: Sandbox) -> Non
     sb.reset()
     r = sb.run('echo "[$A][$BAR]"; ll; pwd')
     assert (r.stdout, r.stderr) == ("[][]\n/work\n", "bash: line 1: ll: command not found\n")
+
+
+def test_a_working_directory_whose_name_holds_a_newline(sb: Sandbox) -> None:
+    r = sb.run("mkdir $'x\\ny' && cd $'x\\ny' && touch f")
+    assert (r.exit_code, r.cwd) == (0, "/work/x\ny")
+    assert sorted(c["path"] for c in r.created) == ["x\ny", "x\ny/f"]
+    assert sb.run("pwd").stdout == "/work/x\ny\n"  # the next action starts there
