@@ -47,6 +47,7 @@ demo: setup services
 	  echo "demo: NO DOCKER ENGINE answers: sandbox collection SKIPPED (start one with: sudo bash sandboxes/start-engine.sh)"; \
 	fi
 	$(BIN)/worldline collect mcp sandboxes/mcp/*.yaml --out $(DEMO)/corpus --faults all --fault-rate 0.3 --seed 0 --call-timeout 3 || test $$? -eq 3
+	$(BIN)/worldline collect browser sandboxes/web --out $(DEMO)/corpus --faults http_error --fault-rate 0.2 --seed 0 --quiet || test $$? -eq 3
 	$(BIN)/worldline clean $(DEMO)/corpus --quiet
 	$(BIN)/worldline dedup $(DEMO)/corpus --quiet
 	# both scoring tiers; the model tier (SmolLM2-135M on CPU) is capped at 60k tokens to stay within minutes

@@ -103,7 +103,7 @@ def ingested_traces(context: dg.AssetExecutionContext, corpus: CorpusResource,
 
 
 @dg.asset(
-    deps=[ingested_traces, "mcp_trajectories", "sandbox_trajectories", "dedup_clusters", "turn_scores", "training_export",
+    deps=[ingested_traces, "mcp_trajectories", "sandbox_trajectories", "browser_trajectories", "dedup_clusters", "turn_scores", "training_export",
           "thinking_traces"],
     group_name="reporting",
     kinds={"html", "duckdb"},

@@ -47,7 +47,7 @@ class DedupRunConfig(dg.Config):
 
 
 @dg.asset(
-    deps=[ingested_traces, "mcp_trajectories", "sandbox_trajectories"],  # every writer of the corpus
+    deps=[ingested_traces, "mcp_trajectories", "sandbox_trajectories", "browser_trajectories"],  # every writer of the corpus
     group_name="cleaning",
     kinds={"python", "duckdb", "parquet"},
     description="Cleaning verdicts (side table `cleaning`), secrets/PII to redact on export (`redactions`) and, "

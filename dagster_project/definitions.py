@@ -5,6 +5,7 @@ from __future__ import annotations
 import dagster as dg
 
 from dagster_project.assets import corpus_report, ingested_traces
+from dagster_project.browser_assets import BrowserSitesResource, browser_trajectories
 from dagster_project.checks import corpus_contracts
 from dagster_project.clean_assets import cleaning_checks, cleaning_verdicts, dedup_checks, dedup_clusters
 from dagster_project.export_assets import export_checks, training_export
@@ -17,7 +18,7 @@ from dagster_project.traces_assets import thinking_traces, traces_checks, traces
 
 defs = dg.Definitions(
     assets=[
-        ingested_traces, mcp_trajectories, sandbox_trajectories,
+        ingested_traces, mcp_trajectories, sandbox_trajectories, browser_trajectories,
         cleaning_verdicts, dedup_clusters, turn_scores, training_export, thinking_traces, corpus_report,
     ],
     asset_checks=[
@@ -30,6 +31,7 @@ defs = dg.Definitions(
     resources={
         **build_resources(), **traces_resources(),
         "mcp_servers": McpServersResource(), "sandbox_pool": SandboxPoolResource(),
+        "browser_sites": BrowserSitesResource(),
         "scoring_model": ScoringModelResource(),
     },
 )

@@ -108,6 +108,10 @@ def planted(sample_corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> tu
     add("openhands_recall_ok", oh, lambda t: None)
     add("web_captcha", web, lambda t: setattr(t[2], "observation", CAPTCHA))
     add("web_http_error", web, lambda t: setattr(t[1], "observation", "RootWebArea '502 Bad Gateway', focused\n\theading '502 Bad Gateway'"))
+    # the same page, injected by a collector on purpose (a perturbation label): what the collection was for
+    add("web_injected_http_error_ok", web, lambda t: (
+        setattr(t[1], "observation", "RootWebArea '503 Service Unavailable', focused\n\theading 'Service Unavailable'"),
+        setattr(t[1], "perturbation", "http_error")))
     add("term_curl_404_ok", term, lambda t: setattr(t[1], "observation", "<html><head><title>404 Not Found</title></head></html>"))
     # through a bash tool, whose results are `tool_result`s (the chat importer's): curl's 404 and pip
     # installing a CAPTCHA library are the environment working; a web page's reCAPTCHA footer is a page
@@ -160,7 +164,7 @@ def test_planted_verdicts(planted: tuple[Path, dict[str, str]]) -> None:
     # not dropped: raw shell under a bash tool, the harness's recall, curl printing a 404 page, a
     # malformed action with no retry after it, a repeated command that failed another way, the unchanged original
     for ok in ("web_clean", "openhands_recall_ok", "term_curl_404_ok", "term_trailing_malformed_ok", "term_other_exit_code_ok",
-               "term_tool_404_ok", "term_tool_captcha_pkg_ok", "web_recaptcha_footer_ok"):
+               "term_tool_404_ok", "term_tool_captcha_pkg_ok", "web_recaptcha_footer_ok", "web_injected_http_error_ok"):
         assert ok not in got
 
 

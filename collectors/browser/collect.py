@@ -1,0 +1,198 @@
+"""Run browser task specs into a corpus: the core behind `worldline collect browser`.
+
+Sessions run one after another in one chromium (a context each, so no state leaks between them);
+each ends as a `web` trajectory (source format `browser-live`) committed through `CollectionSink`.
+A step whose target the page does not show ends its session early (outcome `policy_error`: the
+script no longer fits the site), with the turns it had; a step the page refuses (a missing ref, an
+element that cannot take the action, a page load that failed) is an error turn, as an agent sees it."""
+
+from __future__ import annotations
+
+import sys
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import orjson
+
+from collectors.browser.session import BrowserSession, FaultPlan, StepResult, Tab
+from collectors.browser.spec import ACTION_SPACE, Session, SiteSpec, Step, Target, load_spec, spec_files
+from pipelines.sink import CollectionSink
+from schemas.options import at_least
+from schemas.records import Trajectory, Turn, digest, dumps
+
+COLLECTOR = "BrowserLiveCollector"
+COLLECTOR_VERSION = "1"
+SOURCE_FORMAT = "browser-live"
+FAILED_OUTCOMES = ("policy_error", "browser_error")
+MAX_RELOADS = 3  # page loads a scripted session retries after a failed one (503), per step
+
+
+@dataclass
+class BrowserSummary:
+    """Counts of one run; `render()` is the one-screen summary."""
+
+    corpus: str
+    run_id: str
+    sessions: int = 0
+    turns: int = 0
+    error_turns: int = 0
+    seconds: float = 0.0
+    browser: str = ""
+    outcomes: Counter = field(default_factory=Counter)
+    perturbations: Counter = field(default_factory=Counter)
+    failures: list[str] = field(default_factory=list)
+    trajectory_ids: list[str] = field(default_factory=list)
+    blocked_requests: int = 0
+
+    @property
+    def failed(self) -> int:
+        return sum(self.outcomes[o] for o in FAILED_OUTCOMES)
+
+    def render(self) -> str:
+        lines = [
+            f"worldline collect browser: {self.sessions} sessions, {self.turns} turns "
+            f"({self.error_turns} error turns) in {self.seconds:.1f}s -> {self.corpus}",
+            f"  browser: chromium {self.browser}; run {self.run_id}",
+            "  outcomes: " + (", ".join(f"{k} {v}" for k, v in sorted(self.outcomes.items())) or "none"),
+        ]
+        if self.perturbations:
+            lines.append("  perturbed turns: " + ", ".join(f"{k} {v}" for k, v in sorted(self.perturbations.items())))
+        if self.blocked_requests:
+            lines.append(f"  requests to other origins blocked: {self.blocked_requests}")
+        for f in self.failures[:20]:
+            lines.append(f"  failed: {f}")
+        lines.append(f'  see: worldline query {self.corpus} "SELECT * FROM trajectories WHERE source_format = '
+                     f"'{SOURCE_FORMAT}'\"")
+        return "\n".join(lines)
+
+
+def collect(spec_paths: list[Path | str], out: Path | str, *, repeat: int = 1, only: list[str] | None = None,
+            faults: FaultPlan | None = None, commit_every: int = 25, executable: Path | None = None,
+            echo: Callable[[str], None] | None = None) -> BrowserSummary:
+    """Record every session of every spec (a folder stands for its `*.yaml`) into the corpus at `out`.
+    Specs and options are checked before chromium starts."""
+    from pipelines.store import Corpus
+
+    at_least("repeat", repeat, 1)
+    Corpus(out).check_writable("--out")
+    specs = [load_spec(f) for f in spec_files(spec_paths)]
+    jobs = [(spec, s, r) for spec in specs for s in spec.sessions for r in range(repeat)
+            if not only or s.name in only or f"{spec.name}/{s.name}" in only]
+    if not jobs:
+        known = ", ".join(f"{sp.name}/{s.name}" for sp in specs for s in sp.sessions)
+        raise ValueError(f"no session matches {only} (sessions: {known})")
+    faults = faults or FaultPlan()
+    run_id = uuid.uuid4().hex[:12]
+    summary = BrowserSummary(str(out), run_id)
+    t0 = time.monotonic()
+    info = {"collector": "browser", "faults": faults.as_dict(), "specs": [str(s.path) for s in specs]}
+    with CollectionSink(out, run_key=f"browser:{run_id}", source=",".join(str(s.path) for s in specs),
+                        commit_every=commit_every, info=info) as sink, BrowserSession(executable) as browser:
+        summary.browser = browser.version
+        for n, (spec, session, rep) in enumerate(jobs, 1):
+            traj = record(browser, spec, session, rep, faults, run_id)
+            sink.add(traj, COLLECTOR, COLLECTOR_VERSION)
+            _count(summary, spec, session, rep, traj)
+            if echo:
+                echo(f"[{n}/{len(jobs)}] {spec.name}/{session.name}#{rep}: {len(traj.turns)} turns, {traj.outcome}")
+    summary.seconds = time.monotonic() - t0
+    return summary
+
+
+def _count(summary: BrowserSummary, spec: SiteSpec, session: Session, rep: int, traj: Trajectory) -> None:
+    summary.sessions += 1
+    summary.turns += len(traj.turns)
+    summary.error_turns += sum(1 for t in traj.turns if t.is_error)
+    summary.outcomes[traj.outcome or "none"] += 1
+    summary.perturbations.update(t.perturbation for t in traj.turns if t.perturbation)
+    summary.trajectory_ids.append(traj.trajectory_id)
+    meta = orjson.loads(traj.metadata or "{}")
+    summary.blocked_requests += len(meta.get("blocked_requests", []))
+    if traj.outcome in FAILED_OUTCOMES:
+        summary.failures.append(f"{spec.name}/{session.name}#{rep}: {meta.get('failure')}")
+
+
+def record(browser: BrowserSession, spec: SiteSpec, session: Session, rep: int, faults: FaultPlan,
+           run_id: str) -> Trajectory:
+    """One session as a trajectory; its context is closed whatever happens."""
+    key = f"{session.name}#{rep}"
+    collected = datetime.now(UTC)
+    turns: list[Turn] = []
+    failure = None
+    initial = None
+    tab = browser.tab(spec, faults, key)
+    try:
+        initial = tab.start(session.start)[0]
+        for i, step in enumerate(session.steps):
+            ref = tab.resolve(step) if step.do != "goto" else None
+            retries = 0
+            while step.do != "goto" and ref is None and tab.status >= 500 and retries < MAX_RELOADS:
+                # a page load failed (an injected fault): load the page again, as an agent would
+                turns.append(_turn(tab.act(Step("goto", url=tab.page.url), None), f"step:{i}:reload{retries}", None))
+                ref, retries = tab.resolve(step), retries + 1
+            if step.do != "goto" and ref is None:
+                failure = f"step {i}: the page ({tab.page.url}) shows no {step.target}"
+                break
+            turns.append(_turn(tab.act(step, ref), f"step:{i}", step.target))
+        retries = 0
+        while not failure and tab.status >= 500 and retries < MAX_RELOADS:  # the last page load failed
+            turns.append(_turn(tab.act(Step("goto", url=tab.page.url), None), f"end:reload{retries}", None))
+            retries += 1
+        outcome = "policy_error" if failure else _judge(session, tab)
+    except Exception as e:  # noqa: BLE001 - the browser itself failed: keep what was recorded, say why
+        failure = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+        outcome = "browser_error"
+    finally:
+        blocked, missing = tab.blocked, tab.not_found
+        try:
+            tab.close()
+        except Exception:  # noqa: BLE001 - a context of a browser that died
+            pass
+    meta = {"spec": spec.name, "session": session.name, "repetition": rep, "run_id": run_id, "origin": spec.origin,
+            "blocked_requests": blocked, "not_found": missing, "failure": failure, "faults": faults.as_dict() or None}
+    return Trajectory(
+        domain="web", source_format=SOURCE_FORMAT, native_id=f"{spec.name}/{key}@{run_id}",
+        record_digest=digest(run_id, spec.name, key, spec.sha256), turns=turns, task=session.task,
+        action_space=dumps(ACTION_SPACE), initial_state=initial, agent="scripted", model=None,
+        outcome=outcome, reward=None if outcome in FAILED_OUTCOMES else float(outcome == "success"),
+        env_fingerprint=dumps({"browser": f"chromium {browser.version}", "site_sha256": spec.sha256,
+                               "playwright": _playwright_version()}),
+        collected_at=collected, license=spec.license,
+        metadata=dumps({k: v for k, v in meta.items() if v not in (None, [])}),
+        locator=f"session:{key}", source=str(spec.path),
+    )
+
+
+def _turn(r: StepResult, locator: str, target: Target | None) -> Turn:
+    return Turn(
+        kind="env", action=r.action, observation=r.observation, observation_kind="accessibility_tree",
+        tool_name=r.tool_name, tool_args=dumps(r.tool_args), is_error=r.error is not None,
+        started_at=r.started_at, duration_s=r.duration_s, perturbation=r.perturbation,
+        state=dumps({"url": r.url, "title": r.title, "http_status": r.status}), locator=locator,
+        metadata=dumps({"target": str(target)}) if target is not None else None,
+    )
+
+
+def _judge(session: Session, tab: Tab) -> str:
+    e = session.expect
+    if e is None:
+        return "unjudged"
+    ok = (e.path is None or urlsplit(tab.page.url).path == e.path) and (
+        e.text is None or e.text in tab.page.inner_text("body"))
+    return "success" if ok else "failure"
+
+
+def _playwright_version() -> str:
+    from importlib.metadata import version
+
+    return version("playwright")
+
+
+def stderr_echo(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)

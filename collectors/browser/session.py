@@ -1,0 +1,272 @@
+"""Headless chromium through Playwright: one browser for a run, a fresh context (cookies, storage)
+per trajectory, the site answered from the spec's files by the context's request routing.
+
+The observation is Playwright's accessibility snapshot in its `ai` mode: the tree as an agent sees it,
+each element it can act on carrying a ref (`[ref=e7]`) that the next action names, as BrowserGym's
+trees carry bids. Requests to any origin but the site's are blocked, so a page cannot reach the
+network and every run sees the same site."""
+
+from __future__ import annotations
+
+import json
+import mimetypes
+import os
+import random
+import re
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from collectors.browser.spec import SiteSpec, Step, Target
+
+CHROMIUM = Path("/usr/bin/chromium")
+# chromium as root in a container needs --no-sandbox; the rest keeps a headless run quiet and small
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update"]
+FAULT_KINDS = {"http_error": "a page load of the site answered 503 Service Unavailable"}
+_UNAVAILABLE = (b"<!doctype html><html><head><title>503 Service Unavailable</title></head><body>"
+                b"<h1>Service Unavailable</h1><p>The server is temporarily unable to handle the request. "
+                b"Try again later.</p></body></html>")
+_NOT_FOUND = (b"<!doctype html><html><head><title>404 Not Found</title></head><body><h1>Not Found</h1>"
+              b"<p>The requested page was not found on this server.</p></body></html>")
+_LINE = re.compile(r'^\s*- ([a-z][a-z-]*)(?: ("(?:[^"\\]|\\.)*"))?((?: \[[^\]]*\])*)')
+_REF_ATTR = re.compile(r"\[ref=([^\]]+)\]")
+
+
+class BrowserUnavailable(RuntimeError):
+    """chromium or Playwright is missing; the message says what to install."""
+
+
+def chromium_path() -> Path:
+    return Path(os.environ.get("WORLDLINE_CHROMIUM") or CHROMIUM)
+
+
+def find_ref(snapshot: str, target: Target) -> str | None:
+    """The ref of the first element of the tree with the target's role and name (document order)."""
+    for line in snapshot.splitlines():
+        m = _LINE.match(line)
+        if not m or m.group(1) != target.role:
+            continue
+        name = json.loads(m.group(2)) if m.group(2) else None
+        if target.name is not None and name != target.name:
+            continue
+        ref = _REF_ATTR.search(m.group(3) or "")
+        if ref:
+            return ref.group(1)
+    return None
+
+
+@dataclass
+class FaultPlan:
+    """Which faults a run injects and how often: drawn per page load of the site during an action,
+    from a generator seeded by (seed, spec, session, repetition), so a rerun injects the same ones."""
+
+    kinds: tuple[str, ...] = ()
+    rate: float = 0.25
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.kinds) - set(FAULT_KINDS))
+        if unknown:
+            raise ValueError(f"unknown browser fault kind(s) {unknown}; known: {sorted(FAULT_KINDS)}")
+        if not 0.0 <= self.rate <= 1.0:
+            raise ValueError(f"fault rate must be between 0 and 1, got {self.rate}")
+
+    @classmethod
+    def parse(cls, text: str | None, rate: float | None, seed: int) -> FaultPlan:
+        if not text:
+            return cls(seed=seed)
+        kinds = tuple(FAULT_KINDS) if text.strip() == "all" else tuple(k.strip() for k in text.split(",") if k.strip())
+        return cls(kinds, 0.25 if rate is None else rate, seed)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"kinds": list(self.kinds), "rate": self.rate, "seed": self.seed} if self.kinds else {}
+
+
+@dataclass
+class StepResult:
+    action: str
+    tool_name: str
+    tool_args: dict[str, Any]
+    observation: str
+    url: str
+    title: str
+    status: int
+    error: str | None
+    started_at: datetime
+    duration_s: float
+    perturbation: str | None
+
+
+class BrowserSession:
+    """`setup()` starts Playwright and chromium (a few seconds); `tab(spec, ...)` opens a fresh context
+    for one trajectory; `teardown()` stops both."""
+
+    def __init__(self, executable: Path | None = None):
+        self.executable = executable or chromium_path()
+        self._pw: Any = None
+        self.browser: Any = None
+        self.version = ""
+
+    def setup(self) -> None:
+        if not self.executable.exists():
+            raise BrowserUnavailable(f"{self.executable} is missing: browser collection drives Debian's chromium; "
+                                     "install it with `apt-get install -y chromium` (as root; `make services` does), "
+                                     "or point WORLDLINE_CHROMIUM at a chromium binary")
+        try:
+            from playwright.sync_api import sync_playwright
+        except ImportError as e:
+            raise BrowserUnavailable(f"Playwright is not installed ({e}): pip install -e . (make setup)") from None
+        self._pw = sync_playwright().start()
+        try:
+            self.browser = self._pw.chromium.launch(executable_path=str(self.executable), args=CHROMIUM_ARGS)
+        except Exception as e:
+            self._pw.stop()
+            self._pw = None
+            raise BrowserUnavailable(f"{self.executable} did not start: {str(e).splitlines()[0]}") from None
+        self.version = self.browser.version
+
+    def teardown(self) -> None:
+        if self.browser is not None:
+            self.browser.close()
+            self.browser = None
+        if self._pw is not None:
+            self._pw.stop()
+            self._pw = None
+
+    def __enter__(self) -> BrowserSession:
+        self.setup()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.teardown()
+
+    def tab(self, spec: SiteSpec, faults: FaultPlan, key: str) -> Tab:
+        return Tab(self.browser, spec, faults, key)
+
+
+class Tab:
+    """One trajectory's page in its own context."""
+
+    def __init__(self, browser: Any, spec: SiteSpec, faults: FaultPlan, key: str):
+        self.spec = spec
+        self.faults = faults
+        self.rng = random.Random(f"{faults.seed}/{spec.name}/{key}")
+        self.blocked: list[str] = []
+        self.not_found: list[str] = []
+        self._acting = False
+        self._fault: str | None = None
+        self.status = 0  # HTTP status of the last page load (the site's answer, or a fault's)
+        self.context = browser.new_context(viewport={"width": 1280, "height": 800}, locale="en-US",
+                                           timezone_id="UTC", java_script_enabled=True)
+        self.context.set_default_timeout(spec.action_timeout_s * 1000)
+        self.context.route("**/*", self._route)
+        self.page = self.context.new_page()
+        self.snapshot = ""
+
+    def _route(self, route: Any) -> None:
+        req = route.request
+        url = req.url
+        if not url.startswith(self.spec.origin + "/") and url != self.spec.origin:
+            self.blocked.append(url[:200])
+            route.abort("blockedbyclient")
+            return
+        path = urlsplit(url).path or "/"
+        if path.endswith("/"):
+            path += "index.html"
+        if (self._acting and req.resource_type == "document" and "http_error" in self.faults.kinds
+                and self.rng.random() < self.faults.rate):
+            self._fault = "http_error"
+            self.status = 503
+            route.fulfill(status=503, body=_UNAVAILABLE, content_type="text/html; charset=utf-8")
+            return
+        body = self.spec.files.get(path)
+        if body is None:
+            self.not_found.append(path)
+            if req.resource_type == "document":
+                self.status = 404
+            route.fulfill(status=404, body=_NOT_FOUND, content_type="text/html; charset=utf-8")
+            return
+        if req.resource_type == "document":
+            self.status = 200
+        ctype = mimetypes.guess_type(path)[0] or "application/octet-stream"
+        route.fulfill(status=200, body=body, content_type=ctype + ("; charset=utf-8" if ctype.startswith("text/")
+                                                                   or ctype.endswith("javascript") else ""))
+
+    def observe(self, error: str | None = None) -> tuple[str, str, str]:
+        """(observation text, url, title) of the page as it is now."""
+        self.page.wait_for_load_state("load")
+        self.snapshot = self.page.aria_snapshot(mode="ai")
+        url, title = self.page.url, self.page.title()
+        head = f"url: {url}\ntitle: {title}\n"
+        return (f"error: {error}\n" if error else "") + head + self.snapshot, url, title
+
+    def start(self, path: str) -> tuple[str, str, str]:
+        self.page.goto(self.spec.origin + path)
+        return self.observe()
+
+    def resolve(self, step: Step) -> str | None:
+        """The ref the step acts on (its own, or the target's in the current tree); None if the tree has none."""
+        if step.ref is not None:
+            return step.ref
+        return find_ref(self.snapshot, step.target) if step.target is not None else None
+
+    def act(self, step: Step, ref: str | None) -> StepResult:
+        started = datetime.now(UTC)
+        t0 = time.monotonic()
+        action, tool, args = _call(step, ref, self.spec.origin)
+        error = None
+        self._acting, self._fault = True, None
+        try:
+            if step.do == "goto":
+                self.page.goto(self.spec.origin + step.url if step.url.startswith("/") else step.url)
+            else:
+                loc = self.page.locator(f"aria-ref={ref}")
+                if loc.count() == 0:
+                    error = f"no element with ref {ref} on this page"
+                elif step.do == "click":
+                    loc.click()
+                elif step.do == "fill":
+                    loc.fill(step.value)
+                elif step.do == "press":
+                    loc.press(step.key)
+                elif step.do == "select":
+                    loc.select_option(step.value)
+                elif step.do == "check":
+                    loc.check()
+                elif step.do == "uncheck":
+                    loc.uncheck()
+        except Exception as e:  # noqa: BLE001 - Playwright's errors are the environment's answer to the action
+            error = _first_line(e)
+        finally:
+            self._acting = False
+        obs, url, title = self.observe(error)
+        return StepResult(action, tool, args, obs, url, title, self.status, error, started, round(time.monotonic() - t0, 6),
+                          self._fault)
+
+    def close(self) -> None:
+        self.context.close()
+
+
+def _call(step: Step, ref: str | None, origin: str) -> tuple[str, str, dict[str, Any]]:
+    """The action as text in BrowserGym's notation, its tool name and arguments."""
+    if step.do == "goto":
+        url = origin + step.url if step.url.startswith("/") else step.url
+        return f"goto({url!r})", "goto", {"url": url}
+    name = {"select": "select_option"}.get(step.do, step.do)
+    args: dict[str, Any] = {"ref": ref}
+    extra = step.value if step.do in ("fill", "select") else step.key if step.do == "press" else None
+    if extra is None:
+        return f"{name}({ref!r})", name, args
+    args["key" if step.do == "press" else "value"] = extra
+    return f"{name}({ref!r}, {extra!r})", name, args
+
+
+def _first_line(e: Exception) -> str:
+    """Playwright's message without the API name and the call log: what the page refused, not how we asked."""
+    text = str(e).split("\nCall log:", 1)[0].strip()
+    text = re.sub(r"^[A-Z][A-Za-z]*\.[a-z_A-Z]+: ", "", text)
+    return text.splitlines()[0] if text else type(e).__name__

@@ -1,0 +1,208 @@
+"""Browser task specs (`sandboxes/web/*.yaml`): a site folder served at an origin, and sessions of
+scripted steps that name elements as the accessibility tree shows them (`button "Add to cart"`).
+
+Steps are checked when the spec loads, so a typo fails before chromium starts; the message names the
+file, the session and the step."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_DIR = REPO_ROOT / "sandboxes" / "web"
+
+# step kind -> the keys it takes besides `do` (`target` or `ref` names the element)
+STEP_KEYS: dict[str, set[str]] = {
+    "click": {"target", "ref"},
+    "fill": {"target", "ref", "value"},
+    "press": {"target", "ref", "key"},
+    "select": {"target", "ref", "value"},
+    "check": {"target", "ref"},
+    "uncheck": {"target", "ref"},
+    "goto": {"url"},
+}
+# What the trajectory's action_space lists: the actions in BrowserGym's notation, as recorded.
+ACTION_SPACE = [
+    {"name": "click", "signature": "click(ref: str)"},
+    {"name": "fill", "signature": "fill(ref: str, value: str)"},
+    {"name": "press", "signature": "press(ref: str, key: str)"},
+    {"name": "select_option", "signature": "select_option(ref: str, value: str)"},
+    {"name": "check", "signature": "check(ref: str)"},
+    {"name": "uncheck", "signature": "uncheck(ref: str)"},
+    {"name": "goto", "signature": "goto(url: str)"},
+]
+_TARGET = re.compile(r'^([a-z][a-z-]*)(?: ("(?:[^"\\]|\\.)*"))?$')
+_REF = re.compile(r"^(?:f\d+)?e\d+$")
+
+
+class SpecError(ValueError):
+    """A spec that cannot be used; the message names the file, session and step."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """An element as the tree shows it: its role and, when it has one, its accessible name."""
+
+    role: str
+    name: str | None = None
+
+    def __str__(self) -> str:
+        return self.role if self.name is None else f"{self.role} {json.dumps(self.name, ensure_ascii=False)}"
+
+
+@dataclass
+class Step:
+    do: str
+    target: Target | None = None
+    ref: str | None = None  # a ref written in the spec: the element need not exist (an agent's mistake)
+    value: str | None = None
+    key: str | None = None
+    url: str | None = None
+
+
+@dataclass
+class Expect:
+    """How the outcome is judged on the last page: its text contains `text`, its path is `path`."""
+
+    text: str | None = None
+    path: str | None = None
+
+
+@dataclass
+class Session:
+    name: str
+    task: str
+    start: str
+    steps: list[Step]
+    expect: Expect | None = None
+
+
+@dataclass
+class SiteSpec:
+    name: str
+    path: Path
+    site: Path
+    origin: str
+    sessions: list[Session]
+    description: str = ""
+    license: str | None = None
+    action_timeout_s: float = 2.0
+    sha256: str = ""  # of the spec and every file of the site: the environment's fingerprint
+    files: dict[str, bytes] = field(default_factory=dict, repr=False)
+
+
+def parse_target(text: str) -> Target:
+    m = _TARGET.match(text.strip())
+    if not m:
+        raise ValueError(f'expected `role "name"` or `role`, got {text!r}')
+    return Target(m.group(1), json.loads(m.group(2)) if m.group(2) else None)
+
+
+def _keys(where: str, obj: Any, allowed: set[str], required: set[str] = frozenset()) -> dict:
+    if not isinstance(obj, dict):
+        raise SpecError(f"{where}: expected a mapping, got {type(obj).__name__}")
+    extra = set(obj) - allowed
+    if extra:
+        raise SpecError(f"{where}: unknown key(s) {sorted(extra)} (allowed: {sorted(allowed)})")
+    missing = required - set(obj)
+    if missing:
+        raise SpecError(f"{where}: missing key(s) {sorted(missing)}")
+    return obj
+
+
+def _step(where: str, raw: Any) -> Step:
+    if not isinstance(raw, dict) or raw.get("do") not in STEP_KEYS:
+        raise SpecError(f"{where}: `do` must be one of {list(STEP_KEYS)}, got {raw!r:.80}")
+    do = raw["do"]
+    obj = _keys(where, raw, STEP_KEYS[do] | {"do"})
+    for k, v in obj.items():
+        if not isinstance(v, str):
+            raise SpecError(f"{where}: `{k}` must be text, got {type(v).__name__}")
+    if do == "goto":
+        if "url" not in obj:
+            raise SpecError(f"{where}: goto needs `url`")
+        return Step(do, url=obj["url"])
+    if ("target" in obj) == ("ref" in obj):
+        raise SpecError(f"{where}: {do} needs exactly one of `target` (role \"name\") and `ref`")
+    for need in {"fill": "value", "select": "value", "press": "key"}.get(do, "").split():
+        if need not in obj:
+            raise SpecError(f"{where}: {do} needs `{need}`")
+    target = None
+    if "target" in obj:
+        try:
+            target = parse_target(obj["target"])
+        except ValueError as e:
+            raise SpecError(f"{where}: target: {e}") from None
+    if "ref" in obj and not _REF.match(obj["ref"]):
+        raise SpecError(f"{where}: ref must look like e12, got {obj['ref']!r}")
+    return Step(do, target=target, ref=obj.get("ref"), value=obj.get("value"), key=obj.get("key"))
+
+
+def load_spec(path: Path | str) -> SiteSpec:
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as e:
+        raise SpecError(f"{path}: cannot read the spec: {e}") from None
+    top = _keys(str(path), raw, {"name", "description", "site", "origin", "license", "action_timeout_s", "sessions"},
+                {"name", "site", "sessions"})
+    site = (path.parent / str(top["site"])).resolve()
+    if not site.is_dir():
+        raise SpecError(f"{path}: site: {site} is not a folder")
+    origin = str(top.get("origin") or f"http://{top['name']}.test").rstrip("/")
+    if not re.match(r"^https?://[a-z0-9.-]+(?::\d+)?$", origin):
+        raise SpecError(f"{path}: origin must be scheme://host[:port], got {origin!r}")
+    timeout = top.get("action_timeout_s", 2.0)
+    if not isinstance(timeout, int | float) or isinstance(timeout, bool) or timeout <= 0:
+        raise SpecError(f"{path}: action_timeout_s must be a positive number, got {timeout!r}")
+    if not isinstance(top["sessions"], list) or not top["sessions"]:
+        raise SpecError(f"{path}: sessions must be a non-empty list")
+    sessions: list[Session] = []
+    for i, s in enumerate(top["sessions"]):
+        where = f"{path}: sessions[{i}]"
+        s = _keys(where, s, {"name", "task", "start", "steps", "expect"}, {"name", "task", "steps"})
+        where = f"{path}: session {s['name']}"
+        if not isinstance(s["steps"], list) or not s["steps"]:
+            raise SpecError(f"{where}: steps must be a non-empty list")
+        steps = [_step(f"{where}: step {j}", st) for j, st in enumerate(s["steps"])]
+        expect = None
+        if s.get("expect") is not None:
+            e = _keys(f"{where}: expect", s["expect"], {"text", "path"})
+            expect = Expect(text=e.get("text"), path=e.get("path"))
+        sessions.append(Session(str(s["name"]), str(s["task"]), str(s.get("start") or "/index.html"), steps, expect))
+    names = [s.name for s in sessions]
+    if len(set(names)) != len(names):
+        raise SpecError(f"{path}: session names repeat: {sorted({n for n in names if names.count(n) > 1})}")
+    files = {f"/{p.relative_to(site).as_posix()}": p.read_bytes() for p in sorted(site.rglob("*")) if p.is_file()}
+    h = hashlib.sha256(path.read_bytes())
+    for name, data in files.items():
+        h.update(b"\0" + name.encode() + b"\0" + hashlib.sha256(data).digest())
+    return SiteSpec(str(top["name"]), path, site, origin, sessions, str(top.get("description") or ""),
+                    top.get("license"), float(timeout), h.hexdigest(), files)
+
+
+def spec_files(paths: list[Path | str]) -> list[Path]:
+    """The YAML files among `paths` (a folder stands for the `*.yaml` files in it)."""
+    out: list[Path] = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            found = sorted(p.glob("*.yaml"))
+            if not found:
+                raise SpecError(f"{p}: no *.yaml spec in this folder")
+            out += found
+        elif p.is_file():
+            out.append(p)
+        else:
+            raise SpecError(f"{p}: no such spec file or folder")
+    return out
+
+
+def default_specs() -> list[Path]:
+    return sorted(DEFAULT_DIR.glob("*.yaml"))

@@ -1,0 +1,57 @@
+"""`worldline collect browser [SPEC...] --out CORPUS`: record scripted sessions in headless chromium.
+
+Registered through `pipelines.cli.EXTENSIONS`. Exit codes: 0 every session ran its script; 3 some
+session could not (its page lacked an element the script names, or the browser failed; the summary
+lists them); 1 a bad spec, option or --out, or no chromium (the message says what to install); 130
+interrupted (the sessions finished so far are written).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+EXIT_SOME_FAILED = 3
+EXIT_INTERRUPTED = 130
+
+
+def _cmd_collect_browser(a: argparse.Namespace) -> int:
+    from collectors.browser.collect import collect, stderr_echo
+    from collectors.browser.session import BrowserUnavailable, FaultPlan
+    from collectors.browser.spec import default_specs
+
+    try:
+        faults = FaultPlan.parse(a.faults, a.fault_rate, a.seed)
+        summary = collect(a.specs or default_specs(), a.out, repeat=a.repeat, only=a.session, faults=faults,
+                          echo=None if a.quiet else stderr_echo)
+    except BrowserUnavailable as e:
+        print(f"worldline collect browser: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("worldline collect browser: interrupted (finished sessions are written)", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    print(summary.render())
+    return EXIT_SOME_FAILED if summary.failed else 0
+
+
+def register(subparsers: argparse._SubParsersAction, collect_subparsers: argparse._SubParsersAction) -> None:
+    """Add `worldline collect browser`."""
+    from collectors.browser.session import FAULT_KINDS
+
+    s = collect_subparsers.add_parser(
+        "browser", help="record scripted sessions in headless chromium (accessibility trees), optionally with faults",
+        description="Run each session of each site spec in a fresh browser context and write `web` trajectories "
+                    "(source format browser-live): BrowserGym-style actions on refs, the accessibility tree after "
+                    "each action as the observation.",
+        epilog="fault kinds: " + "; ".join(f"{k}: {v}" for k, v in FAULT_KINDS.items()),
+    )
+    s.add_argument("specs", nargs="*", type=Path, help="site spec YAML files or folders (default: sandboxes/web/*.yaml)")
+    s.add_argument("--out", required=True, type=Path, help="corpus directory (created if missing)")
+    s.add_argument("--repeat", type=int, default=1, help="run each session this many times")
+    s.add_argument("--session", action="append", help="only this session (`name` or `site/name`); repeatable")
+    s.add_argument("--faults", help="comma-separated fault kinds, or `all` (default: none)")
+    s.add_argument("--fault-rate", type=float, help="probability of a fault per page load (default 0.25 with --faults)")
+    s.add_argument("--seed", type=int, default=0, help="fault seed (with site, session and repetition: reproducible)")
+    s.add_argument("--quiet", action="store_true", help="no per-session progress lines")
+    s.set_defaults(func=_cmd_collect_browser)

@@ -1,0 +1,66 @@
+"""Browser collection in the Dagster graph: the `browser_trajectories` asset and its resource.
+
+The asset body calls the same core as `worldline collect browser` (collectors.browser.collect)."""
+
+import time
+from pathlib import Path
+
+import dagster as dg
+
+from collectors.browser.collect import SOURCE_FORMAT, BrowserSummary, collect
+from collectors.browser.session import BrowserUnavailable, FaultPlan
+from collectors.browser.spec import default_specs
+from dagster_project.assets import COLLECTION_RETRY, SETTINGS_ERRORS, _md_table, no_retry_for_settings
+from dagster_project.resources import CorpusResource
+
+
+class BrowserSitesResource(dg.ConfigurableResource):
+    """Which site specs to run in chromium, with which faults. Empty `specs`: sandboxes/web/*.yaml."""
+
+    specs: list[str] = []
+    faults: str = ""  # comma-separated kinds (http_error), `all`, or empty
+    fault_rate: float | None = None
+    seed: int = 0
+    repeat: int = 1
+
+    def spec_paths(self) -> list[Path]:
+        return [Path(s) for s in self.specs] if self.specs else default_specs()
+
+    def collect(self, corpus_root: str | Path, log=None) -> BrowserSummary:
+        faults = FaultPlan.parse(self.faults, self.fault_rate, self.seed)
+        return collect(self.spec_paths(), corpus_root, repeat=self.repeat, faults=faults, echo=log)
+
+
+@dg.asset(
+    retry_policy=COLLECTION_RETRY,
+    group_name="collection",
+    kinds={"python", "parquet"},
+    description="Scripted sessions in headless chromium on the sites of the specs (accessibility trees after each "
+                "action, injected 503 page loads), recorded as `web` trajectories (source format browser-live).",
+)
+def browser_trajectories(context: dg.AssetExecutionContext, corpus: CorpusResource,
+                         browser_sites: BrowserSitesResource) -> dg.MaterializeResult:
+    t0 = time.monotonic()
+    with no_retry_for_settings((*SETTINGS_ERRORS, BrowserUnavailable)):  # no chromium: a retry would not find one
+        summary = browser_sites.collect(corpus.root, log=context.log.info)
+    context.log.info(summary.render())
+    if summary.sessions and summary.failed == summary.sessions:
+        raise dg.Failure(description=f"every browser session failed; first: {summary.failures[0]}",
+                         metadata={"failures": dg.MetadataValue.json(summary.failures[:50])})
+    query = (f'worldline query {corpus.root} "SELECT t.native_id, u.turn_index, u.action, u.perturbation, u.is_error '
+             f"FROM turns u JOIN trajectories t USING (trajectory_id) WHERE t.source_format = '{SOURCE_FORMAT}' "
+             f"AND t.native_id LIKE '%@{summary.run_id}' LIMIT 50\"")
+    return dg.MaterializeResult(metadata={
+        "run_id": summary.run_id,
+        "browser": f"chromium {summary.browser}",
+        "sessions": summary.sessions,
+        "turns": summary.turns,
+        "error_turns": summary.error_turns,
+        "failed_sessions": summary.failed,
+        "seconds": round(time.monotonic() - t0, 3),
+        "outcomes": _md_table(["outcome", "sessions"], sorted(summary.outcomes.items())),
+        "perturbations": _md_table(["perturbation", "turns"], sorted(summary.perturbations.items())),
+        "failures": _md_table(["failure"], [(f,) for f in summary.failures[:20]]),
+        "see_more": dg.MetadataValue.text(query),
+        "corpus": dg.MetadataValue.path(str(corpus.root)),
+    })

@@ -1,0 +1,133 @@
+"""`worldline collect browser` against Debian's chromium on the bundled shop: every session's turns,
+the trees the page showed, error turns as the agent sees them, outcomes, faults that a seed repeats,
+and what a missing browser says. Needs /usr/bin/chromium (`apt-get install -y chromium`)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from collectors.browser.collect import collect
+from collectors.browser.session import CHROMIUM, FaultPlan
+from collectors.browser.spec import default_specs
+from pipelines.cli import main
+from pipelines.query import run_query
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _chromium() -> None:
+    if not CHROMIUM.exists():
+        pytest.fail(f"{CHROMIUM} is missing: these tests drive Debian's chromium; install it with "
+                    "`apt-get install -y chromium` (as root; `make services` does)")
+
+
+def _rows(corpus: Path, sql: str) -> list[dict]:
+    cols, rows = run_query(corpus, sql)
+    return [dict(zip(cols, r, strict=True)) for r in rows]
+
+
+@pytest.fixture(scope="module")
+def shop(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, object]:
+    out = tmp_path_factory.mktemp("browser") / "corpus"
+    return out, collect(default_specs(), out)
+
+
+def test_every_session_is_a_web_trajectory(shop) -> None:
+    out, summary = shop
+    assert (summary.sessions, summary.turns, summary.error_turns, dict(summary.outcomes), summary.failed) == (
+        4, 29, 2, {"success": 3, "failure": 1}, 0)
+    trajs = _rows(out, "SELECT native_id, domain, source_format, num_turns, outcome, reward, agent, task "
+                       "FROM trajectories ORDER BY collected_at")
+    assert [(t["native_id"].split("@")[0], t["domain"], t["source_format"], t["num_turns"], t["outcome"], t["reward"])
+            for t in trajs] == [
+        ("shop/order-mugs#0", "web", "browser-live", 7, "success", 1.0),
+        ("shop/search-socks#0", "web", "browser-live", 5, "success", 1.0),
+        ("shop/checkout-mistakes#0", "web", "browser-live", 9, "success", 1.0),
+        ("shop/dead-ends#0", "web", "browser-live", 8, "failure", 0.0),
+    ]
+    assert trajs[0]["task"] == "Buy two enamel mugs (medium) and place the order with the email ada@example.com."
+    assert sorted(summary.trajectory_ids) == sorted(r["trajectory_id"] for r in _rows(out, "SELECT trajectory_id FROM trajectories"))
+
+
+def test_actions_name_refs_of_the_tree_before_them(shop) -> None:
+    out, _ = shop
+    turns = _rows(out, "SELECT u.turn_index, u.action, u.tool_name, u.tool_args, u.observation, u.is_error, u.state "
+                       "FROM turns u JOIN trajectories t USING (trajectory_id) "
+                       "WHERE t.native_id LIKE 'shop/order-mugs#0@%' ORDER BY u.turn_index")
+    assert [t["action"] for t in turns] == [
+        "click('e14')", "fill('f1e10', '2')", "click('f1e12')", "click('f1e13')",
+        "fill('f2e27', 'ada@example.com')", "check('f2e29')", "click('f2e30')"]
+    assert json.loads(turns[1]["tool_args"]) == {"ref": "f1e10", "value": "2"}
+    assert {t["tool_name"] for t in turns} == {"click", "fill", "check"}
+    assert not any(t["is_error"] for t in turns)
+    # each ref is in the observation of the turn before it (the first in the initial state)
+    for prev, t in zip(turns, turns[1:], strict=False):
+        ref = json.loads(t["tool_args"])["ref"]
+        assert f"[ref={ref}]" in prev["observation"]
+    assert "spinbutton \"Quantity\" [active] [ref=f1e10]: \"2\"" in turns[1]["observation"]
+    assert "status [ref=f1e14]: Added 2 x Enamel mug (Medium) to the cart." in turns[2]["observation"]
+    last = turns[-1]["observation"].splitlines()
+    assert last[:2] == ["url: http://shop.test/done.html?order=1001", "title: Order placed - Corner Shop"]
+    assert last[-1] == '    - paragraph [ref=f3e9]: "Order 1001 placed: 2 item(s), $25.00, confirmation sent to ada@example.com."'
+    assert json.loads(turns[-1]["state"]) == {"url": "http://shop.test/done.html?order=1001",
+                                              "title": "Order placed - Corner Shop", "http_status": 200}
+
+
+def test_what_the_page_refuses_is_an_error_turn(shop) -> None:
+    out, _ = shop
+    turns = _rows(out, "SELECT u.action, u.observation, u.is_error, u.state FROM turns u JOIN trajectories t "
+                       "USING (trajectory_id) WHERE t.native_id LIKE 'shop/dead-ends#0@%' ORDER BY u.turn_index")
+    assert [(t["action"], t["is_error"]) for t in turns] == [
+        ("fill('e9', 'shirt')", False), ("press('e9', 'Enter')", False), ("click('f1e11')", False),
+        ("fill('f2e10', '12')", False), ("click('f2e12')", False), ("click('e999')", True),
+        ("fill('f2e12', '3')", True), ("goto('http://shop.test/checkout.html')", False)]
+    assert "status [ref=f2e13]: Quantity must be a whole number from 1 to 9." in turns[4]["observation"]
+    assert turns[5]["observation"].startswith("error: no element with ref e999 on this page\nurl: http://shop.test/")
+    assert turns[6]["observation"].startswith("error: Error: Element is not an <input>, <textarea>, <select>")
+    assert turns[7]["observation"].startswith("url: http://shop.test/checkout.html\ntitle: 404 Not Found\n")
+    assert json.loads(turns[7]["state"])["http_status"] == 404
+
+
+def test_faults_are_labelled_and_a_seed_repeats_them(tmp_path: Path) -> None:
+    runs = []
+    for i in range(2):
+        out = tmp_path / f"c{i}"
+        s = collect(default_specs(), out, only=["checkout-mistakes"], faults=FaultPlan(("http_error",), 0.5, seed=7))
+        runs.append(_rows(out, "SELECT turn_index, action, perturbation, observation FROM turns ORDER BY turn_index"))
+        assert s.perturbations == {"http_error": sum(1 for r in runs[-1] if r["perturbation"])}
+    labels = [r["perturbation"] for r in runs[0]]
+    assert [(r["action"], r["perturbation"]) for r in runs[0]] == [(r["action"], r["perturbation"]) for r in runs[1]]
+    assert "http_error" in labels and None in labels
+    for r, nxt in zip(runs[0], runs[0][1:], strict=False):
+        if r["perturbation"]:  # the page shows the server's error, and the script loads it again
+            assert "title: 503 Service Unavailable" in r["observation"]
+            assert nxt["action"].startswith("goto('http://shop.test/")
+    assert s.outcomes == {"success": 1}
+
+
+def test_a_script_that_no_longer_fits_the_site_ends_its_session(tmp_path: Path, capsys) -> None:
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "index.html").write_text(
+        '<title>T</title><img src="https://example.com/logo.png" alt="logo"><button>Go</button>')
+    spec = tmp_path / "t.yaml"
+    spec.write_text("name: t\nsite: site\nsessions:\n  - name: s\n    task: press Stop\n    steps:\n"
+                    "      - {do: click, target: 'button \"Go\"'}\n      - {do: click, target: 'button \"Stop\"'}\n")
+    out = tmp_path / "c"
+    assert main(["collect", "browser", str(spec), "--out", str(out), "--quiet"]) == 3
+    printed = capsys.readouterr().out
+    assert "outcomes: policy_error 1" in printed
+    assert "failed: t/s#0: step 1: the page (http://t.test/index.html) shows no button \"Stop\"" in printed
+    assert "requests to other origins blocked: 1" in printed
+    (t,) = _rows(out, "SELECT num_turns, outcome, reward, metadata FROM trajectories")
+    assert (t["num_turns"], t["outcome"], t["reward"]) == (1, "policy_error", None)
+    assert json.loads(t["metadata"])["blocked_requests"] == ["https://example.com/logo.png"]
+
+
+def test_no_chromium_says_what_to_install(tmp_path: Path, monkeypatch, capsys) -> None:
+    monkeypatch.setenv("WORLDLINE_CHROMIUM", str(tmp_path / "no-chromium"))
+    assert main(["collect", "browser", "--out", str(tmp_path / "c")]) == 1
+    err = capsys.readouterr().err
+    assert "no-chromium is missing" in err and "apt-get install -y chromium" in err
+    assert not (tmp_path / "c").exists()

@@ -1,0 +1,79 @@
+"""Browser task specs: checked when loaded, errors naming file, session and step; refs found in a tree."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from collectors.browser.session import find_ref
+from collectors.browser.spec import SpecError, Target, default_specs, load_spec, parse_target
+
+SHOP = """name: shop
+site: site
+sessions:
+  - name: one
+    task: t
+    steps:
+{steps}
+"""
+
+
+def _spec(tmp_path: Path, steps: str) -> Path:
+    (tmp_path / "site").mkdir(exist_ok=True)
+    (tmp_path / "site" / "index.html").write_text("<p>hi</p>")
+    p = tmp_path / "s.yaml"
+    p.write_text(SHOP.format(steps=steps))
+    return p
+
+
+def test_the_bundled_spec_loads() -> None:
+    (path,) = default_specs()
+    spec = load_spec(path)
+    assert (spec.name, spec.origin, [s.name for s in spec.sessions]) == (
+        "shop", "http://shop.test", ["order-mugs", "search-socks", "checkout-mistakes", "dead-ends"])
+    assert sorted(spec.files) == ["/cart.html", "/done.html", "/index.html", "/product.html", "/search.html",
+                                  "/shop.js"]
+    assert [len(s.steps) for s in spec.sessions] == [7, 5, 9, 8]
+    assert spec.sessions[0].steps[1].target == Target("spinbutton", "Quantity")
+
+
+@pytest.mark.parametrize(("steps", "message"), [
+    ("      - {do: tap, target: 'button \"a\"'}", "step 0: `do` must be one of"),
+    ("      - {do: click}", "step 0: click needs exactly one of `target`"),
+    ("      - {do: fill, target: 'textbox \"a\"'}", "step 0: fill needs `value`"),
+    ("      - {do: click, target: 'Button a'}", "step 0: target: expected `role \"name\"`"),
+    ("      - {do: click, ref: x1}", "step 0: ref must look like e12"),
+    ("      - {do: goto, url: /a, ref: e1}", "step 0: unknown key(s) ['ref']"),
+    ("      - {do: fill, target: 'textbox', value: 3}", "step 0: `value` must be text"),
+])
+def test_a_bad_step_names_file_session_and_step(tmp_path: Path, steps: str, message: str) -> None:
+    p = _spec(tmp_path, steps)
+    with pytest.raises(SpecError) as e:
+        load_spec(p)
+    assert str(e.value).startswith(f"{p}: session one: {message}")
+
+
+def test_a_missing_site_folder(tmp_path: Path) -> None:
+    p = tmp_path / "s.yaml"
+    p.write_text(SHOP.format(steps="      - {do: click, ref: e1}"))
+    with pytest.raises(SpecError, match=r"s\.yaml: site: .*/site is not a folder"):
+        load_spec(p)
+
+
+def test_targets_and_refs() -> None:
+    assert parse_target('button "Say \\"hi\\""') == Target("button", 'Say "hi"')
+    assert parse_target("paragraph") == Target("paragraph")
+    tree = """- generic [active] [ref=e1]:
+  - heading "Results for \\"shirt\\"" [level=2] [ref=f1e8]
+  - link "Cart (0)" [ref=e6] [cursor=pointer]:
+    - /url: cart.html
+  - spinbutton "Quantity" [ref=e10]: "1"
+  - option "Small"
+  - link "Cart (0)" [ref=e7]"""
+    assert find_ref(tree, Target("heading", 'Results for "shirt"')) == "f1e8"
+    assert find_ref(tree, Target("link", "Cart (0)")) == "e6"  # the first in document order
+    assert find_ref(tree, Target("spinbutton", "Quantity")) == "e10"
+    assert find_ref(tree, Target("generic")) == "e1"
+    assert find_ref(tree, Target("option", "Small")) is None  # shown, but nothing to act on
+    assert find_ref(tree, Target("link", "Cart")) is None
