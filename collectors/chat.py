@@ -366,7 +366,8 @@ class _Builder:
     def call(self, name: str | None, args: Any, call_id: str | None, thought: str | None, loc: str,
              meta: dict | None = None) -> Turn:
         call_id = _id_text(call_id)
-        parsed = _loads(args)
+        # blank arguments (`"arguments": ""`, as some servers send for a function without parameters): absent
+        parsed = None if isinstance(args, str) and not args.strip() else _loads(args)
         self.turns.append(
             Turn(
                 kind="message",  # until its result arrives

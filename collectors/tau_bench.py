@@ -43,6 +43,7 @@ from collectors.base import (
     as_text,
     object_at,
     outcome_of,
+    render_call,
     require,
     unpaired_result,
 )
@@ -237,11 +238,12 @@ class TauBenchImporter(Importer):
                 fn = tc.get("function") if isinstance(tc, dict) else None
                 if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
                     raise RecordError("malformed_record", f"{where}: tool_calls[{k}] has no function name")
-                args = _loads(fn.get("arguments"))
+                raw_args = fn.get("arguments")  # blank (a function without parameters): absent
+                args = None if isinstance(raw_args, str) and not raw_args.strip() else _loads(raw_args)
                 call_id = tc.get("id")
                 t = Turn(
                     kind="message",  # until its result arrives
-                    action=f"{fn['name']} {dumps(args) if not isinstance(args, str) else args}",
+                    action=render_call(fn["name"], args),
                     tool_name=fn["name"],
                     tool_args=dumps(args) if args is not None else None,
                     tool_call_id=call_id,

@@ -79,8 +79,9 @@ def check_no_rejected(o: _Out) -> CheckResult:
     kept = sum(1 for c in o.cands if c["kept"])
     if kept != len(o.sft):
         bad.append(f"{kept} candidates marked kept but {len(o.sft)} SFT rows")
-    rejected_texts = {c["text"] for c in o.cands if not c["ok"] and c["text"]}
-    leaked = [r["query_id"] for r in o.sft if r["messages"][-1]["content"] in rejected_texts]
+    # within a query: two queries may well get the same text, accepted for one and rejected for the other
+    rejected_texts = {(c["query_id"], c["text"]) for c in o.cands if not c["ok"] and c["text"]}
+    leaked = [r["query_id"] for r in o.sft if (r["query_id"], r["messages"][-1]["content"]) in rejected_texts]
     bad += [f"{q}: a rejected candidate's text is in the SFT set" for q in leaked]
     return CheckResult("no_rejected_in_sft", not bad, check_no_rejected.__doc__ or "", {"problems": bad[:50]})
 

@@ -83,7 +83,9 @@ def parse_candidate(text: str | None, finish_reason: str | None = None) -> Parse
     if p < 0:
         if PRED_CLOSE in rest:
             return Parsed(False, "missing_prediction")
-        return Parsed(False, "truncated" if finish_reason == "length" and not rest.strip() else "missing_prediction")
+        # cut at max_tokens before or inside the opening tag: truncated, not a missing block
+        cut = finish_reason == "length" and PRED_OPEN.startswith(rest.strip())
+        return Parsed(False, "truncated" if cut else "missing_prediction")
     if rest[:p].strip():
         return Parsed(False, "text_between_blocks")
     q = rest.find(PRED_CLOSE, p)

@@ -14,6 +14,7 @@ are not retried: 401/403/404 mean the run is misconfigured and stop it (`Endpoin
 from __future__ import annotations
 
 import hashlib
+import http.client
 import json
 import os
 import random
@@ -43,6 +44,10 @@ class RequestRejected(RuntimeError):
 
 class EndpointMisconfigured(EndpointError):
     """401/403/404 and the like: every request would fail the same way, so the run stops."""
+
+
+class _NotJson(Exception):
+    """A reply that is not JSON (a proxy's error page, a body cut short): retried like a transient failure."""
 
 
 @dataclass(frozen=True)
@@ -148,7 +153,11 @@ class EndpointClient:
             try:
                 req = urllib.request.Request(url, data=data, headers=headers)
                 with urllib.request.urlopen(req, timeout=self.timeout_s) as r:
-                    return json.loads(r.read())
+                    body = r.read()
+                try:
+                    return json.loads(body)
+                except ValueError as e:  # a proxy's HTML page, a cut body: retried, as a transient failure
+                    raise _NotJson(f"{url}: the reply is not JSON ({e}): {body[:200]!r}") from e
             except urllib.error.HTTPError as e:
                 detail = e.read()[:300]
                 if e.code in PER_REQUEST_STATUS:
@@ -164,6 +173,10 @@ class EndpointClient:
                         wait = float(ra)
                     except ValueError:
                         wait = None
+            except _NotJson as e:
+                err = EndpointError(f"{e} (after {attempt + 1} attempts)")
+            except http.client.HTTPException as e:  # IncompleteRead, a broken status line
+                err = EndpointError(f"{url}: broken reply after {attempt + 1} attempts ({type(e).__name__}: {e})")
             except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as e:
                 err = EndpointError(f"{url}: unreachable after {attempt + 1} attempts ({e}); is the endpoint running?")
             if attempt == self.retries:
@@ -200,6 +213,17 @@ class Generator(Protocol):
     kind: str
 
     def complete_many(self, reqs: list[ChatRequest], done: Callable[[int, ChatResult | Exception], None]) -> None: ...
+
+
+def _content_text(content: Any) -> str:
+    """A message's text: a string, or the text parts of a list of content parts (some servers send those)."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list) and all(isinstance(p, dict) for p in content):
+        return "".join(p["text"] for p in content if p.get("type") == "text" and isinstance(p.get("text"), str))
+    raise TypeError(f"message content is {type(content).__name__}")
 
 
 def _prefilled(req: ChatRequest) -> str:
@@ -249,12 +273,12 @@ class EndpointGenerator:
         r = self.client.post("chat/completions", self.body(req))
         try:
             choice = r["choices"][0]
-            text = choice["message"].get("content") or ""
-        except (KeyError, IndexError, TypeError, AttributeError) as e:
+            text = _content_text(choice["message"].get("content"))
+            usage = r.get("usage") or {}
+            return ChatResult(_prefilled(req) + text, choice.get("finish_reason") or "stop",
+                              int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0))
+        except (KeyError, IndexError, TypeError, AttributeError, ValueError) as e:
             raise EndpointError(f"{self.base_url}: not a chat completion: {str(r)[:300]}") from e
-        usage = r.get("usage") or {}
-        return ChatResult(_prefilled(req) + text, choice.get("finish_reason") or "stop",
-                          int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0))
 
     def complete_many(self, reqs: list[ChatRequest], done: Callable[[int, ChatResult | Exception], None]) -> None:
         if not reqs:

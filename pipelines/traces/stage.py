@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import math
 import os
 import shutil
 import sys
@@ -181,7 +182,7 @@ def _quantile(xs: list[float], q: float) -> float | None:
     if not xs:
         return None
     s = sorted(xs)
-    return s[min(len(s) - 1, max(0, int(q * len(s) + 0.5) - 1 if q > 0 else 0))]
+    return s[min(len(s) - 1, max(0, math.ceil(q * len(s)) - 1))]
 
 
 def _group_stats(rows: list[dict[str, Any]], key: str, cfg: TracesConfig) -> dict[str, dict[str, Any]]:
@@ -281,7 +282,9 @@ def traces(
             if plan and gstats.generated + gstats.cached == 0:
                 raise EndpointError(_nothing_generated(generator, results, gstats))
         except EndpointError:
-            if created and not len(cache):  # a new output directory holding nothing of use
+            # a new output directory holding nothing of use: no cache in it, or an empty one
+            cache_inside = config.cache_path is None or out.resolve() in Path(config.cache_path).resolve().parents
+            if created and (not cache_inside or not len(cache)):
                 cache.close()
                 shutil.rmtree(out, ignore_errors=True)
             raise

@@ -162,3 +162,15 @@ def test_an_image_in_a_message_is_a_reference_not_base64(tmp_path: Path) -> None
     note = f"[image_url: data:image/png;base64,<{len(png)} characters not kept>]"
     assert t.task == "What is on screen?\n" + note
     assert [(u.kind, u.observation) for u in t.turns] == [("env", "zoomed\n" + note)]
+
+
+def test_blank_arguments_are_absent_arguments(tmp_path: Path) -> None:
+    """`"arguments": ""` (some servers send it for a function without parameters) is the call without
+    arguments: the same action as `arguments` left out, not `name ` with a JSON string."""
+    calls = [{"id": f"c{i}", "type": "function", "function": {"name": "get_time", **args}}
+             for i, args in enumerate([{"arguments": ""}, {"arguments": "  "}, {}])]
+    line = {"messages": [{"role": "user", "content": "now?"}, {"role": "assistant", "content": None, "tool_calls": calls},
+                         *({"role": "tool", "tool_call_id": f"c{i}", "content": "12:00"} for i in range(3))]}
+    (tmp_path / "t.jsonl").write_text(json.dumps(line) + "\n")
+    [t] = list(read_path(tmp_path / "t.jsonl"))
+    assert [(u.action, u.tool_name, u.tool_args) for u in t.turns] == [("get_time", "get_time", None)] * 3

@@ -157,3 +157,17 @@ def test_harness_error_run_is_an_error_not_a_failure(tmp_path: Path) -> None:
     assert (err.outcome, err.reward, len(err.turns), err.native_id) == ("error", 0.0, 0, "5:0")
     assert json.loads(err.metadata)["info"]["error"] == "litellm.RateLimitError: rate limited"
     assert (react.outcome, minimal.outcome) == ("success", "failure")
+
+
+def test_blank_arguments_are_absent_arguments(tmp_path: Path) -> None:
+    run = {"task_id": 0, "reward": 1.0, "info": {}, "traj": [
+        {"role": "system", "content": "You are an agent."},
+        {"role": "user", "content": "What time is it?"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "get_time", "arguments": ""}}]},
+        {"role": "tool", "tool_call_id": "c1", "name": "get_time", "content": "12:00"}]}
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps([run]))
+    [t] = list(read_path(path))
+    assert [(u.action, u.tool_name, u.tool_args, u.observation) for u in t.turns if u.tool_call_id] == [
+        ("get_time", "get_time", None, "12:00")]

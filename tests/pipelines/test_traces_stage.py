@@ -33,6 +33,7 @@ from pipelines.traces.form import parse_candidate
 from pipelines.traces.generate import (
     EndpointClient,
     EndpointGenerator,
+    GenerationCache,
     LocalGenerator,
     RequestRejected,
     Sampling,
@@ -337,6 +338,16 @@ def test_unreachable_endpoint_fails_and_writes_nothing(small: Path, tmp_path: Pa
         traces(small, out, EndpointGenerator(NOWHERE, "x", retries=0), TracesConfig(queries=QueryConfig(max_queries=1)),
                progress=False)
     assert sorted(p.name for p in out.iterdir()) == ["cache.sqlite", "manifest.json"] and (out / "manifest.json").read_text() == "{}"
+    # a new output directory with the cache elsewhere (shared, and not empty) holds nothing of use: removed
+    shared = tmp_path / "shared.sqlite"
+    c = GenerationCache(shared)
+    c.put("another run's key", {"text": "x"})
+    c.close()
+    fresh = tmp_path / "fresh"
+    with pytest.raises(EndpointError, match="no candidate could be generated"):
+        traces(small, fresh, EndpointGenerator(NOWHERE, "x", retries=0),
+               TracesConfig(queries=QueryConfig(max_queries=1), cache_path=str(shared)), progress=False)
+    assert not fresh.exists() and shared.exists()
 
 
 def test_corpus_and_output_are_checked_first(small: Path, tmp_path: Path) -> None:

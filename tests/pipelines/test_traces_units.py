@@ -19,7 +19,7 @@ from pipelines.render import Group
 from pipelines.score import ScoreConfig, score
 from pipelines.traces.engine import ChatRequest
 from pipelines.traces.form import assistant_content, parse_candidate
-from pipelines.traces.generate import GenerationCache, RateLimiter, Sampling, cache_key
+from pipelines.traces.generate import EndpointGenerator, GenerationCache, RateLimiter, Sampling, cache_key
 from pipelines.traces.prompts import (
     TEMPLATES,
     PromptLimits,
@@ -50,6 +50,10 @@ GOOD = "<think>\nls lists the directory.\n</think>\n<predicted_observation>\na.t
     ("<think>a</think><predicted_observation>y<predicted_observation>z</predicted_observation>", "stop", "repeated_prediction"),
     ("<think>a</think><predicted_observation>y", "stop", "unclosed_prediction"),
     ("<think>a</think><predicted_observation>y", "length", "truncated"),
+    ("<think>a</think>\n<predicted_obs", "length", "truncated"),  # cut inside the opening tag
+    ("<think>a</think>\n\n<", "length", "truncated"),
+    ("<think>a</think>\n<predicted_obs", "stop", "missing_prediction"),
+    ("<think>a</think>\nthe output is", "length", "missing_prediction"),
     ("<think>a</think><predicted_observation>y</predicted_observation> hope this helps", "stop", "text_after_prediction"),
     ("<think> \n </think><predicted_observation>y</predicted_observation>", "stop", "empty_think"),
 ])
@@ -216,3 +220,70 @@ def test_queries_weighting_and_texts(scored: Path) -> None:
         assert q.observation == real and len(q.history) <= 2
         assert q.system.startswith("You are the environment of an agent session.") and "Domain: terminal." in q.system
         assert all(g.turn_index < q.turn_index for g in q.history)
+
+
+def test_a_malformed_reply_fails_its_request_not_the_run() -> None:
+    """A proxy's HTML page, a body cut short and content as a list of parts, then a good reply:
+    the first two are that request's EndpointError, the run goes on."""
+    import http.server
+    import json
+    import threading
+
+    good = {"choices": [{"message": {"content": "ok"}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 3, "completion_tokens": 1}}
+    parts = {"choices": [{"message": {"content": [{"type": "text", "text": "a"}, {"type": "image_url"},
+                                                  {"type": "text", "text": "b"}]}, "finish_reason": "length"}]}
+    replies = [b"<html>502 from the proxy</html>", None, json.dumps(parts).encode(), json.dumps(good).encode()]
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802
+            self.rfile.read(int(self.headers["Content-Length"]))
+            body = replies.pop(0)
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", "100" if body is None else str(len(body)))
+            self.end_headers()
+            self.wfile.write(b'{"choices": [' if body is None else body)  # None: cut short of its length
+
+        def log_message(self, *a: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        gen = EndpointGenerator(f"http://127.0.0.1:{server.server_port}/v1", "m", concurrency=1, retries=0)
+        got: dict[int, object] = {}
+        gen.complete_many([ChatRequest([{"role": "user", "content": str(i)}]) for i in range(4)], got.__setitem__)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert "the reply is not JSON" in str(got[0]) and type(got[0]).__name__ == "EndpointError"
+    assert "broken reply after 1 attempts (IncompleteRead" in str(got[1]) and type(got[1]).__name__ == "EndpointError"
+    assert (got[2].text, got[2].finish_reason) == ("ab", "length")
+    assert (got[3].text, got[3].prompt_tokens, got[3].completion_tokens) == ("ok", 3, 1)
+
+
+def test_quantiles_are_nearest_rank() -> None:
+    from pipelines.traces.stage import _quantile
+
+    assert [_quantile([5, 1, 4, 2, 3], q) for q in (0.0, 0.25, 0.5, 0.75, 1.0)] == [1, 2, 3, 4, 5]
+    assert [_quantile(list(range(1, 10)), q) for q in (0.25, 0.5, 0.75)] == [3, 5, 7]
+    assert _quantile([], 0.5) is None
+
+
+def test_no_rejected_in_sft_compares_within_a_query() -> None:
+    from types import SimpleNamespace
+
+    from pipelines.traces.checks import check_no_rejected
+
+    text = assistant_content("r", "y")
+    kept = {"query_id": "q2", "candidate": 0, "ok": True, "selected": True, "kept": True, "reject_reason": None,
+            "score": 1.0, "prediction": "y", "text": text}
+    sft = [{"query_id": "q2", "candidate": 0, "score": 1.0, "threshold": 0.5, "prediction": "y",
+            "messages": [{"role": "assistant", "content": text}]}]
+    rejected = {"query_id": "q1", "candidate": 0, "ok": False, "selected": False, "kept": False,
+                "reject_reason": "judge_invalid", "score": None, "prediction": "y", "text": text}
+    assert check_no_rejected(SimpleNamespace(cands=[rejected, kept], sft=sft)).passed  # the same text, another query
+    own = {**rejected, "query_id": "q2", "candidate": 1}
+    r = check_no_rejected(SimpleNamespace(cands=[own, kept], sft=sft))
+    assert not r.passed and r.metadata["problems"] == ["q2: a rejected candidate's text is in the SFT set"]
