@@ -1,6 +1,7 @@
-"""Browser collection in the Dagster graph: the `browser_trajectories` asset and its resource.
+"""Browser collection in the Dagster graph: the `browser_trajectories` asset, its resource and its checks.
 
-The asset body calls the same core as `worldline collect browser` (collectors.browser.collect)."""
+The asset body calls the same core as `worldline collect browser` (collectors.browser.collect); the
+checks run the browser data contracts (collectors.browser.contracts)."""
 
 import time
 from pathlib import Path
@@ -8,10 +9,13 @@ from pathlib import Path
 import dagster as dg
 
 from collectors.browser.collect import SOURCE_FORMAT, BrowserSummary, collect
+from collectors.browser.contracts import BROWSER_CONTRACTS, run_browser_contracts
 from collectors.browser.session import BrowserUnavailable, FaultPlan
 from collectors.browser.spec import default_specs
 from dagster_project.assets import COLLECTION_RETRY, SETTINGS_ERRORS, _md_table, no_retry_for_settings
+from dagster_project.contract_checks import check_result, check_specs, no_corpus, only_selected
 from dagster_project.resources import CorpusResource
+from pipelines.store import Corpus
 
 
 class BrowserSitesResource(dg.ConfigurableResource):
@@ -64,3 +68,16 @@ def browser_trajectories(context: dg.AssetExecutionContext, corpus: CorpusResour
         "see_more": dg.MetadataValue.text(query),
         "corpus": dg.MetadataValue.path(str(corpus.root)),
     })
+
+
+@dg.multi_asset_check(specs=check_specs(BROWSER_CONTRACTS, browser_trajectories), can_subset=True)
+def browser_contract_checks(context: dg.AssetCheckExecutionContext, corpus: CorpusResource):
+    yield from only_selected(context, _browser_contract_checks(corpus))
+
+
+def _browser_contract_checks(corpus: CorpusResource):
+    if not Corpus(corpus.root).exists():
+        yield from no_corpus(BROWSER_CONTRACTS, browser_trajectories.key, corpus.root, "browser_trajectories")
+        return
+    for r in run_browser_contracts(corpus.root):
+        yield check_result(r, browser_trajectories.key)

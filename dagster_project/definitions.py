@@ -5,7 +5,7 @@ from __future__ import annotations
 import dagster as dg
 
 from dagster_project.assets import corpus_report, ingested_traces
-from dagster_project.browser_assets import BrowserSitesResource, browser_trajectories
+from dagster_project.browser_assets import BrowserSitesResource, browser_contract_checks, browser_trajectories
 from dagster_project.checks import corpus_contracts
 from dagster_project.clean_assets import cleaning_checks, cleaning_verdicts, dedup_checks, dedup_clusters
 from dagster_project.export_assets import export_checks, training_export
@@ -22,7 +22,7 @@ defs = dg.Definitions(
         cleaning_verdicts, dedup_clusters, turn_scores, training_export, thinking_traces, corpus_report,
     ],
     asset_checks=[
-        corpus_contracts, mcp_contract_checks, sandbox_contract_checks,
+        corpus_contracts, mcp_contract_checks, sandbox_contract_checks, browser_contract_checks,
         cleaning_checks, dedup_checks, turn_scores_checks, export_checks, traces_checks,
     ],
     jobs=[ingest_job],

@@ -9,7 +9,7 @@ from pathlib import Path
 import dagster as dg
 
 from dagster_project.assets import COLLECTION_RETRY
-from dagster_project.browser_assets import BrowserSitesResource, browser_trajectories
+from dagster_project.browser_assets import BrowserSitesResource, browser_contract_checks, browser_trajectories
 from dagster_project.resources import CorpusResource
 
 
@@ -17,13 +17,19 @@ def test_materialize(tmp_path: Path) -> None:
     assert browser_trajectories.op.retry_policy == COLLECTION_RETRY
     assert [p.name for p in BrowserSitesResource().spec_paths()] == ["shop.yaml"]
     corpus = CorpusResource(root=str(tmp_path / "corpus"), inbox=str(tmp_path / "inbox"))
-    res = dg.materialize([browser_trajectories], resources={"corpus": corpus, "browser_sites": BrowserSitesResource()},
-                         instance=dg.DagsterInstance.ephemeral())
+    sites = BrowserSitesResource(faults="http_error", fault_rate=0.3, seed=0)
+    res = dg.materialize([browser_trajectories, browser_contract_checks],
+                         resources={"corpus": corpus, "browser_sites": sites}, instance=dg.DagsterInstance.ephemeral())
     assert res.success
+    assert {e.check_name: e.passed for e in res.get_asset_check_evaluations()} == {
+        "browser_refs_visible": True, "browser_faults_labelled": True, "browser_observations_typed": True,
+        "browser_fingerprinted": True}
     [mat] = res.asset_materializations_for_node("browser_trajectories")
     md = {k: v.value for k, v in mat.metadata.items()}
-    assert (md["sessions"], md["turns"], md["error_turns"], md["failed_sessions"]) == (4, 29, 2, 0)
+    assert (md["sessions"], md["error_turns"], md["failed_sessions"]) == (4, 2, 0)
     assert "| success | 3 |" in md["outcomes"] and "| failure | 1 |" in md["outcomes"]
+    perturbed = int(md["perturbations"].split("| http_error | ")[1].split(" ")[0])
+    assert md["turns"] == 29 + perturbed  # a reload after each injected 503
     assert md["browser"].startswith("chromium ")
 
 
