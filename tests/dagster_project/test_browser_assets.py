@@ -8,9 +8,11 @@ from pathlib import Path
 
 import dagster as dg
 
+from collectors.browser.report import section_browser
 from dagster_project.assets import COLLECTION_RETRY
 from dagster_project.browser_assets import BrowserSitesResource, browser_contract_checks, browser_trajectories
 from dagster_project.resources import CorpusResource
+from pipelines.query import connect
 
 
 def test_materialize(tmp_path: Path) -> None:
@@ -30,6 +32,9 @@ def test_materialize(tmp_path: Path) -> None:
     assert "| success | 3 |" in md["outcomes"] and "| failure | 1 |" in md["outcomes"]
     perturbed = int(md["perturbations"].split("| http_error | ")[1].split(" ")[0])
     assert md["turns"] == 29 + perturbed  # a reload after each injected 503
+    html = section_browser(connect(corpus.root))
+    assert html.startswith("<h2>Browser recording</h2><p>4 sessions recorded in headless chromium")
+    assert f"<td>shop</td><td>{md['browser']}</td><td>4</td><td>{md['turns']}</td><td>2</td>" in html
     assert md["browser"].startswith("chromium ")
 
 
