@@ -1,8 +1,8 @@
 """`worldline collect browser [SPEC...] --out CORPUS`: record scripted sessions in headless chromium.
 
-Registered through `pipelines.cli.EXTENSIONS`. Exit codes: 0 every session ran its script; 3 some
-session could not (its page lacked an element the script names, or the browser failed; the summary
-lists them); 1 a bad spec, option or --out, or no chromium (the message says what to install); 130
+Registered through `pipelines.cli.EXTENSIONS`. Exit codes: 0 every session ran its script (or its
+agent finished); 3 some session could not (its page lacked an element the script names, the agent's
+endpoint failed, or the browser failed; the summary lists them); 1 a bad spec, option or --out, or no chromium (the message says what to install); 130
 interrupted (the sessions finished so far are written).
 """
 
@@ -23,8 +23,9 @@ def _cmd_collect_browser(a: argparse.Namespace) -> int:
 
     try:
         faults = FaultPlan.parse(a.faults, a.fault_rate, a.seed)
+        openai = {k: v for k, v in {"base_url": a.agent_base_url, "model": a.agent_model}.items() if v}
         summary = collect(a.specs or default_specs(), a.out, repeat=a.repeat, only=a.session, faults=faults,
-                          echo=None if a.quiet else stderr_echo)
+                          policy=a.policy, openai=openai, max_turns=a.max_turns, echo=None if a.quiet else stderr_echo)
     except BrowserUnavailable as e:
         print(f"worldline collect browser: {e}", file=sys.stderr)
         return 1
@@ -53,5 +54,10 @@ def register(subparsers: argparse._SubParsersAction, collect_subparsers: argpars
     s.add_argument("--faults", help="comma-separated fault kinds, or `all` (default: none)")
     s.add_argument("--fault-rate", type=float, help="probability of a fault per page load (default 0.25 with --faults)")
     s.add_argument("--seed", type=int, default=0, help="fault seed (with site, session and repetition: reproducible)")
+    s.add_argument("--policy", choices=["scripted", "openai"], default="scripted",
+                   help="who acts: the spec's steps (default), or an agent behind an OpenAI-compatible endpoint")
+    s.add_argument("--agent-base-url", help="OpenAI-compatible endpoint (default: $WORLDLINE_AGENT_BASE_URL)")
+    s.add_argument("--agent-model", help="model name at the endpoint (default: $WORLDLINE_AGENT_MODEL)")
+    s.add_argument("--max-turns", type=int, default=20, help="actions an agent may take per session (default 20)")
     s.add_argument("--quiet", action="store_true", help="no per-session progress lines")
     s.set_defaults(func=_cmd_collect_browser)

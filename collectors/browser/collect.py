@@ -16,12 +16,24 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import orjson
 
 from collectors.browser.session import BrowserSession, FaultPlan, StepResult, Tab
-from collectors.browser.spec import ACTION_SPACE, Session, SiteSpec, Step, Target, load_spec, spec_files
+from collectors.browser.spec import (
+    ACTION_SPACE,
+    Session,
+    SiteSpec,
+    Step,
+    Target,
+    load_spec,
+    spec_files,
+    step_of_call,
+)
+from collectors.policies import EndpointError, OpenAIChatPolicy, Policy
+from collectors.policies import Step as PolicyStep
 from pipelines.sink import CollectionSink
 from schemas.options import at_least
 from schemas.records import Trajectory, Turn, digest, dumps
@@ -29,7 +41,7 @@ from schemas.records import Trajectory, Turn, digest, dumps
 COLLECTOR = "BrowserLiveCollector"
 COLLECTOR_VERSION = "1"
 SOURCE_FORMAT = "browser-live"
-FAILED_OUTCOMES = ("policy_error", "browser_error")
+FAILED_OUTCOMES = ("policy_error", "agent_error", "browser_error")
 MAX_RELOADS = 3  # page loads a scripted session retries after a failed one (503), per step
 
 
@@ -73,13 +85,26 @@ class BrowserSummary:
 
 
 def collect(spec_paths: list[Path | str], out: Path | str, *, repeat: int = 1, only: list[str] | None = None,
-            faults: FaultPlan | None = None, commit_every: int = 25, executable: Path | None = None,
+            faults: FaultPlan | None = None, policy: str = "scripted", openai: dict[str, Any] | None = None,
+            max_turns: int = 20, commit_every: int = 25, executable: Path | None = None,
             echo: Callable[[str], None] | None = None) -> BrowserSummary:
     """Record every session of every spec (a folder stands for its `*.yaml`) into the corpus at `out`.
-    Specs and options are checked before chromium starts."""
+    `policy` `openai`: an agent behind an OpenAI-compatible endpoint (`openai`: base_url, model,
+    api_key) chooses the actions of every session, its steps unused. Specs, options and the agent's
+    endpoint settings are checked before chromium starts."""
     from pipelines.store import Corpus
 
-    at_least("repeat", repeat, 1)
+    at_least("--repeat", repeat, 1)
+    at_least("--max-turns", max_turns, 1)
+    if policy not in ("scripted", "openai"):
+        raise ValueError(f"--policy {policy}: use scripted or openai")
+    agent = dict(openai or {})
+    if policy == "openai":
+        try:
+            OpenAIChatPolicy(max_turns=max_turns, **agent)
+        except ValueError:
+            raise ValueError("--policy openai needs an agent endpoint: --agent-base-url and --agent-model, "
+                             "or WORLDLINE_AGENT_BASE_URL and WORLDLINE_AGENT_MODEL") from None
     Corpus(out).check_writable("--out")
     specs = [load_spec(f) for f in spec_files(spec_paths)]
     jobs = [(spec, s, r) for spec in specs for s in spec.sessions for r in range(repeat)
@@ -96,7 +121,8 @@ def collect(spec_paths: list[Path | str], out: Path | str, *, repeat: int = 1, o
                         commit_every=commit_every, info=info) as sink, BrowserSession(executable) as browser:
         summary.browser = browser.version
         for n, (spec, session, rep) in enumerate(jobs, 1):
-            traj = record(browser, spec, session, rep, faults, run_id)
+            agent_policy = OpenAIChatPolicy(max_turns=max_turns, **agent) if policy == "openai" else None
+            traj = record(browser, spec, session, rep, faults, run_id, agent_policy)
             sink.add(traj, COLLECTOR, COLLECTOR_VERSION)
             _count(summary, spec, session, rep, traj)
             if echo:
@@ -119,8 +145,9 @@ def _count(summary: BrowserSummary, spec: SiteSpec, session: Session, rep: int, 
 
 
 def record(browser: BrowserSession, spec: SiteSpec, session: Session, rep: int, faults: FaultPlan,
-           run_id: str) -> Trajectory:
-    """One session as a trajectory; its context is closed whatever happens."""
+           run_id: str, policy: Policy | None = None) -> Trajectory:
+    """One session as a trajectory, its steps or `policy` choosing the actions; its context is closed
+    whatever happens."""
     key = f"{session.name}#{rep}"
     collected = datetime.now(UTC)
     turns: list[Turn] = []
@@ -129,7 +156,9 @@ def record(browser: BrowserSession, spec: SiteSpec, session: Session, rep: int, 
     tab = browser.tab(spec, faults, key)
     try:
         initial = tab.start(session.start)[0]
-        for i, step in enumerate(session.steps):
+        if policy is not None:
+            failure = _agent_turns(tab, policy, f"{session.task}\n\n{initial}", turns)
+        for i, step in enumerate(session.steps if policy is None else []):
             ref = tab.resolve(step) if step.do != "goto" else None
             retries = 0
             while step.do != "goto" and ref is None and tab.status >= 500 and retries < MAX_RELOADS:
@@ -144,7 +173,7 @@ def record(browser: BrowserSession, spec: SiteSpec, session: Session, rep: int, 
         while not failure and tab.status >= 500 and retries < MAX_RELOADS:  # the last page load failed
             turns.append(_turn(tab.act(Step("goto", url=tab.page.url), None), f"end:reload{retries}", None))
             retries += 1
-        outcome = "policy_error" if failure else _judge(session, tab)
+        outcome = ("agent_error" if policy is not None else "policy_error") if failure else _judge(session, tab)
     except Exception as e:  # noqa: BLE001 - the browser itself failed: keep what was recorded, say why
         failure = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
         outcome = "browser_error"
@@ -159,7 +188,8 @@ def record(browser: BrowserSession, spec: SiteSpec, session: Session, rep: int, 
     return Trajectory(
         domain="web", source_format=SOURCE_FORMAT, native_id=f"{spec.name}/{key}@{run_id}",
         record_digest=digest(run_id, spec.name, key, spec.sha256), turns=turns, task=session.task,
-        action_space=dumps(ACTION_SPACE), initial_state=initial, agent="scripted", model=None,
+        action_space=dumps(ACTION_SPACE), initial_state=initial, agent=policy.name if policy else "scripted",
+        model=getattr(policy, "model", None),
         outcome=outcome, reward=None if outcome in FAILED_OUTCOMES else float(outcome == "success"),
         env_fingerprint=dumps({"browser": f"chromium {browser.version}", "site_sha256": spec.sha256,
                                "playwright": _playwright_version()}),
@@ -167,6 +197,29 @@ def record(browser: BrowserSession, spec: SiteSpec, session: Session, rep: int, 
         metadata=dumps({k: v for k, v in meta.items() if v not in (None, [])}),
         locator=f"session:{key}", source=str(spec.path),
     )
+
+
+def _agent_turns(tab: Tab, policy: Policy, task: str, turns: list[Turn]) -> str | None:
+    """The agent's session: it sees the task with the start page's tree, then each observation; the
+    turns go into `turns`. Returns why it ended early (its endpoint failed), or None."""
+    policy.reset(task, ACTION_SPACE)
+    history: list[PolicyStep] = []
+    while True:
+        try:
+            a = policy.next_action(history)
+        except EndpointError as e:
+            return f"agent endpoint: {e}"
+        if a is None:
+            return None
+        step = step_of_call(a.tool_name, a.tool_args)
+        if isinstance(step, str):
+            r = tab.refuse(a.text, a.tool_name or "", a.tool_args or {}, step)
+        else:
+            r = tab.act(step, step.ref)
+        turn = _turn(r, f"turn:{len(history)}", None)
+        turn.thought, turn.tool_call_id = a.thought or None, a.tool_call_id
+        turns.append(turn)
+        history.append(PolicyStep(a, r.observation, r.error is not None))
 
 
 def _turn(r: StepResult, locator: str, target: Target | None) -> Turn:

@@ -247,6 +247,14 @@ class Tab:
         return StepResult(action, tool, args, obs, url, title, self.status, error, started, round(time.monotonic() - t0, 6),
                           self._fault)
 
+    def refuse(self, action: str, tool: str, args: dict[str, Any], error: str) -> StepResult:
+        """An action the environment cannot take at all (an unknown tool, missing arguments): the
+        error and the page as it is, as for any other refused step."""
+        started, t0 = datetime.now(UTC), time.monotonic()
+        obs, url, title = self.observe(error)
+        return StepResult(action, tool, args, obs, url, title, self.status, error, started,
+                          round(time.monotonic() - t0, 6), None)
+
     def close(self) -> None:
         self.context.close()
 

@@ -28,16 +28,30 @@ STEP_KEYS: dict[str, set[str]] = {
     "uncheck": {"target", "ref"},
     "goto": {"url"},
 }
-# What the trajectory's action_space lists: the actions in BrowserGym's notation, as recorded.
+# What the trajectory's action_space lists and an agent is offered as tools: BrowserGym's actions on refs.
+_REF_PARAM = {"ref": {"type": "string", "description": "the element's ref in the tree, e.g. e12"}}
+
+
+def _tool(name: str, description: str, **params: dict) -> dict:
+    props = {**({} if name == "goto" else _REF_PARAM), **params}
+    return {"name": name, "description": description,
+            "inputSchema": {"type": "object", "properties": props, "required": list(props)}}
+
+
 ACTION_SPACE = [
-    {"name": "click", "signature": "click(ref: str)"},
-    {"name": "fill", "signature": "fill(ref: str, value: str)"},
-    {"name": "press", "signature": "press(ref: str, key: str)"},
-    {"name": "select_option", "signature": "select_option(ref: str, value: str)"},
-    {"name": "check", "signature": "check(ref: str)"},
-    {"name": "uncheck", "signature": "uncheck(ref: str)"},
-    {"name": "goto", "signature": "goto(url: str)"},
+    _tool("click", "click(ref): click the element"),
+    _tool("fill", "fill(ref, value): type value into a text field, replacing its content",
+          value={"type": "string"}),
+    _tool("press", "press(ref, key): press a key (Enter, Tab, ArrowDown, ...) in the element", key={"type": "string"}),
+    _tool("select_option", "select_option(ref, value): choose an option of a select box by value or label",
+          value={"type": "string"}),
+    _tool("check", "check(ref): tick a checkbox"),
+    _tool("uncheck", "uncheck(ref): clear a checkbox"),
+    _tool("goto", "goto(url): load a URL (a path on the site, or a whole URL)", url={"type": "string"}),
 ]
+TOOL_STEP = {"select_option": "select"}  # tool name -> step kind, where they differ
+
+
 _TARGET = re.compile(r'^([a-z][a-z-]*)(?: ("(?:[^"\\]|\\.)*"))?$')
 _REF = re.compile(r"^(?:f\d+)?e\d+$")
 
@@ -143,6 +157,19 @@ def _step(where: str, raw: Any) -> Step:
     if "ref" in obj and not _REF.match(obj["ref"]):
         raise SpecError(f"{where}: ref must look like e12, got {obj['ref']!r}")
     return Step(do, target=target, ref=obj.get("ref"), value=obj.get("value"), key=obj.get("key"))
+
+
+def step_of_call(name: str | None, args: dict[str, Any] | None) -> Step | str:
+    """An agent's tool call as a step, or why it cannot be one (the message the agent then sees)."""
+    do = TOOL_STEP.get(name or "", name or "")
+    if do not in STEP_KEYS:
+        return f"unknown action {name!r}; the actions are {', '.join(t['name'] for t in ACTION_SPACE)}"
+    args = args if isinstance(args, dict) else {}
+    need = {"fill": ("ref", "value"), "select": ("ref", "value"), "press": ("ref", "key"), "goto": ("url",)}.get(do, ("ref",))
+    missing = [k for k in need if not isinstance(args.get(k), str) or not args[k]]
+    if missing:
+        return f"{name} needs {' and '.join(missing)} as text"
+    return Step(do, ref=args.get("ref"), value=args.get("value"), key=args.get("key"), url=args.get("url"))
 
 
 def load_spec(path: Path | str) -> SiteSpec:
