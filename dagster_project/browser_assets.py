@@ -13,9 +13,8 @@ from collectors.browser.contracts import BROWSER_CONTRACTS, run_browser_contract
 from collectors.browser.session import BrowserUnavailable, FaultPlan
 from collectors.browser.spec import default_specs
 from dagster_project.assets import COLLECTION_RETRY, SETTINGS_ERRORS, _md_table, no_retry_for_settings
-from dagster_project.contract_checks import check_result, check_specs, no_corpus, only_selected
+from dagster_project.contract_checks import check_specs, collection_checks, only_selected
 from dagster_project.resources import CorpusResource
-from pipelines.store import Corpus
 
 
 class BrowserSitesResource(dg.ConfigurableResource):
@@ -72,12 +71,5 @@ def browser_trajectories(context: dg.AssetExecutionContext, corpus: CorpusResour
 
 @dg.multi_asset_check(specs=check_specs(BROWSER_CONTRACTS, browser_trajectories), can_subset=True)
 def browser_contract_checks(context: dg.AssetCheckExecutionContext, corpus: CorpusResource):
-    yield from only_selected(context, _browser_contract_checks(corpus))
-
-
-def _browser_contract_checks(corpus: CorpusResource):
-    if not Corpus(corpus.root).exists():
-        yield from no_corpus(BROWSER_CONTRACTS, browser_trajectories.key, corpus.root, "browser_trajectories")
-        return
-    for r in run_browser_contracts(corpus.root):
-        yield check_result(r, browser_trajectories.key)
+    yield from only_selected(context, collection_checks(
+        BROWSER_CONTRACTS, run_browser_contracts, browser_trajectories, corpus.root))

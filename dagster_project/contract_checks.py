@@ -50,3 +50,16 @@ def no_corpus(names: Iterable[str], key: dg.AssetKey, root: str, asset_name: str
     for name in names:
         yield dg.AssetCheckResult(passed=False, check_name=name, asset_key=key,
                                   metadata={"error": f"no corpus at {root}; materialize {asset_name} first"})
+
+
+def collection_checks(contracts: Mapping[str, Callable[..., Any]], run: Callable[[str], list[ContractResult]],
+                      asset: dg.AssetsDefinition, root: str) -> Iterator[dg.AssetCheckResult]:
+    """A collection asset's data contracts over the corpus at `root` (`run` runs them); with no corpus
+    there, every one failed, saying to materialize the asset first."""
+    from pipelines.store import Corpus
+
+    if not Corpus(root).exists():
+        yield from no_corpus(contracts, asset.key, root, asset.key.to_user_string())
+        return
+    for r in run(root):
+        yield check_result(r, asset.key)

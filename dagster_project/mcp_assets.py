@@ -17,9 +17,8 @@ from collectors.mcp.contracts import MCP_CONTRACTS, run_mcp_contracts
 from collectors.mcp.faults import FaultConfig
 from collectors.mcp.spec import default_specs
 from dagster_project.assets import COLLECTION_RETRY, _md_table, no_retry_for_settings
-from dagster_project.contract_checks import check_result, check_specs, no_corpus, only_selected
+from dagster_project.contract_checks import check_specs, collection_checks, only_selected
 from dagster_project.resources import CorpusResource
-from pipelines.store import Corpus
 
 
 class McpServersResource(dg.ConfigurableResource):
@@ -81,12 +80,5 @@ def mcp_trajectories(context: dg.AssetExecutionContext, corpus: CorpusResource,
 
 @dg.multi_asset_check(specs=check_specs(MCP_CONTRACTS, mcp_trajectories), can_subset=True)
 def mcp_contract_checks(context: dg.AssetCheckExecutionContext, corpus: CorpusResource):
-    yield from only_selected(context, _mcp_contract_checks(corpus))
-
-
-def _mcp_contract_checks(corpus: CorpusResource):
-    if not Corpus(corpus.root).exists():
-        yield from no_corpus(MCP_CONTRACTS, mcp_trajectories.key, corpus.root, "mcp_trajectories")
-        return
-    for r in run_mcp_contracts(corpus.root):
-        yield check_result(r, mcp_trajectories.key)
+    yield from only_selected(context, collection_checks(
+        MCP_CONTRACTS, run_mcp_contracts, mcp_trajectories, corpus.root))

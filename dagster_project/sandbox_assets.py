@@ -15,9 +15,8 @@ from typing import TYPE_CHECKING
 import dagster as dg
 
 from dagster_project.assets import COLLECTION_RETRY, _md_table, no_retry_for_settings
-from dagster_project.contract_checks import check_result, check_specs, no_corpus, only_selected
+from dagster_project.contract_checks import check_specs, collection_checks, only_selected
 from dagster_project.resources import CorpusResource
-from pipelines.store import Corpus
 from sandboxes.contracts import SANDBOX_CONTRACTS, run_sandbox_contracts
 
 if TYPE_CHECKING:  # the sandbox core (docker SDK) is imported when the asset runs, not at load
@@ -100,12 +99,5 @@ def sandbox_trajectories(context: dg.AssetExecutionContext, corpus: CorpusResour
 
 @dg.multi_asset_check(specs=check_specs(SANDBOX_CONTRACTS, sandbox_trajectories), can_subset=True)
 def sandbox_contract_checks(context: dg.AssetCheckExecutionContext, corpus: CorpusResource) -> Iterator[dg.AssetCheckResult]:
-    yield from only_selected(context, _sandbox_contract_checks(corpus))
-
-
-def _sandbox_contract_checks(corpus: CorpusResource) -> Iterator[dg.AssetCheckResult]:
-    if not Corpus(corpus.root).exists():
-        yield from no_corpus(SANDBOX_CONTRACTS, sandbox_trajectories.key, corpus.root, "sandbox_trajectories")
-        return
-    for r in run_sandbox_contracts(corpus.root):
-        yield check_result(r, sandbox_trajectories.key)
+    yield from only_selected(context, collection_checks(
+        SANDBOX_CONTRACTS, run_sandbox_contracts, sandbox_trajectories, corpus.root))
