@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dagster as dg
 
-from dagster_project.contract_checks import check_result, no_corpus
+from dagster_project.contract_checks import check_result, collection_checks, no_corpus
 from pipelines.contracts import ContractResult
 
 
@@ -22,11 +22,19 @@ def test_severity_and_metadata_carry_over() -> None:
         ("b", False, "no corpus at /x; materialize ingested_traces first")]
 
 
+def test_a_collection_asset_without_a_corpus(tmp_path) -> None:
+    from collectors.browser.contracts import BROWSER_CONTRACTS, run_browser_contracts
+    from dagster_project.browser_assets import browser_trajectories
+
+    root = str(tmp_path / "none")
+    got = list(collection_checks(BROWSER_CONTRACTS, run_browser_contracts, browser_trajectories, root))
+    assert [(r.check_name, r.passed, r.metadata["error"].value) for r in got] == [
+        (name, False, f"no corpus at {root}; materialize browser_trajectories first") for name in BROWSER_CONTRACTS]
 
 def test_every_check_says_what_it_checks_in_the_ui() -> None:
     """A check's description is what the UI shows beside it: never just its name."""
     from dagster_project.definitions import defs
 
     specs = [s for c in defs.asset_checks or [] for s in c.check_specs]
-    assert len(specs) == 31
+    assert len(specs) == 35
     assert [s.name for s in specs if not s.description or s.description.strip() == s.name] == []
