@@ -34,16 +34,21 @@ def refs_visible(con) -> ContractResult:
 
 
 def faults_labelled(con) -> ContractResult:
-    """A turn labelled with an injected fault shows its 503 page, and every 503 page load is labelled."""
-    rows = con.sql(f"""SELECT count(*) FILTER (WHERE perturbation IS NOT NULL),
-        count(*) FILTER (WHERE perturbation = 'http_error' AND (json_extract(state, '$.http_status')::INT IS DISTINCT FROM 503
-                         OR NOT contains(observation, 'title: 503 Service Unavailable'))),
-        count(*) FILTER (WHERE perturbation IS NULL AND starts_with(observation, 'url: ')
-                         AND contains(observation, 'title: 503 Service Unavailable'))
-        FROM {_TURNS}""").fetchall()[0]
+    """A turn labelled with an injected fault shows its 503 page, and no 503 page shows up before a fault
+    was injected in its session."""
+    rows = con.sql(f"""
+        WITH u AS (
+            SELECT *, regexp_matches(observation, '(?m)^title: 503 Service Unavailable$') AS shows_503,
+                   count(perturbation) OVER (PARTITION BY trajectory_id ORDER BY turn_index) AS faults_so_far
+            FROM {_TURNS})
+        SELECT count(*) FILTER (WHERE perturbation IS NOT NULL),
+               count(*) FILTER (WHERE perturbation = 'http_error' AND (NOT shows_503
+                                OR json_extract(state, '$.http_status')::INT IS DISTINCT FROM 503)),
+               count(*) FILTER (WHERE shows_503 AND faults_so_far = 0)
+        FROM u""").fetchall()[0]
     perturbed, bad, unlabelled = rows
     return ContractResult("browser_faults_labelled", bad == 0 and unlabelled == 0,
-                          "perturbed browser-live turns show the injected 503 page; no unlabelled 503 pages",
+                          "perturbed browser-live turns show the injected 503 page; no 503 page before a fault",
                           {"perturbed_turns": perturbed, "bad": bad, "unlabelled": unlabelled})
 
 
@@ -52,8 +57,8 @@ def observations_typed(con) -> ContractResult:
     on error turns, and only there), with an error flag."""
     rows = con.sql(f"""SELECT count(*), count(*) FILTER (WHERE observation_kind IS DISTINCT FROM 'accessibility_tree'
             OR is_error IS NULL OR observation IS NULL
-            OR (is_error AND NOT regexp_matches(observation, '^error: [^\\n]*\\nurl: '))
-            OR (NOT is_error AND NOT starts_with(observation, 'url: ')))
+            OR NOT regexp_matches(observation, CASE WHEN is_error THEN '^error: [^\\n]*\\n(dialog: [^\\n]*\\n)*url: '
+                                                    ELSE '^(dialog: [^\\n]*\\n)*url: ' END))
         FROM {_TURNS}""").fetchall()[0]
     return ContractResult("browser_observations_typed", rows[1] == 0,
                           "browser-live turns are accessibility trees with url and title, errors flagged and stated",

@@ -26,6 +26,9 @@ CHROMIUM = Path("/usr/bin/chromium")
 # chromium as root in a container needs --no-sandbox; the rest keeps a headless run quiet and small
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update"]
+NAVIGATION_TIMEOUT_S = 30.0
+# a link that opens another tab (a page's own window.open calls are followed when their tab shows up)
+_OPENS_TAB = "e => { const a = e.closest('a[href]'); return !!a && !['', '_self', '_top', '_parent'].includes(a.target) }"
 FAULT_KINDS = {"http_error": "a page load of the site answered 503 Service Unavailable"}
 _UNAVAILABLE = (b"<!doctype html><html><head><title>503 Service Unavailable</title></head><body>"
                 b"<h1>Service Unavailable</h1><p>The server is temporarily unable to handle the request. "
@@ -163,9 +166,26 @@ class Tab:
         self.context = browser.new_context(viewport={"width": 1280, "height": 800}, locale="en-US",
                                            timezone_id="UTC", java_script_enabled=True)
         self.context.set_default_timeout(spec.action_timeout_s * 1000)
+        # page loads get their own, longer bound: a busy machine must not turn a slow load into an error turn
+        self.context.set_default_navigation_timeout(max(NAVIGATION_TIMEOUT_S, spec.action_timeout_s) * 1000)
         self.context.route("**/*", self._route)
+        self.dialogs: list[str] = []  # since the last observation
+        self.tabs = 1
+        self.context.on("page", self._opened)
+        self.context.on("dialog", self._dialog)
         self.page = self.context.new_page()
         self.snapshot = ""
+
+    def _opened(self, page: Any) -> None:
+        """A page the site opened (a link with target=_blank, window.open): the agent goes on there, as a
+        browser shows the new tab in front."""
+        self.tabs = len(self.context.pages)
+        self.page = page
+
+    def _dialog(self, dialog: Any) -> None:
+        """alert/confirm/prompt: accepted (a prompt with its default), its text shown in the next observation."""
+        self.dialogs.append(f"{dialog.type} {json.dumps(dialog.message, ensure_ascii=False)}")
+        dialog.accept()
 
     def _route(self, route: Any) -> None:
         req = route.request
@@ -201,7 +221,10 @@ class Tab:
         self.page.wait_for_load_state("load")
         self.snapshot = self.page.aria_snapshot(mode="ai")
         url, title = self.page.url, self.page.title()
-        head = f"url: {url}\ntitle: {title}\n"
+        head = "".join(f"dialog: {d}\n" for d in self.dialogs) + f"url: {url}\ntitle: {title}\n"
+        if self.tabs > 1:
+            head += f"tabs: {self.tabs}\n"
+        self.dialogs = []
         return (f"error: {error}\n" if error else "") + head + self.snapshot, url, title
 
     def start(self, path: str) -> tuple[str, str, str]:
@@ -228,7 +251,11 @@ class Tab:
                 if loc.count() == 0:
                     error = f"no element with ref {ref} on this page"
                 elif step.do == "click":
-                    loc.click()
+                    if loc.evaluate(_OPENS_TAB):  # wait for the tab it opens, so the observation is of that tab
+                        with self.context.expect_page():
+                            loc.click()
+                    else:
+                        loc.click()
                 elif step.do == "fill":
                     loc.fill(step.value)
                 elif step.do == "press":

@@ -107,7 +107,7 @@ class SiteSpec:
     sessions: list[Session]
     description: str = ""
     license: str | None = None
-    action_timeout_s: float = 2.0
+    action_timeout_s: float = 5.0
     sha256: str = ""  # of the spec and every file of the site: the environment's fingerprint
     files: dict[str, bytes] = field(default_factory=dict, repr=False)
 
@@ -186,7 +186,7 @@ def load_spec(path: Path | str) -> SiteSpec:
     origin = str(top.get("origin") or f"http://{top['name']}.test").rstrip("/")
     if not re.match(r"^https?://[a-z0-9.-]+(?::\d+)?$", origin):
         raise SpecError(f"{path}: origin must be scheme://host[:port], got {origin!r}")
-    timeout = top.get("action_timeout_s", 2.0)
+    timeout = top.get("action_timeout_s", 5.0)
     if not isinstance(timeout, int | float) or isinstance(timeout, bool) or timeout <= 0:
         raise SpecError(f"{path}: action_timeout_s must be a positive number, got {timeout!r}")
     if not isinstance(top["sessions"], list) or not top["sessions"]:

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from collectors.browser.collect import collect
+from collectors.browser.contracts import run_browser_contracts
 from collectors.browser.session import CHROMIUM, FaultPlan
 from collectors.browser.spec import default_specs
 from pipelines.cli import main
@@ -131,3 +132,23 @@ def test_no_chromium_says_what_to_install(tmp_path: Path, monkeypatch, capsys) -
     err = capsys.readouterr().err
     assert "no-chromium is missing" in err and "apt-get install -y chromium" in err
     assert not (tmp_path / "c").exists()
+
+
+def test_dialogs_are_shown_and_new_tabs_followed(tmp_path: Path) -> None:
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "index.html").write_text(
+        "<title>T</title><button onclick=\"alert('Saved!')\">Save</button>"
+        "<button onclick=\"document.title = confirm('Delete?') ? 'deleted' : 'kept'\">Delete</button>"
+        '<a href="b.html" target="_blank">Open B</a>')
+    (tmp_path / "site" / "b.html").write_text("<title>B</title><p>page b</p>")
+    spec = tmp_path / "t.yaml"
+    spec.write_text("name: t\nsite: site\nsessions:\n  - name: s\n    task: t\n    steps:\n"
+                    "      - {do: click, target: 'button \"Save\"'}\n      - {do: click, target: 'button \"Delete\"'}\n"
+                    "      - {do: click, target: 'link \"Open B\"'}\n")
+    out = tmp_path / "c"
+    collect([spec], out)
+    obs = [o for (o,) in run_query(out, "SELECT observation FROM turns ORDER BY turn_index")[1]]
+    assert obs[0].startswith('dialog: alert "Saved!"\nurl: http://t.test/index.html\ntitle: T\n- ')
+    assert obs[1].startswith('dialog: confirm "Delete?"\nurl: http://t.test/index.html\ntitle: deleted\n- ')  # accepted
+    assert obs[2].startswith("url: http://t.test/b.html\ntitle: B\ntabs: 2\n- ") and "page b" in obs[2]
+    assert all(r.passed for r in run_browser_contracts(out))
