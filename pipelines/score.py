@@ -555,7 +555,8 @@ def score(
     `batch_bytes` of text) at a time into a temporary file; the model tier reads the trajectories
     in priority order one md5 range (about `sort_bytes` of data) at a time and writes each scored
     chunk to another file; the table is written from DuckDB's join of the two (or of the columns
-    carried over from the previous table, read by DuckDB, never whole) in (trajectory_id,
+    carried over from the previous table, read by DuckDB, never whole; its surface columns only when
+    it was written for the same committed batches, else the surface tier runs again) in (trajectory_id,
     turn_index) order, a batch at a time, the summary counted on the way. DuckDB works under
     `memory_limit`, spilling to a temporary directory in the corpus (removed at the end)."""
     t0 = time.monotonic()
@@ -597,8 +598,11 @@ def _score(corpus: Corpus, con: Any, work: Path, config: ScoreConfig, progress: 
     keys = ["trajectory_id", "turn_index"]
     meta_old = (old.metadata or {}) if old is not None else {}
     old_cfg = orjson.loads(meta_old.get(b"worldline.config", b"{}"))
+    # the old surface rows decide which turns the table holds: reused only when they are of this corpus
+    # state (turns ingested since would get no row); recomputing them takes seconds
+    old_current = orjson.loads(meta_old.get(b"worldline.corpus_state", b"null")) == state
 
-    if config.tier in ("surface", "both") or "category" not in old_names:
+    if config.tier in ("surface", "both") or "category" not in old_names or not old_current:
         path = work / "surface.parquet"
         rows = _surface_pass(con, config, path, progress)
         surf = f"read_parquet({sql_str(str(path))})"

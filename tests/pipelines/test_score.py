@@ -249,3 +249,23 @@ def test_scores_from_before_cleaning_changed_are_not_current(corpus: Path, tiny_
     assert not current.passed and current.metadata["model_tier_verdicts_current"] is False
     score(corpus, ScoreConfig(tier="surface"), progress=False)  # the model columns carried over, and their choice with them
     assert {r.name: r.passed for r in score_contracts(corpus)}["turn_scores_current"] is False
+
+
+def test_the_model_tier_after_a_new_ingest_scores_the_new_turns_too(corpus: Path, tiny_model_dir: Path) -> None:
+    """The surface rows of a table written before the ingest do not decide which turns the new table
+    holds: every turn has its row, and the table is current."""
+    from pipelines.ingest import ingest
+    from pipelines.score_model import ModelScoreConfig
+    from pipelines.side import stale_side_tables
+    from pipelines.store import Corpus
+
+    score(corpus, ScoreConfig(tier="surface"), progress=False)
+    ingest([ROOT / "data" / "sample" / "corpus" / "swe-agent"], corpus, progress=False)
+    s = score(corpus, ScoreConfig(tier="model", model=ModelScoreConfig(model=str(tiny_model_dir), dtype="float32"),
+                                  max_tokens=2000), progress=False)
+    n_turns = run_query(corpus, "SELECT count(*) FROM turns")[1][0][0]
+    assert run_query(corpus, "SELECT count(*), count(DISTINCT (trajectory_id, turn_index)) FROM turn_scores")[1][0] == (
+        n_turns, n_turns)
+    assert "surface" not in s.carried and s.turns == n_turns
+    assert stale_side_tables(Corpus(corpus)) == {}
+    assert all(r.passed for r in score_contracts(corpus)), [r.line() for r in score_contracts(corpus) if not r.passed]
