@@ -25,6 +25,7 @@ import functools
 import hashlib
 import re
 import sys
+import weakref
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -146,7 +147,23 @@ def messages(conv: Conversation, groups: list[Group] | None = None, system: str 
 
 
 def template_pieces(tokenizer: Any, n_messages: int, roles: list[str]) -> list[str]:
-    """The chat template's own text around `n_messages` placeholder contents: n+1 pieces."""
+    """The chat template's own text around `n_messages` placeholder contents: n+1 pieces. Kept per
+    tokenizer, template and roles: scoring renders every observation alone as well (two template
+    renderings a call, half of that call's time)."""
+    key = (str(getattr(tokenizer, "chat_template", None)), n_messages, tuple(roles))
+    try:
+        cache = _PIECES.setdefault(tokenizer, {})
+    except TypeError:  # an object that takes no weak reference
+        cache = {}
+    if key not in cache:
+        cache[key] = tuple(_template_pieces(tokenizer, n_messages, roles))
+    return list(cache[key])
+
+
+_PIECES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _template_pieces(tokenizer: Any, n_messages: int, roles: list[str]) -> list[str]:
     msgs = [{"role": r, "content": _PH.format(i)} for i, r in enumerate(roles)]
     text = tokenizer.apply_chat_template(msgs, tokenize=False)
     pieces, pos = [], 0

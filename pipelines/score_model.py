@@ -241,7 +241,11 @@ class ModelScoreConfig:
         for k in ("device", "max_batch_tokens", "padding_side", "min_fill", "head_chunk", "data_parallel"):
             d.pop(k)  # these do not change the scores (beyond float rounding)
         d["model_id"], d["dtype_resolved"] = model_id, dtype
+        d["scoring"] = SCORING_VERSION
         return hashlib.sha256(repr(sorted(d.items())).encode()).hexdigest()[:16]
+
+
+SCORING_VERSION = 2  # bump when the same settings give other scores (2: observations alone rendered, not spliced)
 
 
 @dataclass
@@ -285,6 +289,7 @@ class Window:
     history: int
     dropped: int
     truncated: set[int]
+    observations: dict[int, str]  # turn index -> the assistant message as rendered here (cut when truncated)
 
     @property
     def scored(self) -> list[tuple[int, int, int]]:
@@ -348,7 +353,7 @@ class TurnScorer:
         self.model_id: str = "injected" if model is not None else config.model
         self.window: int = config.max_context
         self.batch_tokens: int = config.max_batch_tokens
-        self._uncond_prefix: np.ndarray | None = None
+        self._system_ok: bool | None = None  # whether the chat template takes a system message
         self.stats = {"oom_backoffs": 0, "forward_rows": 0, "padded_tokens": 0, "real_tokens": 0, "windows": 0,
                       "truncated_system": 0, "uncond_shared": 0}
 
@@ -402,7 +407,7 @@ class TurnScorer:
         self.batch_tokens = cfg.max_batch_tokens or (65536 if on_cuda else 2048)  # a longer row runs alone
         if not on_cuda:
             torch.set_num_threads(max(1, len(os.sched_getaffinity(0))))
-        self._uncond_prefix = None
+        self._system_ok = None
 
     def teardown(self) -> None:
         torch = _torch()
@@ -418,17 +423,23 @@ class TurnScorer:
 
     # -- planning: rendering, windows, jobs ---------------------------------------------------
 
-    def uncond_prefix(self) -> np.ndarray:
-        """Token ids before an observation scored alone: an empty system prompt and the
-        assistant header (the model's default system prompt, if its template adds one, is
-        avoided by giving an empty one)."""
-        if self._uncond_prefix is None:
+    def uncond_job(self, observation: str, slot: int) -> Job:
+        """The observation scored alone: rendered as the one assistant message after an empty system
+        prompt (the model's default system prompt, if its template adds one, is avoided by giving an
+        empty one). Rendered, not spliced from the conversation's ids: an observation that starts
+        with whitespace shares its first token with the template's text before it there."""
+        msgs = [{"role": "assistant", "content": observation}]
+        if self._system_ok is None:  # asked once
             try:
-                r = render(self.tokenizer, [{"role": "system", "content": ""}, {"role": "assistant", "content": ""}], [0])
+                render(self.tokenizer, [{"role": "system", "content": ""}, *msgs], [0])
+                self._system_ok = True
             except Exception:  # noqa: BLE001 - templates without a system role
-                r = render(self.tokenizer, [{"role": "assistant", "content": ""}], [0])
-            self._uncond_prefix = r.ids[: r.spans[0][1]]
-        return self._uncond_prefix
+                self._system_ok = False
+        if self._system_ok:
+            msgs = [{"role": "system", "content": ""}, *msgs]
+        r = render(self.tokenizer, msgs, [0])
+        _, s, e = r.spans[0]
+        return Job(r.ids, [(slot, s, e)], cond=False)
 
     def _truncate(self, text: str, max_tokens: int) -> str:
         ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
@@ -446,7 +457,7 @@ class TurnScorer:
         W = self.window
         full = render_groups(self.tokenizer, conv, conv.groups)
         if len(full.ids) <= W:
-            return [Window(full, 0, 0, set())]
+            return [Window(full, 0, 0, set(), {g.turn_index: g.observation for g in conv.groups})]
         self.stats["windows"] += 1
         system = self._fit_system(conv)
         sys_len = len(render(self.tokenizer, [{"role": "system", "content": system}], []).ids)
@@ -482,7 +493,7 @@ class TurnScorer:
                     truncated.add(g.turn_index)
             else:
                 raise ValueError(f"turn {conv.groups[s].turn_index}: cannot fit a window of {W} tokens")
-            out.append(Window(r, s - j, j, truncated))
+            out.append(Window(r, s - j, j, truncated, {g.turn_index: g.observation for g in groups}))
             s = k
         return out
 
@@ -494,7 +505,6 @@ class TurnScorer:
         if not conv.groups:
             return plan
         tid = traj["trajectory_id"]
-        prefix = self.uncond_prefix()
         try:
             windows = self.windows(conv)
         except ValueError as e:
@@ -507,7 +517,7 @@ class TurnScorer:
                 plan.turns.append(TurnPlan(tid, ti, context_tokens=s, history_dropped=w.dropped,
                                            truncated=ti in w.truncated, tokens=e - s))
                 targets.append((slot, s, e))
-                plan.jobs.append(Job(np.concatenate([prefix, r.ids[s:e]]), [(slot, len(prefix), len(prefix) + e - s)], cond=False))
+                plan.jobs.append(self.uncond_job(w.observations[ti], slot))
             plan.jobs.append(Job(r.ids, targets, cond=True))
         return plan
 

@@ -105,7 +105,6 @@ def _reference_uncached(model, ids: np.ndarray, s: int, e: int) -> np.ndarray:
 
 def _check_against_separate(scorer: TurnScorer, trajs: list[dict], by: dict) -> int:
     out = scorer.score(trajs, by).to_pylist()
-    prefix = scorer.uncond_prefix()
     k = 0
     for t in trajs:
         conv = conversation(t, by[t["trajectory_id"]])
@@ -118,8 +117,9 @@ def _check_against_separate(scorer: TurnScorer, trajs: list[dict], by: dict) -> 
                 assert row["tokens"] == e - s == len(ref)
                 assert abs(row["cond_nll"] - ref.mean()) <= MEAN_TOL, (ti, row["cond_nll"], ref.mean())
                 assert abs(row["cond_nll_sum"] - ref.sum()) <= SUM_TOL
-                u_ids = np.concatenate([prefix, r.ids[s:e]])
-                uref = _reference(scorer.model, u_ids, len(prefix), len(u_ids))
+                u = scorer.uncond_job(w.observations[ti], 0)
+                ((_, us, ue),) = u.targets
+                uref = _reference(scorer.model, u.ids, us, ue)
                 assert abs(row["uncond_nll"] - uref.mean()) <= MEAN_TOL
                 assert row["info_gain"] == pytest.approx(row["uncond_nll"] - row["cond_nll"], abs=1e-12)
                 assert row["ifd"] == pytest.approx(row["cond_nll"] / row["uncond_nll"], rel=1e-12)
@@ -292,3 +292,18 @@ def test_cli_score_on_a_missing_gpu_is_one_line(tmp_path: Path, capsys: pytest.C
     assert capsys.readouterr().err == ("worldline score: error: --device cuda: no such GPU here "
                                        "(devices here: auto, cpu; torch sees no CUDA GPU)\n")
     assert not (corpus / "side" / "turn_scores").exists()
+
+
+@pytest.mark.parametrize("observation", ["\nhello\n", "   indented", "\n", "plain text"])
+def test_an_observation_alone_is_the_templates_own_rendering(smollm2: tuple, observation: str) -> None:
+    """The unconditional row is the chat template's text of the observation alone, tokenized as a
+    whole: an observation that starts with whitespace was spliced after the template's newline,
+    which the tokenizer had merged with the observation's own (a doubled newline no text has)."""
+    model, tok = smollm2
+    s = TurnScorer(ModelScoreConfig(dtype="float32"), model, tok)
+    job = s.uncond_job(observation, 0)
+    msgs = [{"role": "system", "content": ""}, {"role": "assistant", "content": observation}]
+    text = tok.apply_chat_template(msgs, tokenize=False)
+    assert job.ids.tolist() == tok(text, add_special_tokens=False)["input_ids"]
+    ((_, start, end),) = job.targets
+    assert tok.decode(job.ids[start:end]).endswith(observation.lstrip("\n ") + "<|im_end|>")
