@@ -613,6 +613,8 @@ def _score(corpus: Corpus, con: Any, work: Path, config: ScoreConfig, progress: 
         surface_cfg = old_cfg.get("surface", asdict(config.surface))
         summary.carried.append("surface")
     if config.tier in ("model", "both"):
+        # the verdicts the model tier skips by, read before it runs (a clean or dedup may commit meanwhile)
+        kept_from = kept_verdicts(corpus) if config.skip_dropped else "all trajectories"
         ranges = _ranges(committed, con, config.sort_bytes)
         if runner is None:
             info, files = _local_model_tier(con, config, summary, scorer, progress, echo, work, ranges)
@@ -623,7 +625,7 @@ def _score(corpus: Corpus, con: Any, work: Path, config: ScoreConfig, progress: 
         summary.window_tokens = info["window"]
         model_cfg = {**info["config"], "fingerprint": info["fingerprint"], "model_id": info["model_id"],
                      "dtype": info["dtype"], "max_tokens": config.max_tokens,
-                     "kept_from": kept_verdicts(corpus) if config.skip_dropped else "all trajectories"}
+                     "kept_from": kept_from}
         model = f"read_parquet({parquet_list(files)})" if summary.model_turns else None
     elif "cond_nll" in old_names:
         model = f"(SELECT {', '.join(keys + model_names)} FROM {old_sql} WHERE cond_nll IS NOT NULL)"
@@ -637,7 +639,9 @@ def _score(corpus: Corpus, con: Any, work: Path, config: ScoreConfig, progress: 
         dict(tuple(x) for x in surface_cfg.get("keep_ratios", config.surface.keep_ratios))
     cfg_doc = {"tier": config.tier, "surface": orjson.loads(orjson.dumps(surface_cfg, default=str)), "model": model_cfg,
                "policy": orjson.loads(orjson.dumps(asdict(config.policy), default=str)),
-               "surface_fingerprint": config.surface.fingerprint(), "policy_fingerprint": config.policy.fingerprint()}
+               "surface_fingerprint": old_cfg.get("surface_fingerprint") if "surface" in summary.carried
+               else config.surface.fingerprint(),  # of the settings the surface columns were computed with
+               "policy_fingerprint": config.policy.fingerprint()}
     summary.fingerprint = config.fingerprint()
     cols = ", ".join([f"s.{c}" for c in keys + surface_names] + ([f"m.{c}" for c in model_names] if model else []))
     join = f"LEFT JOIN {model} m ON m.trajectory_id = s.trajectory_id AND m.turn_index = s.turn_index" if model else ""

@@ -269,3 +269,20 @@ def test_the_model_tier_after_a_new_ingest_scores_the_new_turns_too(corpus: Path
     assert "surface" not in s.carried and s.turns == n_turns
     assert stale_side_tables(Corpus(corpus)) == {}
     assert all(r.passed for r in score_contracts(corpus)), [r.line() for r in score_contracts(corpus) if not r.passed]
+
+
+def test_carried_surface_columns_keep_their_settings_on_record(corpus: Path, tiny_model_dir: Path) -> None:
+    import orjson
+    import pyarrow.parquet as pq
+
+    from pipelines.score_model import ModelScoreConfig
+    from pipelines.side import side_path
+    from pipelines.store import Corpus
+
+    score(corpus, ScoreConfig(tier="surface", surface=SurfaceConfig(seed=7)), progress=False)
+    s = score(corpus, ScoreConfig(tier="model", model=ModelScoreConfig(model=str(tiny_model_dir), dtype="float32"),
+                                  max_tokens=500), progress=False)
+    assert s.carried == ["surface"]
+    doc = orjson.loads(pq.read_schema(side_path(Corpus(corpus), "turn_scores")).metadata[b"worldline.config"])
+    assert doc["surface"]["seed"] == 7
+    assert doc["surface_fingerprint"] == SurfaceConfig(seed=7).fingerprint() != SurfaceConfig().fingerprint()
