@@ -180,6 +180,7 @@ class ScoreSummary:
     windowed_trajectories: int = 0
     uncond_shared: int = 0  # turns whose observation-alone score came from an identical observation
     truncated_turns: int = 0
+    truncated_systems: int = 0  # windowed trajectories whose system prompt was cut to half the window
     skipped_dropped: int = 0
     passed_over: int = 0  # model tier: trajectories too large for what was left of the token cap
     model_runner: str = ""  # a distributed model tier's runner (e.g. "Beam DirectRunner"), and its units
@@ -213,7 +214,9 @@ class ScoreSummary:
                 f"{self.model_trajectories_total} trajectories, {self.model_turns} turns, {self.model_tokens:,} tokens in "
                 f"{self.model_seconds:.1f} s ({rate:,.0f} tokens/s, {self.model_turns / max(self.model_seconds, 1e-9):.1f} turns/s)"
                 f"{cap}; window {self.window_tokens} ({self.windowed_trajectories} trajectories windowed, "
-                f"{self.truncated_turns} turns truncated, {self.uncond_shared} repeated observations scored alone once)"
+                f"{self.truncated_turns} turns truncated, {self.uncond_shared} repeated observations scored alone once"
+                + (f", {self.truncated_systems} system prompts cut to half the window" if self.truncated_systems else "")
+                + ")"
                 + (f"; {self.skipped_dropped} dropped by cleaning/dedup skipped" if self.skipped_dropped else ""))
         for name, h in self.histograms.items():
             total = max(sum(n for _, n in h), 1)
@@ -307,7 +310,8 @@ def _model_total(con: Any, kept: str | None) -> int:
     return con.sql(f"SELECT count(*) FROM trajectories tr {skip}").fetchall()[0][0]
 
 
-_COUNTED = {"model_tokens": "real_tokens", "windowed_trajectories": "windows", "uncond_shared": "uncond_shared"}
+_COUNTED = {"model_tokens": "real_tokens", "windowed_trajectories": "windows", "uncond_shared": "uncond_shared",
+            "truncated_systems": "truncated_system"}
 
 
 def _add_scorer_counts(summary: ScoreSummary, before: dict[str, int], after: dict[str, int]) -> None:
@@ -718,7 +722,7 @@ ModelRunner = Callable[[list[ModelUnit], Any], list[dict[str, Any]]]
 MIN_UNITS = 8  # a distributed model tier's units at least (more when the corpus is larger: `_ranges`)
 # what a unit counts, summed into the driver's summary
 UNIT_COUNTS = ("model_trajectories", "model_turns", "truncated_turns", "model_tokens", "windowed_trajectories",
-               "uncond_shared")
+               "uncond_shared", "truncated_systems")
 
 
 def score_unit(unit: ModelUnit, scorer: Any) -> dict[str, Any]:

@@ -145,6 +145,7 @@ def test_model_tier_scores_every_observation_once(tmp_path: Path, tiny_model_dir
     s = score(out, ScoreConfig(model=ModelScoreConfig(model=str(tiny_model_dir), max_context=256, dtype="float32")),
               progress=False)
     assert s.windowed_trajectories > 0 and s.truncated_turns > 0
+    assert s.truncated_systems > 0 and f"{s.truncated_systems} system prompts cut to half the window" in s.render()
     # repeated observations are scored alone once; the summary says how many
     repeats = run_query(out, """SELECT count(*) - count(DISTINCT observation) FROM turn_scores s JOIN turns u
         USING (trajectory_id, turn_index) WHERE s.cond_nll IS NOT NULL AND NOT s.truncated""")[1][0][0]
