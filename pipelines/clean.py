@@ -6,8 +6,8 @@ Side tables written (each atomically, see `pipelines.side`):
 - `cleaning` (`trajectory_id`, `turn_index`, `reason`, `detail`): one row per verdict; `turn_index`
   is null when the whole trajectory is dropped. Trajectory reasons: `too_few_turns`,
   `action_outside_space`, `env_captcha`, `env_http_error`, `env_sandbox_crash`,
-  `eval_contamination` (the environment failures not on turns a collector perturbed on purpose:
-  those carry a `perturbation` label and are kept). Turn reasons (only judged in trajectories that survive whole):
+  `eval_contamination` (environment failures count only before the first turn a collector perturbed
+  on purpose, a `perturbation` label: the fault and what it leaves on screen are kept). Turn reasons (only judged in trajectories that survive whole):
   `retry_cycle` (a malformed action the harness rejected, or a failed action re-issued verbatim
   with the same failure: output and exit code — the retry that follows and the state it leads to are kept; the skipped
   turn changed nothing), `gui_no_change` (a GUI action after which the screen is canonically the
@@ -160,7 +160,7 @@ class CleanConfig:
 
 
 VERDICTS_VERSION = 3  # bump when a verdict's rule changes (2: a repeated failure counts only with the same exit code;
-#   3: environment failures on perturbed turns are kept)
+#   3: environment failures from the first perturbed turn on are kept)
 
 
 @dataclass
@@ -332,8 +332,11 @@ def _trajectory_verdicts(con: duckdb.DuckDBPyConnection, cfg: CleanConfig, summa
                             WHEN observation_kind IN {_in_list(WEB_KINDS)} AND domain IN {_in_list(WEB_DOMAINS)}
                                  AND regexp_matches(left(observation, 600), {sql_str(HTTP_ERROR_RE)}) THEN 'env_http_error'
                             WHEN regexp_matches(observation, {sql_str(SANDBOX_CRASH_RE)}) THEN 'env_sandbox_crash' END AS reason
-                -- a fault a collector injected on purpose (its perturbation label) is what the collection was for
-                FROM turns WHERE observation IS NOT NULL AND perturbation IS NULL)
+                -- a fault a collector injected on purpose (a perturbation label) is what the collection was
+                -- for, and so is what it leaves on screen for the turns after it (an error page acted on)
+                FROM (SELECT *, count(perturbation) OVER (PARTITION BY trajectory_id ORDER BY turn_index) AS faults_so_far
+                      FROM turns)
+                WHERE observation IS NOT NULL AND faults_so_far = 0)
             SELECT trajectory_id, reason,
                    'turn ' || min(turn_index) || ': ' || replace(left(arg_min(observation, turn_index), 100), chr(10), ' ')
             FROM f WHERE reason IS NOT NULL GROUP BY trajectory_id, reason""")

@@ -8,6 +8,7 @@ element that cannot take the action, a page load that failed) is an error turn, 
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 import uuid
@@ -151,40 +152,41 @@ def record(browser: BrowserSession, spec: SiteSpec, session: Session, rep: int, 
     key = f"{session.name}#{rep}"
     collected = datetime.now(UTC)
     turns: list[Turn] = []
-    failure = None
+    failure = gave_up = None
     initial = None
-    tab = browser.tab(spec, faults, key)
+    tab: Tab | None = None
     try:
-        initial = tab.start(session.start)[0]
+        tab = browser.tab(spec, faults, key)
+        initial = tab.start(session.start)
         if policy is not None:
             failure = _agent_turns(tab, policy, f"{session.task}\n\n{initial}", turns)
         for i, step in enumerate(session.steps if policy is None else []):
             ref = tab.resolve(step) if step.do != "goto" else None
-            retries = 0
-            while step.do != "goto" and ref is None and tab.status >= 500 and retries < MAX_RELOADS:
-                # a page load failed (an injected fault): load the page again, as an agent would
-                turns.append(_turn(tab.act(Step("goto", url=tab.page.url), None), f"step:{i}:reload{retries}", None))
-                ref, retries = tab.resolve(step), retries + 1
             if step.do != "goto" and ref is None:
-                failure = f"step {i}: the page ({tab.page.url}) shows no {step.target}"
-                break
+                if not _reload(tab, turns, f"step:{i}"):
+                    gave_up = f"step {i}: {MAX_RELOADS} reloads of {tab.page.url} were answered 503"
+                    break
+                ref = tab.resolve(step)
+                if ref is None:
+                    failure = f"step {i}: the page ({tab.page.url}) shows no {step.target}"
+                    break
             turns.append(_turn(tab.act(step, ref), f"step:{i}", step.target))
-        retries = 0
-        while not failure and tab.status >= 500 and retries < MAX_RELOADS:  # the last page load failed
-            turns.append(_turn(tab.act(Step("goto", url=tab.page.url), None), f"end:reload{retries}", None))
-            retries += 1
+        if policy is None and not failure and not gave_up and not _reload(tab, turns, "end"):
+            gave_up = f"the end: {MAX_RELOADS} reloads of {tab.page.url} were answered 503"
+        # a session that injected faults defeated is judged on the page it ended on; a script that no
+        # longer fits the site is the script's failure
         outcome = ("agent_error" if policy is not None else "policy_error") if failure else _judge(session, tab)
     except Exception as e:  # noqa: BLE001 - the browser itself failed: keep what was recorded, say why
         failure = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
         outcome = "browser_error"
     finally:
-        blocked, missing = tab.blocked, tab.not_found
-        try:
-            tab.close()
-        except Exception:  # noqa: BLE001 - a context of a browser that died
-            pass
+        blocked, missing = (tab.blocked, tab.not_found) if tab is not None else ([], [])
+        if tab is not None:
+            with contextlib.suppress(Exception):  # a context of a browser that died
+                tab.close()
     meta = {"spec": spec.name, "session": session.name, "repetition": rep, "run_id": run_id, "origin": spec.origin,
-            "blocked_requests": blocked, "not_found": missing, "failure": failure, "faults": faults.as_dict() or None}
+            "blocked_requests": blocked, "not_found": missing, "failure": failure, "gave_up": gave_up,
+            "faults": faults.as_dict() or None}
     return Trajectory(
         domain="web", source_format=SOURCE_FORMAT, native_id=f"{spec.name}/{key}@{run_id}",
         record_digest=digest(run_id, spec.name, key, spec.sha256), turns=turns, task=session.task,
@@ -222,6 +224,16 @@ def _agent_turns(tab: Tab, policy: Policy, task: str, turns: list[Turn]) -> str 
         history.append(PolicyStep(a, r.observation, r.error is not None))
 
 
+def _reload(tab: Tab, turns: list[Turn], where: str) -> bool:
+    """After a page load an injected fault answered 503, load the page again, as an agent would, up to
+    MAX_RELOADS times; False if the page is still the error then."""
+    for k in range(MAX_RELOADS):
+        if tab.status is None or tab.status < 500:
+            return True
+        turns.append(_turn(tab.act(Step("goto", url=tab.page.url), None), f"{where}:reload{k}", None))
+    return tab.status is None or tab.status < 500
+
+
 def _turn(r: StepResult, locator: str, target: Target | None) -> Turn:
     return Turn(
         kind="env", action=r.action, observation=r.observation, observation_kind="accessibility_tree",
@@ -236,8 +248,11 @@ def _judge(session: Session, tab: Tab) -> str:
     e = session.expect
     if e is None:
         return "unjudged"
-    ok = (e.path is None or urlsplit(tab.page.url).path == e.path) and (
-        e.text is None or e.text in tab.page.inner_text("body"))
+    try:
+        text = tab.page.inner_text("body")
+    except Exception:  # noqa: BLE001 - a page that does not answer: judged on the tree it last showed
+        text = tab.snapshot
+    ok = (e.path is None or urlsplit(tab.page.url).path == e.path) and (e.text is None or e.text in text)
     return "success" if ok else "failure"
 
 

@@ -8,6 +8,7 @@ network and every run sees the same site."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import mimetypes
 import os
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from collectors.browser.spec import SiteSpec, Step, Target
 
@@ -27,8 +28,12 @@ CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update"]
 NAVIGATION_TIMEOUT_S = 30.0
-# a link that opens another tab (a page's own window.open calls are followed when their tab shows up)
-_OPENS_TAB = "e => { const a = e.closest('a[href]'); return !!a && !['', '_self', '_top', '_parent'].includes(a.target) }"
+# a link that opens another tab: a target that is not this window, its parent or one of its frames (a page's
+# own window.open calls are followed when their tab shows up)
+_OPENS_TAB = """e => { const a = e.closest('a[href]'); if (!a || ['', '_self', '_top', '_parent'].includes(a.target)) return false;
+  for (let i = 0; i < window.frames.length; i++) { try { if (window.frames[i].name === a.target) return false } catch (x) {} }
+  return true }"""
+POPUP_WAIT_S = 2.0
 FAULT_KINDS = {"http_error": "a page load of the site answered 503 Service Unavailable"}
 _UNAVAILABLE = (b"<!doctype html><html><head><title>503 Service Unavailable</title></head><body>"
                 b"<h1>Service Unavailable</h1><p>The server is temporarily unable to handle the request. "
@@ -36,6 +41,7 @@ _UNAVAILABLE = (b"<!doctype html><html><head><title>503 Service Unavailable</tit
 _NOT_FOUND = (b"<!doctype html><html><head><title>404 Not Found</title></head><body><h1>Not Found</h1>"
               b"<p>The requested page was not found on this server.</p></body></html>")
 _LINE = re.compile(r'^\s*- ([a-z][a-z-]*)(?: ("(?:[^"\\]|\\.)*"))?((?: \[[^\]]*\])*)')
+_QUOTED = re.compile(r"^(\s*)- '((?:[^']|'')*)':?$")
 _REF_ATTR = re.compile(r"\[ref=([^\]]+)\]")
 
 
@@ -50,6 +56,9 @@ def chromium_path() -> Path:
 def find_ref(snapshot: str, target: Target) -> str | None:
     """The ref of the first element of the tree with the target's role and name (document order)."""
     for line in snapshot.splitlines():
+        q = _QUOTED.match(line)  # a line YAML had to quote (`- 'button "Total: $5" [ref=e2]'`)
+        if q:
+            line = f"{q.group(1)}- {q.group(2).replace(chr(39) * 2, chr(39))}"
         m = _LINE.match(line)
         if not m or m.group(1) != target.role:
             continue
@@ -162,25 +171,24 @@ class Tab:
         self.not_found: list[str] = []
         self._acting = False
         self._fault: str | None = None
-        self.status = 0  # HTTP status of the last page load (the site's answer, or a fault's)
+        self.status: int | None = None  # HTTP status of the last page load (the site's, or a fault's; None: blocked)
+        self.dialogs: list[str] = []  # since the last observation
+        self.tabs = 1
+        self._opened_pages: list[Any] = []  # tabs the site opened since the last observation
         self.context = browser.new_context(viewport={"width": 1280, "height": 800}, locale="en-US",
                                            timezone_id="UTC", java_script_enabled=True)
         self.context.set_default_timeout(spec.action_timeout_s * 1000)
         # page loads get their own, longer bound: a busy machine must not turn a slow load into an error turn
         self.context.set_default_navigation_timeout(max(NAVIGATION_TIMEOUT_S, spec.action_timeout_s) * 1000)
         self.context.route("**/*", self._route)
-        self.dialogs: list[str] = []  # since the last observation
-        self.tabs = 1
         self.context.on("page", self._opened)
         self.context.on("dialog", self._dialog)
         self.page = self.context.new_page()
         self.snapshot = ""
 
     def _opened(self, page: Any) -> None:
-        """A page the site opened (a link with target=_blank, window.open): the agent goes on there, as a
-        browser shows the new tab in front."""
-        self.tabs = len(self.context.pages)
-        self.page = page
+        """A tab the site opened (a link with a target, window.open): taken to the front at the next observation."""
+        self._opened_pages.append(page)
 
     def _dialog(self, dialog: Any) -> None:
         """alert/confirm/prompt: accepted (a prompt with its default), its text shown in the next observation."""
@@ -190,14 +198,17 @@ class Tab:
     def _route(self, route: Any) -> None:
         req = route.request
         url = req.url
+        page_load = _is_page_load(req)  # a tab's own document, not a frame's or a resource's
         if not url.startswith(self.spec.origin + "/") and url != self.spec.origin:
             self.blocked.append(url[:200])
+            if page_load:
+                self.status = None
             route.abort("blockedbyclient")
             return
-        path = urlsplit(url).path or "/"
+        path = unquote(urlsplit(url).path) or "/"
         if path.endswith("/"):
             path += "index.html"
-        if (self._acting and req.resource_type == "document" and "http_error" in self.faults.kinds
+        if (page_load and self._acting and "http_error" in self.faults.kinds
                 and self.rng.random() < self.faults.rate):
             self._fault = "http_error"
             self.status = 503
@@ -206,30 +217,57 @@ class Tab:
         body = self.spec.files.get(path)
         if body is None:
             self.not_found.append(path)
-            if req.resource_type == "document":
+            if page_load:
                 self.status = 404
             route.fulfill(status=404, body=_NOT_FOUND, content_type="text/html; charset=utf-8")
             return
-        if req.resource_type == "document":
+        if page_load:
             self.status = 200
         ctype = mimetypes.guess_type(path)[0] or "application/octet-stream"
         route.fulfill(status=200, body=body, content_type=ctype + ("; charset=utf-8" if ctype.startswith("text/")
                                                                    or ctype.endswith("javascript") else ""))
 
-    def observe(self, error: str | None = None) -> tuple[str, str, str]:
-        """(observation text, url, title) of the page as it is now."""
-        self.page.wait_for_load_state("load")
-        self.snapshot = self.page.aria_snapshot(mode="ai")
-        url, title = self.page.url, self.page.title()
+    def _front(self) -> Any:
+        """The page the agent sees: the newest tab the site opened that is still open, else the current
+        one, else the last open one (the current one closed itself). Changed only here, between
+        observations, so one observation is of one page."""
+        # a round trip through the browser (not the page, which a script may keep busy): the events the
+        # action caused (a new tab) arrive first
+        with contextlib.suppress(Exception):
+            self.context.cookies()
+        opened, self._opened_pages = self._opened_pages, []
+        live = [p for p in opened if not p.is_closed()]
+        if live:
+            self.page = live[-1]
+        elif self.page.is_closed():
+            pages = [p for p in self.context.pages if not p.is_closed()]
+            if pages:
+                self.page = pages[-1]
+        self.tabs = sum(1 for p in self.context.pages if not p.is_closed())
+        return self.page
+
+    def observe(self, error: str | None = None) -> tuple[str, str, str, str | None]:
+        """(observation text, url, title, error) of the page as it is now. A page that does not answer in
+        time (a script that keeps it busy) is an error: its url and the error, no tree."""
+        page = self._front()
+        try:
+            page.wait_for_load_state("load")
+            snapshot = page.aria_snapshot(mode="ai")
+            title = page.title()
+        except Exception as e:  # noqa: BLE001 - the page's answer, as any other
+            snapshot, title = "", ""
+            error = (f"{error}; " if error else "") + f"the page did not answer: {_first_line(e)}"
+        self.snapshot, url = snapshot, page.url
         head = "".join(f"dialog: {d}\n" for d in self.dialogs) + f"url: {url}\ntitle: {title}\n"
         if self.tabs > 1:
             head += f"tabs: {self.tabs}\n"
         self.dialogs = []
-        return (f"error: {error}\n" if error else "") + head + self.snapshot, url, title
+        return (f"error: {error}\n" if error else "") + head + snapshot, url, title, error
 
-    def start(self, path: str) -> tuple[str, str, str]:
+    def start(self, path: str) -> str:
+        """Load the session's start page; its observation (an error if it did not answer)."""
         self.page.goto(self.spec.origin + path)
-        return self.observe()
+        return self.observe()[0]
 
     def resolve(self, step: Step) -> str | None:
         """The ref the step acts on (its own, or the target's in the current tree); None if the tree has none."""
@@ -251,11 +289,7 @@ class Tab:
                 if loc.count() == 0:
                     error = f"no element with ref {ref} on this page"
                 elif step.do == "click":
-                    if loc.evaluate(_OPENS_TAB):  # wait for the tab it opens, so the observation is of that tab
-                        with self.context.expect_page():
-                            loc.click()
-                    else:
-                        loc.click()
+                    self._click(loc)
                 elif step.do == "fill":
                     loc.fill(step.value)
                 elif step.do == "press":
@@ -270,20 +304,40 @@ class Tab:
             error = _first_line(e)
         finally:
             self._acting = False
-        obs, url, title = self.observe(error)
+        obs, url, title, error = self.observe(error)
         return StepResult(action, tool, args, obs, url, title, self.status, error, started, round(time.monotonic() - t0, 6),
                           self._fault)
+
+    def _click(self, loc: Any) -> None:
+        """A click; on a link that opens another tab, waited for until that tab shows up (at most
+        POPUP_WAIT_S: a named target may be a window that is open already), so the observation is of it."""
+        if not loc.evaluate(_OPENS_TAB):
+            loc.click()
+            return
+        try:
+            with self.context.expect_page(timeout=POPUP_WAIT_S * 1000):
+                loc.click()
+        except Exception as e:  # noqa: BLE001 - only the wait's own timeout is no error
+            if 'waiting for event "page"' not in str(e):
+                raise
 
     def refuse(self, action: str, tool: str, args: dict[str, Any], error: str) -> StepResult:
         """An action the environment cannot take at all (an unknown tool, missing arguments): the
         error and the page as it is, as for any other refused step."""
         started, t0 = datetime.now(UTC), time.monotonic()
-        obs, url, title = self.observe(error)
+        obs, url, title, error = self.observe(error)
         return StepResult(action, tool, args, obs, url, title, self.status, error, started,
                           round(time.monotonic() - t0, 6), None)
 
     def close(self) -> None:
         self.context.close()
+
+
+def _is_page_load(req: Any) -> bool:
+    try:
+        return req.is_navigation_request() and req.frame.parent_frame is None
+    except Exception:  # noqa: BLE001 - a request without a frame (a service worker's)
+        return False
 
 
 def _call(step: Step, ref: str | None, origin: str) -> tuple[str, str, dict[str, Any]]:

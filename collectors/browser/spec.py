@@ -142,6 +142,8 @@ def _step(where: str, raw: Any) -> Step:
     if do == "goto":
         if "url" not in obj:
             raise SpecError(f"{where}: goto needs `url`")
+        if not obj["url"].startswith("/") and not re.match(r"^https?://", obj["url"]):
+            raise SpecError(f"{where}: url must be a path on the site (/cart.html) or a whole URL, got {obj['url']!r}")
         return Step(do, url=obj["url"])
     if ("target" in obj) == ("ref" in obj):
         raise SpecError(f"{where}: {do} needs exactly one of `target` (role \"name\") and `ref`")
@@ -186,6 +188,8 @@ def load_spec(path: Path | str) -> SiteSpec:
     origin = str(top.get("origin") or f"http://{top['name']}.test").rstrip("/")
     if not re.match(r"^https?://[a-z0-9.-]+(?::\d+)?$", origin):
         raise SpecError(f"{path}: origin must be scheme://host[:port], got {origin!r}")
+    if origin.endswith((":80", ":443")) and origin.startswith("http://" if origin.endswith(":80") else "https://"):
+        origin = origin.rsplit(":", 1)[0]  # the scheme's own port: the browser's URLs leave it out
     timeout = top.get("action_timeout_s", 5.0)
     if not isinstance(timeout, int | float) or isinstance(timeout, bool) or timeout <= 0:
         raise SpecError(f"{path}: action_timeout_s must be a positive number, got {timeout!r}")
@@ -203,7 +207,10 @@ def load_spec(path: Path | str) -> SiteSpec:
         if s.get("expect") is not None:
             e = _keys(f"{where}: expect", s["expect"], {"text", "path"})
             expect = Expect(text=e.get("text"), path=e.get("path"))
-        sessions.append(Session(str(s["name"]), str(s["task"]), str(s.get("start") or "/index.html"), steps, expect))
+        start = str(s.get("start") or "/index.html")
+        if not start.startswith("/"):
+            raise SpecError(f"{where}: start must be a path on the site, starting with / (got {start!r})")
+        sessions.append(Session(str(s["name"]), str(s["task"]), start, steps, expect))
     names = [s.name for s in sessions]
     if len(set(names)) != len(names):
         raise SpecError(f"{path}: session names repeat: {sorted({n for n in names if names.count(n) > 1})}")

@@ -109,9 +109,11 @@ def planted(sample_corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> tu
     add("web_captcha", web, lambda t: setattr(t[2], "observation", CAPTCHA))
     add("web_http_error", web, lambda t: setattr(t[1], "observation", "RootWebArea '502 Bad Gateway', focused\n\theading '502 Bad Gateway'"))
     # the same page, injected by a collector on purpose (a perturbation label): what the collection was for
+    # (and the turn after it, acting on the error page still on screen)
     add("web_injected_http_error_ok", web, lambda t: (
         setattr(t[1], "observation", "RootWebArea '503 Service Unavailable', focused\n\theading 'Service Unavailable'"),
-        setattr(t[1], "perturbation", "http_error")))
+        setattr(t[1], "perturbation", "http_error"),
+        setattr(t[2], "observation", "RootWebArea '503 Service Unavailable'\n\theading 'Service Unavailable'\n\tlink 'Retry'")))
     add("term_curl_404_ok", term, lambda t: setattr(t[1], "observation", "<html><head><title>404 Not Found</title></head></html>"))
     # through a bash tool, whose results are `tool_result`s (the chat importer's): curl's 404 and pip
     # installing a CAPTCHA library are the environment working; a web page's reCAPTCHA footer is a page

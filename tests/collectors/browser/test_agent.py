@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 from collectors.browser.collect import collect
+from collectors.browser.session import FaultPlan
 from collectors.browser.spec import ACTION_SPACE, default_specs
 from pipelines.cli import main
 from pipelines.query import run_query
@@ -58,6 +59,16 @@ def test_an_agent_endpoint_that_fails(tmp_path: Path, capsys) -> None:
     assert main(["collect", "browser", "--out", str(tmp_path / "d"), "--policy", "openai"]) == 1
     assert "--policy openai needs an agent endpoint: --agent-base-url and --agent-model" in capsys.readouterr().err
     assert not (tmp_path / "d").exists()
+
+
+def test_an_agent_meets_a_fault_and_only_its_own_actions_are_recorded(tmp_path: Path) -> None:
+    """The scripted sessions' reloads after an injected 503 are theirs: an agent decides for itself."""
+    out = tmp_path / "c"
+    with ScriptedOpenAIServer([tool_call("click", ref="e18"), answer("The shop is down.")], model="m") as srv:
+        s = collect(default_specs(), out, only=["checkout-mistakes"], policy="openai",
+                    openai={"base_url": srv.base_url, "model": "m"}, faults=FaultPlan(("http_error",), 1.0, 0))
+    assert (s.turns, dict(s.perturbations), dict(s.outcomes)) == (1, {"http_error": 1}, {"failure": 1})
+    assert run_query(out, "SELECT action, tool_call_id FROM turns")[1] == [("click('e18')", "call_0_0")]
 
 
 def test_tools_offered_match_the_action_space() -> None:

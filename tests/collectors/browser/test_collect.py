@@ -152,3 +152,52 @@ def test_dialogs_are_shown_and_new_tabs_followed(tmp_path: Path) -> None:
     assert obs[1].startswith('dialog: confirm "Delete?"\nurl: http://t.test/index.html\ntitle: deleted\n- ')  # accepted
     assert obs[2].startswith("url: http://t.test/b.html\ntitle: B\ntabs: 2\n- ") and "page b" in obs[2]
     assert all(r.passed for r in run_browser_contracts(out))
+
+
+def test_frames_named_targets_and_encoded_paths(tmp_path: Path) -> None:
+    """Faults and the recorded status are the tab's own page loads, not a frame's; a link into a named
+    frame is no new tab (no wait, no error); file names with spaces are served; a session whose page
+    loads the faults keep failing gives up after three reloads and is judged, not blamed on its script."""
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "index.html").write_text(
+        '<title>Home</title><iframe name="pane" src="frame.html"></iframe>'
+        '<a href="b.html" target="pane">Show B in pane</a><a href="my page.html">Spaced</a>')
+    (tmp_path / "site" / "frame.html").write_text("<title>F</title><p>in frame</p>")
+    (tmp_path / "site" / "b.html").write_text("<title>B</title><p>page b</p>")
+    (tmp_path / "site" / "my page.html").write_text('<title>Spaced</title><a href="index.html">Back</a>')
+    spec = tmp_path / "t.yaml"
+    spec.write_text("name: t\nsite: site\nsessions:\n  - name: s\n    task: t\n    steps:\n"
+                    "      - {do: click, target: 'link \"Show B in pane\"'}\n"
+                    "      - {do: goto, url: /my page.html}\n      - {do: click, target: 'link \"Back\"'}\n"
+                    "    expect: {path: /index.html}\n")
+    out = tmp_path / "c"
+    s = collect([spec], out, faults=FaultPlan(("http_error",), 1.0, seed=0))
+    rows = run_query(out, "SELECT action, is_error, perturbation, json_extract(state, '$.http_status')::INT, observation "
+                          "FROM turns ORDER BY turn_index")[1]
+    assert [r[:4] for r in rows] == [
+        ("click('e3')", False, None, 200),  # the frame's load: no fault drawn, the tab's status unchanged
+        ("goto('http://t.test/my page.html')", False, "http_error", 503),
+        *[("goto('http://t.test/my%20page.html')", False, "http_error", 503)] * 3]
+    assert rows[0][4].startswith("url: http://t.test/index.html\ntitle: Home\n- ") and "page b" in rows[0][4]
+    assert s.perturbations == {"http_error": 4} and dict(s.outcomes) == {"failure": 1} and s.failed == 0
+    meta = json.loads(run_query(out, "SELECT metadata FROM trajectories")[1][0][0])
+    assert meta["gave_up"] == "step 2: 3 reloads of http://t.test/my%20page.html were answered 503"
+    collect([spec], tmp_path / "c2")  # no faults: the spaced name is served
+    assert run_query(tmp_path / "c2", "SELECT outcome FROM trajectories")[1] == [("success",)]
+
+
+def test_a_busy_page_is_an_error_turn(tmp_path: Path) -> None:
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "index.html").write_text('<title>Home</title><a href="my page.html">Spaced</a>')
+    (tmp_path / "site" / "my page.html").write_text(
+        "<title>Busy</title><script>setTimeout(() => { const t = Date.now(); while (Date.now() - t < 4000) {} }, 10)</script>")
+    spec = tmp_path / "t.yaml"
+    spec.write_text("name: t\nsite: site\naction_timeout_s: 1\nsessions:\n  - name: s\n    task: t\n    steps:\n"
+                    "      - {do: click, target: 'link \"Spaced\"'}\n")
+    out = tmp_path / "c"
+    collect([spec], out)
+    (row,) = run_query(out, "SELECT action, is_error, observation, t.outcome FROM turns JOIN trajectories t USING "
+                            "(trajectory_id)")[1]
+    assert row[:2] == ("click('e2')", True)
+    assert row[2] == "error: the page did not answer: Timeout 1000ms exceeded.\nurl: http://t.test/my%20page.html\ntitle: \n"
+    assert row[3] == "unjudged"

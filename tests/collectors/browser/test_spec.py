@@ -46,12 +46,24 @@ def test_the_bundled_spec_loads() -> None:
     ("      - {do: click, ref: x1}", "step 0: ref must look like e12"),
     ("      - {do: goto, url: /a, ref: e1}", "step 0: unknown key(s) ['ref']"),
     ("      - {do: fill, target: 'textbox', value: 3}", "step 0: `value` must be text"),
+    ("      - {do: goto, url: cart.html}", "step 0: url must be a path on the site (/cart.html) or a whole URL"),
 ])
 def test_a_bad_step_names_file_session_and_step(tmp_path: Path, steps: str, message: str) -> None:
     p = _spec(tmp_path, steps)
     with pytest.raises(SpecError) as e:
         load_spec(p)
     assert str(e.value).startswith(f"{p}: session one: {message}")
+
+
+def test_start_page_and_origin(tmp_path: Path) -> None:
+    p = _spec(tmp_path, "      - {do: click, ref: e1}")
+    p.write_text(p.read_text().replace("    task: t\n", "    task: t\n    start: cart.html\n"))
+    with pytest.raises(SpecError, match=r"session one: start must be a path on the site, starting with / \(got 'cart.html'\)"):
+        load_spec(p)
+    p.write_text("origin: http://t.test:80\n" + SHOP.format(steps="      - {do: click, ref: e1}"))
+    assert load_spec(p).origin == "http://t.test"  # the scheme's own port, as the browser writes URLs
+    p.write_text("origin: http://t.test:8080\n" + SHOP.format(steps="      - {do: click, ref: e1}"))
+    assert load_spec(p).origin == "http://t.test:8080"
 
 
 def test_a_missing_site_folder(tmp_path: Path) -> None:
@@ -77,3 +89,10 @@ def test_targets_and_refs() -> None:
     assert find_ref(tree, Target("generic")) == "e1"
     assert find_ref(tree, Target("option", "Small")) is None  # shown, but nothing to act on
     assert find_ref(tree, Target("link", "Cart")) is None
+    # lines YAML quotes (a name with ": " or "#"), as Playwright writes them
+    quoted = """- generic [ref=e1]:
+  - 'button "Total: $5" [ref=e2]'
+  - 'heading "It''s #1: here" [level=1] [ref=e3]':
+    - text: x"""
+    assert find_ref(quoted, Target("button", "Total: $5")) == "e2"
+    assert find_ref(quoted, Target("heading", "It's #1: here")) == "e3"
