@@ -100,7 +100,14 @@ def _cmd_score(a: argparse.Namespace) -> int:
     from pipelines.score_surface import SurfaceConfig
 
     model = None
-    if a.tier != "surface":
+    if a.tier == "surface":  # the model tier's options would do nothing: say so rather than ignore them
+        given = [flag for flag, value, default in (
+            ("--model", a.model, "smollm2"), ("--max-tokens", a.max_tokens, None), ("--device", a.device, "auto"),
+            ("--dtype", a.dtype, "auto"), ("--batch-tokens", a.batch_tokens, 0), ("--max-context", a.max_context, 0))
+            if value != default]
+        if given:
+            raise ValueError(f"{', '.join(given)} apply only to the model tier; --tier surface runs no model")
+    else:
         from pipelines.score_model import ModelScoreConfig
 
         model = ModelScoreConfig(model=a.model, device=a.device, dtype=a.dtype, max_batch_tokens=a.batch_tokens,

@@ -567,6 +567,13 @@ def score(
     echo = echo or (lambda m: print(m, file=sys.stderr))
     if runner is not None:
         check_distributable(config)
+    if config.tier != "surface" and scorer is None and config.model is not None:
+        from pipelines.score_model import check_model_source
+
+        try:
+            check_model_source(config.model.model)
+        except FileNotFoundError as e:
+            raise ValueError(str(e)) from None
     corpus = Corpus(corpus_dir)
     manifest = corpus.require_manifest()  # one state: the views and the state recorded
     state = corpus_state(corpus, manifest)

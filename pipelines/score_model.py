@@ -161,16 +161,22 @@ def convert_gguf(gguf: Path, cache_root: Path | None = None) -> Path:
     return publish_dir(tmp, out)
 
 
+def check_model_source(spec: str) -> None:
+    """What `resolve_model` takes, checked without loading or converting anything: a wrong `--model`
+    fails before the corpus is read."""
+    p = Path(spec)
+    if not (spec == "smollm2" or (p.suffix == ".gguf" and p.is_file()) or (p.is_dir() and (p / "config.json").exists())):
+        raise FileNotFoundError(f"--model {spec!r}: not `smollm2`, a .gguf file or a Hugging Face model directory "
+                                "with config.json")
+
+
 def resolve_model(spec: str) -> Path:
     """`smollm2` (default), a .gguf file, or a local Hugging Face model directory."""
+    check_model_source(spec)
     if spec == "smollm2":
         return convert_gguf(smollm2_gguf())
     p = Path(spec)
-    if p.suffix == ".gguf" and p.is_file():
-        return convert_gguf(p)
-    if p.is_dir() and (p / "config.json").exists():
-        return p
-    raise FileNotFoundError(f"--model {spec!r}: not `smollm2`, a .gguf file or a Hugging Face model directory with config.json")
+    return convert_gguf(p) if p.suffix == ".gguf" else p
 
 
 def cpu_has_bf16() -> bool:

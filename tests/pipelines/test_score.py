@@ -108,10 +108,19 @@ def test_contract_catches_a_tampered_table(corpus: Path) -> None:
 
 
 def test_bad_arguments_are_usage_errors(corpus: Path, capsys: pytest.CaptureFixture) -> None:
-    assert main(["score", str(corpus), "--tier", "surface", "--max-tokens", "0", "--quiet"]) == 1
+    from pipelines.side import side_path
+    from pipelines.store import Corpus
+
+    assert main(["score", str(corpus), "--tier", "model", "--max-tokens", "0", "--quiet"]) == 1
     assert "--max-tokens 0" in capsys.readouterr().err
+    # refused before anything runs: no table written
     assert main(["score", str(corpus), "--model", "/nonexistent", "--quiet"]) == 1
-    assert "/nonexistent" in capsys.readouterr().err
+    assert capsys.readouterr().err == ("worldline score: error: --model '/nonexistent': not `smollm2`, a .gguf file or a "
+                                       "Hugging Face model directory with config.json\n")
+    assert main(["score", str(corpus), "--tier", "surface", "--max-tokens", "500", "--device", "cpu", "--quiet"]) == 1
+    assert capsys.readouterr().err == ("worldline score: error: --max-tokens, --device apply only to the model tier; "
+                                       "--tier surface runs no model\n")
+    assert not side_path(Corpus(corpus), "turn_scores").exists()
 
 
 def test_report_section(corpus: Path) -> None:
