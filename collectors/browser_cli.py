@@ -17,9 +17,10 @@ EXIT_INTERRUPTED = 130
 
 
 def _cmd_collect_browser(a: argparse.Namespace) -> int:
-    from collectors.browser.collect import collect, stderr_echo
+    from collectors.browser.collect import collect
     from collectors.browser.session import BrowserUnavailable, FaultPlan
     from collectors.browser.spec import default_specs
+    from collectors.specs import stderr_echo
 
     try:
         faults = FaultPlan.parse(a.faults, a.fault_rate, a.seed)

@@ -9,7 +9,6 @@ element that cannot take the action, a page load that failed) is an error turn, 
 from __future__ import annotations
 
 import contextlib
-import sys
 import time
 import uuid
 from collections import Counter
@@ -19,8 +18,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
-
-import orjson
 
 from collectors.browser.session import BrowserSession, FaultPlan, StepResult, Tab
 from collectors.browser.spec import (
@@ -35,6 +32,7 @@ from collectors.browser.spec import (
 )
 from collectors.policies import EndpointError, OpenAIChatPolicy, Policy
 from collectors.policies import Step as PolicyStep
+from collectors.specs import check_sessions
 from pipelines.sink import CollectionSink
 from schemas.options import at_least
 from schemas.records import Trajectory, Turn, digest, dumps
@@ -108,11 +106,9 @@ def collect(spec_paths: list[Path | str], out: Path | str, *, repeat: int = 1, o
                              "or WORLDLINE_AGENT_BASE_URL and WORLDLINE_AGENT_MODEL") from None
     Corpus(out).check_writable("--out")
     specs = [load_spec(f) for f in spec_files(spec_paths)]
+    check_sessions(specs, only)
     jobs = [(spec, s, r) for spec in specs for s in spec.sessions for r in range(repeat)
             if not only or s.name in only or f"{spec.name}/{s.name}" in only]
-    if not jobs:
-        known = ", ".join(f"{sp.name}/{s.name}" for sp in specs for s in sp.sessions)
-        raise ValueError(f"no session matches {only} (sessions: {known})")
     faults = faults or FaultPlan()
     run_id = uuid.uuid4().hex[:12]
     summary = BrowserSummary(str(out), run_id)
@@ -123,32 +119,32 @@ def collect(spec_paths: list[Path | str], out: Path | str, *, repeat: int = 1, o
         summary.browser = browser.version
         for n, (spec, session, rep) in enumerate(jobs, 1):
             agent_policy = OpenAIChatPolicy(max_turns=max_turns, **agent) if policy == "openai" else None
-            traj = record(browser, spec, session, rep, faults, run_id, agent_policy)
+            traj, meta = record(browser, spec, session, rep, faults, run_id, agent_policy)
             sink.add(traj, COLLECTOR, COLLECTOR_VERSION)
-            _count(summary, spec, session, rep, traj)
+            _count(summary, spec, session, rep, traj, meta)
             if echo:
                 echo(f"[{n}/{len(jobs)}] {spec.name}/{session.name}#{rep}: {len(traj.turns)} turns, {traj.outcome}")
     summary.seconds = time.monotonic() - t0
     return summary
 
 
-def _count(summary: BrowserSummary, spec: SiteSpec, session: Session, rep: int, traj: Trajectory) -> None:
+def _count(summary: BrowserSummary, spec: SiteSpec, session: Session, rep: int, traj: Trajectory,
+           meta: dict[str, Any]) -> None:
     summary.sessions += 1
     summary.turns += len(traj.turns)
     summary.error_turns += sum(1 for t in traj.turns if t.is_error)
     summary.outcomes[traj.outcome or "none"] += 1
     summary.perturbations.update(t.perturbation for t in traj.turns if t.perturbation)
     summary.trajectory_ids.append(traj.trajectory_id)
-    meta = orjson.loads(traj.metadata or "{}")
     summary.blocked_requests += len(meta.get("blocked_requests", []))
     if traj.outcome in FAILED_OUTCOMES:
         summary.failures.append(f"{spec.name}/{session.name}#{rep}: {meta.get('failure')}")
 
 
 def record(browser: BrowserSession, spec: SiteSpec, session: Session, rep: int, faults: FaultPlan,
-           run_id: str, policy: Policy | None = None) -> Trajectory:
-    """One session as a trajectory, its steps or `policy` choosing the actions; its context is closed
-    whatever happens."""
+           run_id: str, policy: Policy | None = None) -> tuple[Trajectory, dict[str, Any]]:
+    """One session as a trajectory, with its metadata (also in the trajectory, as JSON), its steps or
+    `policy` choosing the actions; its context is closed whatever happens."""
     key = f"{session.name}#{rep}"
     collected = datetime.now(UTC)
     turns: list[Turn] = []
@@ -187,18 +183,19 @@ def record(browser: BrowserSession, spec: SiteSpec, session: Session, rep: int, 
     meta = {"spec": spec.name, "session": session.name, "repetition": rep, "run_id": run_id, "origin": spec.origin,
             "blocked_requests": blocked, "not_found": missing, "failure": failure, "gave_up": gave_up,
             "faults": faults.as_dict() or None}
-    return Trajectory(
+    traj = Trajectory(
         domain="web", source_format=SOURCE_FORMAT, native_id=f"{spec.name}/{key}@{run_id}",
         record_digest=digest(run_id, spec.name, key, spec.sha256), turns=turns, task=session.task,
         action_space=dumps(ACTION_SPACE), initial_state=initial, agent=policy.name if policy else "scripted",
         model=getattr(policy, "model", None),
         outcome=outcome, reward=None if outcome in FAILED_OUTCOMES else float(outcome == "success"),
         env_fingerprint=dumps({"browser": f"chromium {browser.version}", "site_sha256": spec.sha256,
-                               "playwright": _playwright_version()}),
+                               "playwright": browser.playwright_version}),
         collected_at=collected, license=spec.license,
         metadata=dumps({k: v for k, v in meta.items() if v not in (None, [])}),
         locator=f"session:{key}", source=str(spec.path),
     )
+    return traj, meta
 
 
 def _agent_turns(tab: Tab, policy: Policy, task: str, turns: list[Turn]) -> str | None:
@@ -254,13 +251,3 @@ def _judge(session: Session, tab: Tab) -> str:
         text = tab.snapshot
     ok = (e.path is None or urlsplit(tab.page.url).path == e.path) and (e.text is None or e.text in text)
     return "success" if ok else "failure"
-
-
-def _playwright_version() -> str:
-    from importlib.metadata import version
-
-    return version("playwright")
-
-
-def stderr_echo(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)

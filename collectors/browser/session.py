@@ -9,6 +9,7 @@ network and every run sees the same site."""
 from __future__ import annotations
 
 import contextlib
+import importlib.metadata
 import json
 import mimetypes
 import os
@@ -24,9 +25,11 @@ from urllib.parse import unquote, urlsplit
 from collectors.browser.spec import SiteSpec, Step, Target
 
 CHROMIUM = Path("/usr/bin/chromium")
-# chromium as root in a container needs --no-sandbox; the rest keeps a headless run quiet and small
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update"]
+# chromium as root in a container needs --no-sandbox; its background connections (updates, sync, QUIC
+# probes) are refused on a closed network. Everything here that drives chromium launches it with these
+# (the Dagster UI test and the screenshots too).
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 NAVIGATION_TIMEOUT_S = 30.0
 # a link that opens another tab: a target that is not this window, its parent or one of its frames (a page's
 # own window.open calls are followed when their tab shows up)
@@ -106,7 +109,7 @@ class StepResult:
     observation: str
     url: str
     title: str
-    status: int
+    status: int | None
     error: str | None
     started_at: datetime
     duration_s: float
@@ -122,6 +125,7 @@ class BrowserSession:
         self._pw: Any = None
         self.browser: Any = None
         self.version = ""
+        self.playwright_version = ""
 
     def setup(self) -> None:
         if not self.executable.exists():
@@ -140,6 +144,7 @@ class BrowserSession:
             self._pw = None
             raise BrowserUnavailable(f"{self.executable} did not start: {str(e).splitlines()[0]}") from None
         self.version = self.browser.version
+        self.playwright_version = importlib.metadata.version("playwright")
 
     def teardown(self) -> None:
         if self.browser is not None:

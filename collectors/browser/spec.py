@@ -15,6 +15,8 @@ from typing import Any
 
 import yaml
 
+from collectors import specs
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_DIR = REPO_ROOT / "sandboxes" / "web"
 
@@ -120,15 +122,7 @@ def parse_target(text: str) -> Target:
 
 
 def _keys(where: str, obj: Any, allowed: set[str], required: set[str] = frozenset()) -> dict:
-    if not isinstance(obj, dict):
-        raise SpecError(f"{where}: expected a mapping, got {type(obj).__name__}")
-    extra = set(obj) - allowed
-    if extra:
-        raise SpecError(f"{where}: unknown key(s) {sorted(extra)} (allowed: {sorted(allowed)})")
-    missing = required - set(obj)
-    if missing:
-        raise SpecError(f"{where}: missing key(s) {sorted(missing)}")
-    return obj
+    return specs.check_keys(where, obj, allowed, SpecError, required)
 
 
 def _step(where: str, raw: Any) -> Step:
@@ -223,19 +217,8 @@ def load_spec(path: Path | str) -> SiteSpec:
 
 
 def spec_files(paths: list[Path | str]) -> list[Path]:
-    """The YAML files among `paths` (a folder stands for the `*.yaml` files in it)."""
-    out: list[Path] = []
-    for p in map(Path, paths):
-        if p.is_dir():
-            found = sorted(p.glob("*.yaml"))
-            if not found:
-                raise SpecError(f"{p}: no *.yaml spec in this folder")
-            out += found
-        elif p.is_file():
-            out.append(p)
-        else:
-            raise SpecError(f"{p}: no such spec file or folder")
-    return out
+    """The spec files named (a folder stands for the `*.yaml` files in it)."""
+    return specs.spec_files(paths, "browser site specs", SpecError)
 
 
 def default_specs() -> list[Path]:

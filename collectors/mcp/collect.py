@@ -16,7 +16,6 @@ own signal handlers are back in place by then.
 from __future__ import annotations
 
 import signal
-import sys
 import threading
 import time
 import uuid
@@ -43,6 +42,7 @@ from collectors.mcp.recorder import (
 )
 from collectors.mcp.spec import ServerSpec, SessionSpec, load_spec, spec_files
 from collectors.policies import Action, ScriptedPolicy
+from collectors.specs import check_sessions, stderr_echo  # noqa: F401 - stderr_echo: the CLI's echo
 from pipelines.sink import CollectionSink
 from schemas.options import at_least
 
@@ -237,16 +237,6 @@ def check_options(repeat: int, concurrency: int, call_timeout_s: float | None, r
         raise ValueError(f"--policy {policy}: use scripted or openai")
 
 
-def check_sessions(specs: list[ServerSpec], only: list[str] | None) -> None:
-    """Every `--session` names a session of the specs (`name` or `server/name`)."""
-    known = [f"{spec.name}/{s.name}" for spec in specs for s in spec.sessions]
-    names = set(known) | {k.split("/", 1)[1] for k in known}
-    unknown = [o for o in only or [] if o not in names]
-    if unknown:
-        raise ValueError(f"--session {', '.join(unknown)}: no such session in {', '.join(str(s.path) for s in specs)}; "
-                         f"the sessions are {', '.join(known) or 'none'}")
-
-
 def check_agent_endpoint(jobs: list[Job], openai: dict[str, Any]) -> None:
     """A session with the openai policy needs an agent endpoint: found missing here, not as an
     error inside each running session."""
@@ -432,7 +422,3 @@ async def _run_jobs(specs: list[ServerSpec], planned: list[Job] | None, out: Pat
         summary.raw_files, summary.raw_bytes, summary.raw_zstd_bytes = len(raw.files), raw.bytes_in, raw.bytes_out
         summary.in_flight = [j.key for j in jobs if j.key in stopped]
         summary.not_started = len(jobs) - summary.sessions - len(summary.in_flight)  # cut_short are sessions
-
-
-def stderr_echo(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)

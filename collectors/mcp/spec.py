@@ -25,6 +25,7 @@ from typing import Any
 
 import yaml
 
+from collectors import specs
 from collectors.mcp.faults import FAULTS
 from collectors.policies import Action
 from schemas.records import dumps
@@ -149,15 +150,6 @@ def expand(value: Any, values: dict[str, str]) -> Any:
     return value
 
 
-def _check_keys(where: str, obj: Any, allowed: set[str]) -> dict:
-    if not isinstance(obj, dict):
-        raise SpecError(f"{where}: expected a mapping, got {type(obj).__name__}")
-    unknown = set(obj) - allowed
-    if unknown:
-        raise SpecError(f"{where}: unknown keys {sorted(unknown)}; known: {sorted(allowed)}")
-    return obj
-
-
 def _step(where: str, raw: Any) -> StepSpec:
     d = _check_keys(where, raw, _STEP_KEYS)
     kinds = [k for k in ("tool", "resource", "prompt") if k in d]
@@ -177,16 +169,11 @@ def _step(where: str, raw: Any) -> StepSpec:
 def spec_files(paths: list[Path | str]) -> list[Path]:
     """The spec files named: a directory stands for its `*.yaml` / `*.yml` specs (as the default,
     `sandboxes/mcp/`, does); one without any is an error, not a run of no sessions."""
-    out: list[Path] = []
-    for p in map(Path, paths):
-        if p.is_dir():
-            found = sorted(f for f in p.iterdir() if f.suffix in (".yaml", ".yml") and f.is_file())
-            if not found:
-                raise SpecError(f"{p}: a directory without MCP server specs (*.yaml) in it")
-            out += found
-        else:
-            out.append(p)
-    return out
+    return specs.spec_files(paths, "MCP server specs", SpecError)
+
+
+def _check_keys(where: str, obj: Any, allowed: set[str]) -> dict:
+    return specs.check_keys(where, obj, allowed, SpecError)
 
 
 def load_spec(path: Path | str) -> ServerSpec:

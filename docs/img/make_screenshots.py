@@ -29,14 +29,12 @@ from pathlib import Path
 from PIL import Image
 from playwright.sync_api import expect, sync_playwright
 
+from collectors.browser.session import CHROMIUM_ARGS, chromium_path
+
 ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "docs" / "img"
 BIN = Path(sys.executable).parent
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-]
+CHROMIUM = str(chromium_path())
 MAX_BYTES = 400_000
 SOURCE, DAY = "sample", "2026-11-01"
 EXPAND_GROUPS = (
@@ -164,7 +162,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         env = prepare_dagster_home(Path(tmp))  # in-process Dagster runs, before Playwright's event loop
         with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            browser = pw.chromium.launch(executable_path=CHROMIUM, args=[*CHROMIUM_ARGS, "--headless=new"])
             try:
                 report_png(browser, a.workdir)
                 asset_graph_png(browser, env)

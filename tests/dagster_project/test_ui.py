@@ -27,16 +27,12 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import expect, sync_playwright
 
+from collectors.browser.session import CHROMIUM_ARGS, chromium_path
 from pipelines.query import run_query
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "build" / "test-artifacts"
-CHROMIUM = Path("/usr/bin/chromium")
-# Chromium's background connections (updates, sync, QUIC probes) are refused on a closed network.
-CHROMIUM_ARGS = [
-    "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-]
+CHROMIUM = chromium_path()
 SOURCE = "sample"
 DAY = "2026-11-01"
 MTIME = dt.datetime(2026, 11, 1, 12, tzinfo=dt.UTC).timestamp()
@@ -169,7 +165,7 @@ def test_materialize_one_partition_through_the_ui(tmp_path: Path, sample: Path) 
 def _launch_through_the_browser(base: str, log: Path) -> str:
     """Lineage → Catalog → ingested_traces → Materialize… → one partition → the run page: Success."""
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=[*CHROMIUM_ARGS, "--headless=new"])
         context = browser.new_context(viewport={"width": 1400, "height": 900})
         context.set_default_timeout(UI_MS)
         context.add_init_script(EXPAND_GROUPS)

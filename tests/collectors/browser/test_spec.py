@@ -44,7 +44,7 @@ def test_the_bundled_spec_loads() -> None:
     ("      - {do: fill, target: 'textbox \"a\"'}", "step 0: fill needs `value`"),
     ("      - {do: click, target: 'Button a'}", "step 0: target: expected `role \"name\"`"),
     ("      - {do: click, ref: x1}", "step 0: ref must look like e12"),
-    ("      - {do: goto, url: /a, ref: e1}", "step 0: unknown key(s) ['ref']"),
+    ("      - {do: goto, url: /a, ref: e1}", "step 0: unknown keys ['ref']"),
     ("      - {do: fill, target: 'textbox', value: 3}", "step 0: `value` must be text"),
     ("      - {do: goto, url: cart.html}", "step 0: url must be a path on the site (/cart.html) or a whole URL"),
 ])
@@ -96,3 +96,13 @@ def test_targets_and_refs() -> None:
     - text: x"""
     assert find_ref(quoted, Target("button", "Total: $5")) == "e2"
     assert find_ref(quoted, Target("heading", "It's #1: here")) == "e3"
+
+
+def test_an_unknown_session_is_refused_before_chromium_starts(tmp_path: Path) -> None:
+    from collectors.browser.collect import collect
+
+    with pytest.raises(ValueError) as e:
+        collect(default_specs(), tmp_path / "c", only=["order-mugs", "order-mug"])
+    assert str(e.value).startswith("--session order-mug: no such session in ")
+    assert "the sessions are shop/order-mugs, shop/search-socks, shop/checkout-mistakes, shop/dead-ends" in str(e.value)
+    assert not (tmp_path / "c").exists()

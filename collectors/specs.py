@@ -1,0 +1,62 @@
+"""What the live collectors' YAML specs share (MCP servers, browser sites): checking a mapping's keys,
+the spec files a folder stands for, the `--session` names a run selects, and the progress echo.
+
+Each collector keeps its own `SpecError` (a ValueError) and passes it in, so its messages keep saying
+whose spec is wrong."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+
+class _Spec(Protocol):
+    name: str
+    path: Path
+    sessions: Sequence[Any]  # each with a `name`
+
+
+def check_keys(where: str, obj: Any, allowed: set[str], error: type[ValueError], required: set[str] = frozenset()) -> dict:
+    """`obj` as a mapping with only `allowed` keys and every `required` one; `error(...)` naming `where` otherwise."""
+    if not isinstance(obj, dict):
+        raise error(f"{where}: expected a mapping, got {type(obj).__name__}")
+    unknown = set(obj) - allowed
+    if unknown:
+        raise error(f"{where}: unknown keys {sorted(unknown)}; known: {sorted(allowed)}")
+    missing = required - set(obj)
+    if missing:
+        raise error(f"{where}: missing keys {sorted(missing)}")
+    return obj
+
+
+def spec_files(paths: list[Path | str], what: str, error: type[ValueError]) -> list[Path]:
+    """The spec files named: a directory stands for its `*.yaml` / `*.yml` files; one without any is an
+    error (`... a directory without {what} (*.yaml) in it`), not a run of no sessions. A path that is
+    not there is left to the spec loader, which says it cannot read it."""
+    out: list[Path] = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            found = sorted(f for f in p.iterdir() if f.suffix in (".yaml", ".yml") and f.is_file())
+            if not found:
+                raise error(f"{p}: a directory without {what} (*.yaml) in it")
+            out += found
+        else:
+            out.append(p)
+    return out
+
+
+def check_sessions(specs: Sequence[_Spec], only: list[str] | None) -> None:
+    """Every `--session` names a session of the specs (`name` or `spec/name`)."""
+    known = [f"{spec.name}/{s.name}" for spec in specs for s in spec.sessions]
+    names = set(known) | {k.split("/", 1)[1] for k in known}
+    unknown = [o for o in only or [] if o not in names]
+    if unknown:
+        raise ValueError(f"--session {', '.join(unknown)}: no such session in {', '.join(str(s.path) for s in specs)}; "
+                         f"the sessions are {', '.join(known) or 'none'}")
+
+
+def stderr_echo(msg: str) -> None:
+    """A collector's per-session progress line."""
+    print(msg, file=sys.stderr, flush=True)
