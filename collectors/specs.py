@@ -57,6 +57,16 @@ def check_sessions(specs: Sequence[_Spec], only: list[str] | None) -> None:
                          f"the sessions are {', '.join(known) or 'none'}")
 
 
+def fault_kinds(text: str | None, known: Sequence[str]) -> tuple[str, ...]:
+    """`--faults` as names: comma-separated, `all` (every known kind), or empty / `none` (no faults).
+    Unknown names are the caller's to refuse (it says which kinds it has)."""
+    if not text or text.strip().lower() in ("none", ""):
+        return ()
+    if text.strip().lower() == "all":
+        return tuple(sorted(known))
+    return tuple(k.strip() for k in text.split(",") if k.strip())
+
+
 def stderr_echo(msg: str) -> None:
     """A collector's per-session progress line."""
     print(msg, file=sys.stderr, flush=True)

@@ -23,6 +23,7 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from collectors.browser.spec import SiteSpec, Step, Target
+from collectors.specs import fault_kinds
 
 CHROMIUM = Path("/usr/bin/chromium")
 # chromium as root in a container needs --no-sandbox; its background connections (updates, sync, QUIC
@@ -92,10 +93,8 @@ class FaultPlan:
 
     @classmethod
     def parse(cls, text: str | None, rate: float | None, seed: int) -> FaultPlan:
-        if not text:
-            return cls(seed=seed)
-        kinds = tuple(FAULT_KINDS) if text.strip() == "all" else tuple(k.strip() for k in text.split(",") if k.strip())
-        return cls(kinds, 0.25 if rate is None else rate, seed)
+        kinds = fault_kinds(text, FAULT_KINDS)
+        return cls(kinds, 0.25 if rate is None else rate, seed) if kinds else cls(seed=seed)
 
     def as_dict(self) -> dict[str, Any]:
         return {"kinds": list(self.kinds), "rate": self.rate, "seed": self.seed} if self.kinds else {}

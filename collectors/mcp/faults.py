@@ -28,6 +28,7 @@ from mcp_types import ErrorData, JSONRPCError, JSONRPCRequest, JSONRPCResponse
 
 from collectors.mcp.fault_kinds import FAULTS
 from collectors.mcp.wire import WireLog, _StreamWrapper
+from collectors.specs import fault_kinds
 from schemas.records import digest
 
 RATE_LIMIT_CODE = -32010  # implementation-defined band (-32000..-32019); -32000/-32001 are SDK-internal
@@ -65,10 +66,7 @@ class FaultConfig:
               latency_s: tuple[float, float] = (0.1, 0.5)) -> FaultConfig:
         """`kinds`: comma-separated names, `all`, or empty/`none`. A rate defaults to 0.25 when
         kinds are given."""
-        names: tuple[str, ...] = ()
-        if kinds and kinds.strip().lower() not in ("none", ""):
-            names = tuple(sorted(FAULTS)) if kinds.strip().lower() == "all" else \
-                tuple(k.strip() for k in kinds.split(",") if k.strip())
+        names = fault_kinds(kinds, FAULTS)
         if rate is None:
             rate = 0.25 if names else 0.0
         return cls(names, rate, seed, latency_s)

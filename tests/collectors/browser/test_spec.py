@@ -106,3 +106,12 @@ def test_an_unknown_session_is_refused_before_chromium_starts(tmp_path: Path) ->
     assert str(e.value).startswith("--session order-mug: no such session in ")
     assert "the sessions are shop/order-mugs, shop/search-socks, shop/checkout-mistakes, shop/dead-ends" in str(e.value)
     assert not (tmp_path / "c").exists()
+
+
+def test_fault_options_read_as_mcp_reads_them() -> None:
+    from collectors.browser.session import FaultPlan
+
+    assert FaultPlan.parse("all", None, 3) == FaultPlan(("http_error",), 0.25, 3)
+    assert FaultPlan.parse("none", 0.5, 3) == FaultPlan.parse("", None, 3) == FaultPlan((), 0.25, 3)
+    with pytest.raises(ValueError, match=r"unknown browser fault kind\(s\) \['latency'\]; known: \['http_error'\]"):
+        FaultPlan.parse("http_error,latency", None, 0)
