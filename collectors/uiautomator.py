@@ -29,6 +29,7 @@ from __future__ import annotations
 import io
 import re
 import xml.etree.ElementTree as ET
+from dataclasses import dataclass
 from typing import IO
 
 from collectors.android_views import View, count_views, parse_bounds_str, render_tree
@@ -82,6 +83,69 @@ def _window_line(a: dict) -> str:
     return f'window {a.get("index", "?")} "{a.get("title") or ""}" {a.get("type") or ""}{flags}'.rstrip()
 
 
+@dataclass
+class Hierarchy:
+    """One parsed dump: the document element's attributes, its views (a plain dump), or its windows
+    (`--windows`: each window's attributes and views), and the packages the views name."""
+
+    attrs: dict[str, str]
+    roots: list[View]
+    windows: list[dict] | None
+    packages: set[str]
+
+    def render(self) -> str:
+        """The screen as text (`render_tree`; a `--windows` dump window by window)."""
+        if self.windows is None:
+            return render_tree(self.roots)
+        return "\n".join(_window_line(w["attrs"]) + ("\n" + render_tree(w["roots"]) if w["roots"] else "")
+                         for w in self.windows)
+
+
+def parse_hierarchy(xml: bytes) -> Hierarchy:
+    """A uiautomator dump's views (shared by this importer and the live Android collector); a
+    RecordError for what is not one (bad XML, another root element, a DTD)."""
+    if _UNSAFE.search(xml):
+        raise RecordError(
+            "unsafe_xml", "DOCTYPE or ENTITY declaration (refused: a uiautomator dump has none)"
+        )
+    root_attrs: dict[str, str] | None = None
+    roots: list[View] = []
+    stack: list[View] = []
+    packages: set[str] = set()
+    windows: list[dict] | None = None  # a `--windows` dump: each window's attributes and views
+    display = None
+    try:
+        for event, el in ET.iterparse(io.BytesIO(xml), events=("start", "end")):
+            if root_attrs is None:  # the first start event: the document element
+                if el.tag not in ("hierarchy", "displays"):
+                    raise RecordError("malformed_record", f"root element is <{el.tag}>, not <hierarchy>")
+                root_attrs = dict(el.attrib)
+                windows = [] if el.tag == "displays" else None
+                continue
+            if windows is not None and not stack and el.tag in _WINDOW_TAGS:
+                if event == "start" and el.tag == "display":
+                    display = el.get("id")
+                elif event == "start" and el.tag == "window":
+                    windows.append({"attrs": {"display": display, **el.attrib}, "roots": []})
+                    roots = windows[-1]["roots"]
+                elif event == "start" and windows:
+                    windows[-1]["attrs"]["rotation"] = el.get("rotation")
+                continue
+            if event == "start":
+                v = _view(el)
+                if el.get("package"):
+                    packages.add(el.get("package", ""))
+                (stack[-1].children if stack else roots).append(v)
+                stack.append(v)
+            elif stack:  # the end of a view (the hierarchy's own end has an empty stack)
+                stack.pop()
+                el.clear()
+    except ET.ParseError as e:
+        line, col = e.position
+        raise RecordError("invalid_xml", f"XML error at line {line} column {col}: {e}") from None
+    return Hierarchy(root_attrs or {}, roots if windows is None else [], windows, packages)
+
+
 class UiAutomatorImporter(Importer):
     name = "uiautomator"
     container = "text"
@@ -117,46 +181,8 @@ class UiAutomatorImporter(Importer):
 
     def convert(self, record: tuple[bytes, bytes], locator: str, ctx: ImportContext) -> Trajectory:
         xml, trailing = record
-        if _UNSAFE.search(xml):
-            raise RecordError(
-                "unsafe_xml", "DOCTYPE or ENTITY declaration (refused: a uiautomator dump has none)"
-            )
-        root_attrs: dict[str, str] | None = None
-        roots: list[View] = []
-        stack: list[View] = []
-        packages: set[str] = set()
-        windows: list[dict] | None = None  # a `--windows` dump: each window's attributes and views
-        display = None
-        try:
-            for event, el in ET.iterparse(io.BytesIO(xml), events=("start", "end")):
-                if root_attrs is None:  # the first start event: the document element
-                    if el.tag not in ("hierarchy", "displays"):
-                        raise RecordError("malformed_record", f"root element is <{el.tag}>, not <hierarchy>")
-                    root_attrs = dict(el.attrib)
-                    windows = [] if el.tag == "displays" else None
-                    continue
-                if windows is not None and not stack and el.tag in _WINDOW_TAGS:
-                    if event == "start" and el.tag == "display":
-                        display = el.get("id")
-                    elif event == "start" and el.tag == "window":
-                        windows.append({"attrs": {"display": display, **el.attrib}, "roots": []})
-                        roots = windows[-1]["roots"]
-                    elif event == "start" and windows:
-                        windows[-1]["attrs"]["rotation"] = el.get("rotation")
-                    continue
-                if event == "start":
-                    v = _view(el)
-                    if el.get("package"):
-                        packages.add(el.get("package", ""))
-                    (stack[-1].children if stack else roots).append(v)
-                    stack.append(v)
-                elif stack:  # the end of a view (the hierarchy's own end has an empty stack)
-                    stack.pop()
-                    el.clear()
-        except ET.ParseError as e:
-            line, col = e.position
-            raise RecordError("invalid_xml", f"XML error at line {line} column {col}: {e}") from None
-        root_attrs = root_attrs or {}
+        h = parse_hierarchy(xml)
+        root_attrs, roots, windows, packages = h.attrs, h.roots, h.windows, h.packages
         rotation = root_attrs.get("rotation") if windows is None else next(
             (w["attrs"]["rotation"] for w in windows if w["attrs"].get("rotation")), None)
         tail = trailing.decode("utf-8", errors="replace").strip()
@@ -168,11 +194,7 @@ class UiAutomatorImporter(Importer):
             "windows": [w["attrs"] for w in windows] if windows is not None else None,
             "trailing_text": tail or None,
         }
-        if windows is not None:
-            state = "\n".join(_window_line(w["attrs"]) + ("\n" + render_tree(w["roots"]) if w["roots"] else "")
-                              for w in windows)
-        else:
-            state = render_tree(roots)
+        state = h.render()
         return Trajectory(
             domain="android",  # the environment the format records: `--domain` does not change it
             source_format=self.name,

@@ -18,7 +18,7 @@ from pathlib import Path
 EXIT_QUARANTINED = 3
 
 # Modules that add subcommands: each has `register(subparsers, collect_subparsers)`.
-EXTENSIONS = ["sandboxes.cli", "collectors.mcp_cli", "collectors.browser_cli"]
+EXTENSIONS = ["sandboxes.cli", "collectors.mcp_cli", "collectors.browser_cli", "collectors.android_cli"]
 
 
 def _cmd_ingest(a: argparse.Namespace) -> int:
@@ -308,7 +308,7 @@ def build_parser() -> argparse.ArgumentParser:
     traces_arguments(s)
     s.set_defaults(func=_cmd_traces)
 
-    collect = sub.add_parser("collect", help="record live trajectories (Docker sandboxes, MCP servers, a browser)")
+    collect = sub.add_parser("collect", help="record live trajectories (Docker sandboxes, MCP servers, a browser, an Android device)")
     collect_sub = collect.add_subparsers(dest="collector", required=True)
     for module in EXTENSIONS:
         try:

@@ -11,9 +11,7 @@ from __future__ import annotations
 import contextlib
 import time
 import uuid
-from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -30,6 +28,7 @@ from collectors.browser.spec import (
     spec_files,
     step_of_call,
 )
+from collectors.live import SessionSummary
 from collectors.policies import EndpointError, OpenAIChatPolicy, Policy
 from collectors.policies import Step as PolicyStep
 from collectors.specs import check_sessions
@@ -44,43 +43,18 @@ FAILED_OUTCOMES = ("policy_error", "agent_error", "browser_error")
 MAX_RELOADS = 3  # page loads a scripted session retries after a failed one (503), per step
 
 
-@dataclass
-class BrowserSummary:
-    """Counts of one run; `render()` is the one-screen summary."""
+class BrowserSummary(SessionSummary):
+    """Counts of one browser run (`SessionSummary`), with the requests to other origins it blocked."""
 
-    corpus: str
-    run_id: str
-    sessions: int = 0
-    turns: int = 0
-    error_turns: int = 0
-    seconds: float = 0.0
-    browser: str = ""
-    outcomes: Counter = field(default_factory=Counter)
-    perturbations: Counter = field(default_factory=Counter)
-    failures: list[str] = field(default_factory=list)
-    trajectory_ids: list[str] = field(default_factory=list)
-    blocked_requests: int = 0
-
-    @property
-    def failed(self) -> int:
-        return sum(self.outcomes[o] for o in FAILED_OUTCOMES)
+    def __init__(self, corpus: str, run_id: str):
+        super().__init__("collect browser", SOURCE_FORMAT, FAILED_OUTCOMES, corpus, run_id)
+        self.browser = ""
+        self.blocked_requests = 0
 
     def render(self) -> str:
-        lines = [
-            f"worldline collect browser: {self.sessions} sessions, {self.turns} turns "
-            f"({self.error_turns} error turns) in {self.seconds:.1f}s -> {self.corpus}",
-            f"  browser: chromium {self.browser}; run {self.run_id}",
-            "  outcomes: " + (", ".join(f"{k} {v}" for k, v in sorted(self.outcomes.items())) or "none"),
-        ]
-        if self.perturbations:
-            lines.append("  perturbed turns: " + ", ".join(f"{k} {v}" for k, v in sorted(self.perturbations.items())))
-        if self.blocked_requests:
-            lines.append(f"  requests to other origins blocked: {self.blocked_requests}")
-        for f in self.failures[:20]:
-            lines.append(f"  failed: {f}")
-        lines.append(f'  see: worldline query {self.corpus} "SELECT * FROM trajectories WHERE source_format = '
-                     f"'{SOURCE_FORMAT}'\"")
-        return "\n".join(lines)
+        self.environment = f"browser: chromium {self.browser}"
+        self.notes = [f"requests to other origins blocked: {self.blocked_requests}"] if self.blocked_requests else []
+        return super().render()
 
 
 def collect(spec_paths: list[Path | str], out: Path | str, *, repeat: int = 1, only: list[str] | None = None,
@@ -130,15 +104,8 @@ def collect(spec_paths: list[Path | str], out: Path | str, *, repeat: int = 1, o
 
 def _count(summary: BrowserSummary, spec: SiteSpec, session: Session, rep: int, traj: Trajectory,
            meta: dict[str, Any]) -> None:
-    summary.sessions += 1
-    summary.turns += len(traj.turns)
-    summary.error_turns += sum(1 for t in traj.turns if t.is_error)
-    summary.outcomes[traj.outcome or "none"] += 1
-    summary.perturbations.update(t.perturbation for t in traj.turns if t.perturbation)
-    summary.trajectory_ids.append(traj.trajectory_id)
+    summary.count(f"{spec.name}/{session.name}#{rep}", traj, meta.get("failure"))
     summary.blocked_requests += len(meta.get("blocked_requests", []))
-    if traj.outcome in FAILED_OUTCOMES:
-        summary.failures.append(f"{spec.name}/{session.name}#{rep}: {meta.get('failure')}")
 
 
 def record(browser: BrowserSession, spec: SiteSpec, session: Session, rep: int, faults: FaultPlan,

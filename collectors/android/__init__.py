@@ -1,0 +1,1 @@
+"""Live Android collection through adb (`worldline collect android`)."""

@@ -1,0 +1,98 @@
+"""The adb boundary: finding adb and the device (each failure says what to install or start), the
+screen as `uiautomator dump` gives it, and input as `adb shell input` takes it."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from collectors.android.device import (
+    ActionRefused,
+    AdbDevice,
+    DeviceError,
+    DeviceUnavailable,
+    Screen,
+    text_arg,
+)
+from collectors.android.spec import parse_target
+from tests.collectors.android.conftest import FakeDevice, recorded_screen
+
+
+def test_no_adb(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.delenv("WORLDLINE_ADB", raising=False)
+    with pytest.raises(DeviceUnavailable, match=r"^no adb at 'adb': install it \(Debian: apt-get install adb\) or name "
+                                                r"it with --adb / WORLDLINE_ADB$"):
+        AdbDevice().setup()
+
+
+@pytest.mark.parametrize(("listed", "serial", "message"), [
+    ("", None, r"^no Android device online: start an emulator \(emulator -avd NAME\) or connect a phone"),
+    ("emulator-5554\toffline", None, r"^no Android device online \(adb lists emulator-5554 \(offline\)\): start"),
+    ("emulator-5554\tdevice\nR58M\tdevice", None, r"^2 devices online \(emulator-5554, R58M\): choose one with --serial$"),
+    ("emulator-5554\tdevice", "R58M", r"^device R58M is not online \(adb devices: not listed\): start an emulator"),
+])
+def test_no_device(device: FakeDevice, monkeypatch: pytest.MonkeyPatch, listed: str, serial: str | None,
+                   message: str) -> None:
+    monkeypatch.setenv("FAKE_ADB_DEVICES", listed)
+    with pytest.raises(DeviceUnavailable, match=message):
+        AdbDevice(serial).setup()
+
+
+def test_the_device_and_its_screen(device: FakeDevice) -> None:
+    with AdbDevice() as d:
+        assert (d.serial, d.description) == ("emulator-5554", "droidbot-replay emulator-5554, Android ? (SDK ?)")
+        screen = d.dump()
+    # the replay's dump, read back through uiautomator's XML, is the recorded screen as the DroidBot
+    # importer renders it: the double serves the recording faithfully, and the collector's
+    # observations read as imported Android data does
+    assert screen.text == recorded_screen("08bd71")
+    assert len(screen.views) == 14 and screen.packages == ["com.yanzhenjie.album.sample"]
+    assert screen.find(parse_target('desc="Select Image"')) == 10
+    assert screen.center(10) == (1344, 208)
+    assert screen.center(14) == "no view [14] on this screen (its views are [0] to [13])"
+    assert screen.size == (1440, 2560)
+    assert device.log()[-1] == "exec-out uiautomator dump /dev/tty"
+
+
+def test_invisible_views_are_found_last(device: FakeDevice) -> None:
+    xml = (b'<hierarchy rotation="0"><node class="A" text="x" visible-to-user="false" bounds="[0,0][10,10]">'
+           b'<node class="B" text="x" bounds="[0,0][0,0]" /></node></hierarchy>')
+    s = Screen.parse(xml)
+    assert s.find(parse_target('text="x"')) == 1 and s.find(parse_target('text="x"'), 2) == 0
+    assert s.find(parse_target('text="x"'), 3) is None
+    assert s.center(1) == 'view [1] has no area on the screen (B text="x" bounds=[0,0][0,0])'
+
+
+def test_commands_that_fail(device: FakeDevice, monkeypatch: pytest.MonkeyPatch) -> None:
+    with AdbDevice() as d:
+        with pytest.raises(DeviceError, match=r"^am start -n com.example/.Main: Error: Activity class "
+                                              r"\{com.example/.Main\} does not exist.$"):
+            d.launch("com.example/.Main")
+        monkeypatch.setenv("FAKE_ADB_FAIL_AFTER", "0")
+        with pytest.raises(DeviceError, match=r"^adb exec-out uiautomator dump /dev/tty: exit 1: "
+                                              r"adb: device 'emulator-5554' not found$"):
+            d.dump()
+
+
+def test_a_dump_that_is_not_one(tmp_path: Path) -> None:
+    adb = tmp_path / "adb"
+    adb.write_text("#!/bin/sh\ncase \"$*\" in *devices*) printf 'List of devices attached\\nX\\tdevice\\n';; "
+                   "*uiautomator*) echo 'ERROR: null root node returned by UiTestAutomationBridge.';; esac\n")
+    adb.chmod(0o755)
+    d = AdbDevice(adb=adb)
+    d.setup()
+    with pytest.raises(DeviceError, match=r"^uiautomator dump gave no view hierarchy \(ERROR: null root node"):
+        d.dump()
+    assert os.access(adb, os.X_OK)
+
+
+def test_text_as_input_takes_it() -> None:
+    assert text_arg("wool socks") == "'wool%ssocks'"
+    assert text_arg("it's 50%") == "'it'\\''s%s50\\%'"
+    with pytest.raises(ActionRefused, match="printable ASCII only"):
+        text_arg("café")
+    with pytest.raises(ActionRefused):
+        text_arg("two\nlines")

@@ -1,0 +1,156 @@
+"""A stand-in for `adb` with one device that replays a DroidBot exploration: the test double at the one
+boundary that cannot run here (an Android emulator), driven by recorded real data.
+
+The device shows the screens the recording saved, as `uiautomator dump` writes them (DroidBot's view
+lists turned back into the dump's nested XML), and moves between them as the recording did: a tap
+inside the bounds of a view that a recorded touch hit goes where that touch went (the smallest such
+view), a key goes where the recorded key went, `am start` where the recorded intent went. An input
+the recording never sent from that screen leaves the screen as it is (a replay knows only what was
+recorded) and is logged as `unrecorded`. The device starts on the first screen the recording saved.
+
+Environment: FAKE_ADB_RECORDING (a DroidBot output folder), FAKE_ADB_HOME (a folder for the device's
+state, `screen`, and `log`, one line per command); optional FAKE_ADB_DEVICES (`adb devices` lines
+after the header, default `emulator-5554<TAB>device`), FAKE_ADB_FAIL_AFTER (this many commands
+answered, then every command fails as a device that went away does).
+
+Run as `python fake_adb.py ARGS...`; `install(folder, recording)` writes an `adb` script that does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from xml.sax.saxutils import quoteattr
+
+SERIAL = "emulator-5554"
+_FLAGS = ("checkable", "checked", "clickable", "enabled", "focusable", "focused", "scrollable", "long-clickable",
+          "password", "selected")
+_DROIDBOT_FLAG = {"long-clickable": "long_clickable", "password": "is_password"}
+
+
+def install(folder: Path, recording: Path, **env: str) -> tuple[Path, dict[str, str]]:
+    """An executable `adb` in `folder` that runs this script, and the environment it needs."""
+    folder.mkdir(parents=True, exist_ok=True)
+    adb = folder / "adb"
+    adb.write_text(f"#!/bin/sh\nexec {sys.executable} {Path(__file__).resolve()} \"$@\"\n")
+    adb.chmod(0o755)
+    home = folder / "device"
+    home.mkdir(exist_ok=True)
+    return adb, {"FAKE_ADB_RECORDING": str(recording), "FAKE_ADB_HOME": str(home), **env}
+
+
+class Recording:
+    def __init__(self, folder: Path):
+        self.states: dict[str, dict] = {}
+        self.first: str | None = None
+        for f in sorted((folder / "states").glob("state_*.json")):
+            st = json.loads(f.read_text())
+            self.states[st["state_str"]] = st
+            self.first = self.first or st["state_str"]
+        self.events = [json.loads(f.read_text()) for f in sorted((folder / "events").glob("event_*.json"))]
+
+    def dump(self, screen: str) -> str:
+        views = self.states[screen]["views"]
+
+        def node(i: int, sibling: int) -> str:
+            v = views[i]
+            (x1, y1), (x2, y2) = v.get("bounds") or [[0, 0], [0, 0]]
+            attrs = {"index": str(sibling), "text": v.get("text") or "", "resource-id": v.get("resource_id") or "",
+                     "class": v.get("class") or "", "package": v.get("package") or "",
+                     "content-desc": v.get("content_description") or ""}
+            for flag in _FLAGS:
+                value = v.get(_DROIDBOT_FLAG.get(flag, flag), flag == "enabled")
+                attrs[flag] = "true" if value else "false"
+            attrs["visible-to-user"] = "false" if v.get("visible") is False else "true"
+            attrs["bounds"] = f"[{x1},{y1}][{x2},{y2}]"
+            inner = "".join(node(c, k) for k, c in enumerate(v.get("children") or []))
+            head = "<node " + " ".join(f"{k}={quoteattr(a)}" for k, a in attrs.items())
+            return f"{head}>{inner}</node>" if inner else f"{head} />"
+
+        roots = [i for i, v in enumerate(views) if v.get("parent", -1) == -1]
+        body = "".join(node(r, k) for k, r in enumerate(roots))
+        return f"<?xml version='1.0' encoding='UTF-8' standalone='yes' ?><hierarchy rotation=\"0\">{body}</hierarchy>"
+
+    def after(self, screen: str, kind: str, *args: object) -> str | None:
+        """Where the recording went from `screen` on this input, or None if it never sent it there."""
+        hits = []
+        for e in self.events:
+            ev = e["event"]
+            if kind == "intent":
+                if ev.get("event_type") == "intent" and str(ev.get("intent", "")).split()[-1:] == [args[0]]:
+                    return e["stop_state"]
+                continue
+            if e.get("start_state") != screen:
+                continue
+            if kind == "key" and ev.get("event_type") == "key" and ev.get("name") == args[0]:
+                return e["stop_state"]
+            if kind in ("touch", "long_touch") and ev.get("event_type") == kind and ev.get("view"):
+                (x1, y1), (x2, y2) = ev["view"].get("bounds") or [[0, 0], [0, 0]]
+                x, y = args
+                if x1 <= x < x2 and y1 <= y < y2:  # type: ignore[operator]
+                    hits.append(((x2 - x1) * (y2 - y1), e["stop_state"]))
+        return min(hits)[1] if hits else None
+
+
+def _component(comp: str) -> str:
+    pkg, _, act = comp.partition("/")
+    return f"{pkg}/{pkg}{act}" if act.startswith(".") else comp
+
+
+def main(argv: list[str]) -> int:
+    home = Path(os.environ["FAKE_ADB_HOME"])
+    with (home / "log").open("a") as log:
+        log.write(" ".join(argv) + "\n")
+    devices = os.environ.get("FAKE_ADB_DEVICES", f"{SERIAL}\tdevice")
+    if argv[:1] == ["devices"]:
+        print("List of devices attached\n" + (devices + "\n" if devices else ""))
+        return 0
+    if argv[:1] == ["-s"]:
+        if argv[1] != SERIAL or f"{SERIAL}\tdevice" not in devices:
+            print(f"adb: device '{argv[1]}' not found", file=sys.stderr)
+            return 1
+        argv = argv[2:]
+    count = home / "count"
+    n = int(count.read_text()) + 1 if count.exists() else 1
+    count.write_text(str(n))
+    if "FAKE_ADB_FAIL_AFTER" in os.environ and n > int(os.environ["FAKE_ADB_FAIL_AFTER"]):
+        print(f"adb: device '{SERIAL}' not found", file=sys.stderr)
+        return 1
+    rec = Recording(Path(os.environ["FAKE_ADB_RECORDING"]))
+    state = home / "screen"
+    screen = state.read_text() if state.exists() else rec.first or ""
+    nxt: str | None = screen
+    match argv:
+        case ["shell", "getprop", prop]:
+            print({"ro.product.model": "droidbot-replay"}.get(prop, ""))
+        case ["exec-out", "uiautomator", "dump", "/dev/tty"]:
+            sys.stdout.write(rec.dump(screen) + "UI hierchary dumped to: /dev/tty\n")
+        case ["shell", "input", "tap", x, y]:
+            nxt = rec.after(screen, "touch", int(x), int(y))
+        case ["shell", "input", "swipe", x1, y1, x2, y2, ms] if (x1, y1) == (x2, y2) and int(ms) >= 500:
+            nxt = rec.after(screen, "long_touch", int(x1), int(y1))
+        case ["shell", "input", "keyevent", key] if key.startswith("KEYCODE_"):
+            nxt = rec.after(screen, "key", key.removeprefix("KEYCODE_"))
+        case ["shell", "input", ("swipe" | "text"), *_]:
+            nxt = None
+        case ["shell", "am", "start", *opts, "-n", comp] if set(opts) <= {"-S", "-W"}:
+            nxt = rec.after(screen, "intent", _component(comp))
+            if nxt is None:
+                print(f"Starting: Intent {{ cmp={comp} }}\nError type 3\nError: Activity class {{{comp}}} does not exist.")
+                return 0
+            print(f"Starting: Intent {{ cmp={comp} }}\nStatus: ok\nActivity: {comp}\nComplete")
+        case _:
+            print(f"fake adb: not a command this stand-in knows: {' '.join(argv)}", file=sys.stderr)
+            return 1
+    if nxt is None or nxt not in rec.states:  # not recorded, or the recording never saved that screen
+        with (home / "log").open("a") as log:
+            log.write(f"unrecorded: {' '.join(argv)} on {screen[:6]}\n" if nxt is None else f"unsaved: {nxt[:6]}\n")
+        nxt = screen
+    state.write_text(nxt)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
