@@ -4,6 +4,11 @@ from __future__ import annotations
 
 import dagster as dg
 
+from dagster_project.android_assets import (
+    AndroidDevicesResource,
+    android_contract_checks,
+    android_trajectories,
+)
 from dagster_project.assets import corpus_report, ingested_traces
 from dagster_project.browser_assets import BrowserSitesResource, browser_contract_checks, browser_trajectories
 from dagster_project.checks import corpus_contracts
@@ -18,11 +23,11 @@ from dagster_project.traces_assets import thinking_traces, traces_checks, traces
 
 defs = dg.Definitions(
     assets=[
-        ingested_traces, mcp_trajectories, sandbox_trajectories, browser_trajectories,
+        ingested_traces, mcp_trajectories, sandbox_trajectories, browser_trajectories, android_trajectories,
         cleaning_verdicts, dedup_clusters, turn_scores, training_export, thinking_traces, corpus_report,
     ],
     asset_checks=[
-        corpus_contracts, mcp_contract_checks, sandbox_contract_checks, browser_contract_checks,
+        corpus_contracts, mcp_contract_checks, sandbox_contract_checks, browser_contract_checks, android_contract_checks,
         cleaning_checks, dedup_checks, turn_scores_checks, export_checks, traces_checks,
     ],
     jobs=[ingest_job],
@@ -31,7 +36,7 @@ defs = dg.Definitions(
     resources={
         **build_resources(), **traces_resources(),
         "mcp_servers": McpServersResource(), "sandbox_pool": SandboxPoolResource(),
-        "browser_sites": BrowserSitesResource(),
+        "browser_sites": BrowserSitesResource(), "android_devices": AndroidDevicesResource(),
         "scoring_model": ScoringModelResource(),
     },
 )

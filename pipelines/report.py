@@ -15,6 +15,7 @@ from pathlib import Path
 
 import duckdb
 
+from collectors.android.report import section_android
 from collectors.browser.report import section_browser
 from collectors.mcp_report import section_mcp
 from pipelines.dedup_report import section_cleaning, section_dedup
@@ -75,7 +76,7 @@ def section_errors(con: duckdb.DuckDBPyConnection) -> str:
 
 
 SECTIONS: list[Callable[[duckdb.DuckDBPyConnection], str]] = [
-    section_mix, section_lengths, section_errors, section_mcp, section_sandbox, section_browser,
+    section_mix, section_lengths, section_errors, section_mcp, section_sandbox, section_browser, section_android,
     section_cleaning, section_dedup, section_scores, section_export, section_traces]
 
 _CSS = """body{font:14px system-ui,sans-serif;margin:2em auto;max-width:980px;color:#222}

@@ -56,13 +56,15 @@ def test_definitions_load() -> None:
     graph = defs.resolve_asset_graph()
     assert {k.to_user_string() for k in graph.get_all_asset_keys()} == {
         "ingested_traces", "corpus_report", "mcp_trajectories", "sandbox_trajectories", "browser_trajectories",
-        "cleaning_verdicts", "dedup_clusters", "turn_scores", "training_export", "thinking_traces"}
+        "android_trajectories", "cleaning_verdicts", "dedup_clusters", "turn_scores", "training_export", "thinking_traces"}
     assert defs.resolve_job_def("ingest_job") is not None
     parents = {k.to_user_string(): {p.to_user_string() for p in graph.get(k).parent_keys} for k in graph.get_all_asset_keys()}
     # the order the CLI stages have in `make demo`: what cleaning and dedup drop is not model-scored,
     # export and traces read the kept turns and the loss masks
     assert parents["cleaning_verdicts"] == {"ingested_traces", "mcp_trajectories", "sandbox_trajectories",
                                            "browser_trajectories"}
+    # no device is the usual case: a failed android_trajectories must not hold the rest of a full run back
+    assert "android_trajectories" not in {p for ps in parents.values() for p in ps}
     assert parents["dedup_clusters"] == {"cleaning_verdicts"}
     assert parents["turn_scores"] == {"dedup_clusters"}
     assert parents["training_export"] == {"dedup_clusters", "turn_scores"}
