@@ -89,7 +89,9 @@ def text_arg(text: str) -> str:
     the whole quoted for the shell."""
     if not text.isascii() or any(c in text for c in "\n\r\t"):
         raise ActionRefused("input text types printable ASCII only (no accents, emoji, tabs or new lines)")
-    return "'" + text.replace("%", "\\%").replace(" ", "%s").replace("'", "'\\''") + "'"
+    if "%s" in text:  # `input` reads %s as a space and has no escape for it
+        raise ActionRefused("input text cannot type the two characters %s (it reads them as a space)")
+    return "'" + text.replace(" ", "%s").replace("'", "'\\''") + "'"
 
 
 class AdbDevice:
@@ -144,6 +146,8 @@ class AdbDevice:
             r = subprocess.run(cmd, capture_output=True, timeout=self.timeout_s, stdin=subprocess.DEVNULL)
         except subprocess.TimeoutExpired:
             raise DeviceError(f"adb {' '.join(args)}: no answer in {self.timeout_s:g}s") from None
+        except OSError as e:  # adb removed or made unrunnable mid-run
+            raise DeviceError(f"adb {' '.join(args)}: cannot run {self.adb}: {e.strerror or e}") from None
         if r.returncode != 0:
             err = (r.stderr or r.stdout).decode(errors="replace").strip().splitlines()
             raise DeviceError(f"adb {' '.join(args)}: exit {r.returncode}: {err[-1] if err else 'no message'}")

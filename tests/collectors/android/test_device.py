@@ -91,7 +91,9 @@ def test_a_dump_that_is_not_one(tmp_path: Path) -> None:
 
 def test_text_as_input_takes_it() -> None:
     assert text_arg("wool socks") == "'wool%ssocks'"
-    assert text_arg("it's 50%") == "'it'\\''s%s50\\%'"
+    assert text_arg("it's 50%") == "'it'\\''s%s50%'"
+    with pytest.raises(ActionRefused, match="cannot type the two characters %s"):
+        text_arg("100%sure")
     with pytest.raises(ActionRefused, match="printable ASCII only"):
         text_arg("café")
     with pytest.raises(ActionRefused):
