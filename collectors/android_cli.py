@@ -14,6 +14,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from collectors.live import add_session_arguments
+
 EXIT_SOME_FAILED = 3
 EXIT_INTERRUPTED = 130
 
@@ -22,12 +24,12 @@ def _cmd_collect_android(a: argparse.Namespace) -> int:
     from collectors.android.collect import collect
     from collectors.android.device import DeviceUnavailable
     from collectors.android.spec import default_specs
+    from collectors.live import agent_endpoint
     from collectors.specs import stderr_echo
 
     try:
-        openai = {k: v for k, v in {"base_url": a.agent_base_url, "model": a.agent_model}.items() if v}
         summary = collect(a.specs or default_specs(), a.out, serial=a.serial, adb=a.adb, repeat=a.repeat,
-                          only=a.session, policy=a.policy, openai=openai, max_turns=a.max_turns, settle_s=a.settle,
+                          only=a.session, policy=a.policy, openai=agent_endpoint(a), max_turns=a.max_turns, settle_s=a.settle,
                           echo=None if a.quiet else stderr_echo)
     except DeviceUnavailable as e:
         print(f"worldline collect android: {e}", file=sys.stderr)
@@ -51,14 +53,7 @@ def register(subparsers: argparse._SubParsersAction, collect_subparsers: argpars
     s.add_argument("--out", required=True, type=Path, help="corpus directory (created if missing)")
     s.add_argument("--serial", help="the device to drive (default: the only one `adb devices` lists online)")
     s.add_argument("--adb", help="the adb binary (default: $WORLDLINE_ADB, else adb on PATH)")
-    s.add_argument("--repeat", type=int, default=1, help="run each session this many times")
-    s.add_argument("--session", action="append", help="only this session (`name` or `app/name`); repeatable")
     s.add_argument("--settle", type=float, help="seconds to wait after each action before the screen is read "
                                                 "(default: each spec's settle_s, 0.5 if it has none)")
-    s.add_argument("--policy", choices=["scripted", "openai"], default="scripted",
-                   help="who acts: the spec's steps (default), or an agent behind an OpenAI-compatible endpoint")
-    s.add_argument("--agent-base-url", help="OpenAI-compatible endpoint (default: $WORLDLINE_AGENT_BASE_URL)")
-    s.add_argument("--agent-model", help="model name at the endpoint (default: $WORLDLINE_AGENT_MODEL)")
-    s.add_argument("--max-turns", type=int, default=20, help="actions an agent may take per session (default 20)")
-    s.add_argument("--quiet", action="store_true", help="no per-session progress lines")
+    add_session_arguments(s, "app")
     s.set_defaults(func=_cmd_collect_android)

@@ -12,6 +12,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from collectors.live import add_session_arguments
+
 EXIT_SOME_FAILED = 3
 EXIT_INTERRUPTED = 130
 
@@ -20,13 +22,13 @@ def _cmd_collect_browser(a: argparse.Namespace) -> int:
     from collectors.browser.collect import collect
     from collectors.browser.session import BrowserUnavailable, FaultPlan
     from collectors.browser.spec import default_specs
+    from collectors.live import agent_endpoint
     from collectors.specs import stderr_echo
 
     try:
         faults = FaultPlan.parse(a.faults, a.fault_rate, a.seed)
-        openai = {k: v for k, v in {"base_url": a.agent_base_url, "model": a.agent_model}.items() if v}
         summary = collect(a.specs or default_specs(), a.out, repeat=a.repeat, only=a.session, faults=faults,
-                          policy=a.policy, openai=openai, max_turns=a.max_turns, echo=None if a.quiet else stderr_echo)
+                          policy=a.policy, openai=agent_endpoint(a), max_turns=a.max_turns, echo=None if a.quiet else stderr_echo)
     except BrowserUnavailable as e:
         print(f"worldline collect browser: {e}", file=sys.stderr)
         return 1
@@ -50,15 +52,8 @@ def register(subparsers: argparse._SubParsersAction, collect_subparsers: argpars
     )
     s.add_argument("specs", nargs="*", type=Path, help="site spec YAML files or folders (default: sandboxes/web/*.yaml)")
     s.add_argument("--out", required=True, type=Path, help="corpus directory (created if missing)")
-    s.add_argument("--repeat", type=int, default=1, help="run each session this many times")
-    s.add_argument("--session", action="append", help="only this session (`name` or `site/name`); repeatable")
     s.add_argument("--faults", help="comma-separated fault kinds, or `all` (default: none)")
     s.add_argument("--fault-rate", type=float, help="probability of a fault per page load (default 0.25 with --faults)")
     s.add_argument("--seed", type=int, default=0, help="fault seed (with site, session and repetition: reproducible)")
-    s.add_argument("--policy", choices=["scripted", "openai"], default="scripted",
-                   help="who acts: the spec's steps (default), or an agent behind an OpenAI-compatible endpoint")
-    s.add_argument("--agent-base-url", help="OpenAI-compatible endpoint (default: $WORLDLINE_AGENT_BASE_URL)")
-    s.add_argument("--agent-model", help="model name at the endpoint (default: $WORLDLINE_AGENT_MODEL)")
-    s.add_argument("--max-turns", type=int, default=20, help="actions an agent may take per session (default 20)")
-    s.add_argument("--quiet", action="store_true", help="no per-session progress lines")
+    add_session_arguments(s, "site")
     s.set_defaults(func=_cmd_collect_browser)

@@ -3,10 +3,74 @@ the counts of a run and its one-screen summary."""
 
 from __future__ import annotations
 
+import argparse
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
-from schemas.records import Trajectory
+if TYPE_CHECKING:  # the commands register their options with this module at start-up: nothing heavy here
+    from collections.abc import Callable
+
+    from collectors.policies import Action, Policy
+    from schemas.records import Trajectory, Turn
+
+
+def check_session_options(repeat: int, max_turns: int, policy: str, openai: dict[str, Any] | None) -> dict[str, Any]:
+    """The run's options checked before anything starts; the agent endpoint's settings (for
+    `OpenAIChatPolicy`) with `policy` openai, which needs an endpoint."""
+    from collectors.policies import OpenAIChatPolicy
+    from schemas.options import at_least
+
+    at_least("--repeat", repeat, 1)
+    at_least("--max-turns", max_turns, 1)
+    if policy not in ("scripted", "openai"):
+        raise ValueError(f"--policy {policy}: use scripted or openai")
+    agent = dict(openai or {})
+    if policy == "openai":
+        try:
+            OpenAIChatPolicy(max_turns=max_turns, **agent)
+        except ValueError:
+            raise ValueError("--policy openai needs an agent endpoint: --agent-base-url and --agent-model, "
+                             "or WORLDLINE_AGENT_BASE_URL and WORLDLINE_AGENT_MODEL") from None
+    return agent
+
+
+def run_agent(policy: Policy, task: str, action_space: list[dict], act: Callable[[Action, str], Turn]) -> str | None:
+    """An agent's session: it gets the task and the actions as tools, then each turn's observation;
+    `act(action, locator)` takes its action on the environment and returns the recorded turn. Returns
+    why the session ended early (the agent's endpoint failed), or None when the agent finished."""
+    from collectors.policies import EndpointError
+    from collectors.policies import Step as PolicyStep
+
+    policy.reset(task, action_space)
+    history: list[PolicyStep] = []
+    while True:
+        try:
+            a = policy.next_action(history)
+        except EndpointError as e:
+            return f"agent endpoint: {e}"
+        if a is None:
+            return None
+        turn = act(a, f"turn:{len(history)}")
+        history.append(PolicyStep(a, turn.observation or "", bool(turn.is_error)))
+
+
+def add_session_arguments(s: argparse.ArgumentParser, what: str) -> None:
+    """The options every session collector's command takes: --repeat, --session, the agent's, --quiet
+    (`what`: the spec kind in `--session`'s help, `site` or `app`)."""
+    s.add_argument("--repeat", type=int, default=1, help="run each session this many times")
+    s.add_argument("--session", action="append", help=f"only this session (`name` or `{what}/name`); repeatable")
+    s.add_argument("--policy", choices=["scripted", "openai"], default="scripted",
+                   help="who acts: the spec's steps (default), or an agent behind an OpenAI-compatible endpoint")
+    s.add_argument("--agent-base-url", help="OpenAI-compatible endpoint (default: $WORLDLINE_AGENT_BASE_URL)")
+    s.add_argument("--agent-model", help="model name at the endpoint (default: $WORLDLINE_AGENT_MODEL)")
+    s.add_argument("--max-turns", type=int, default=20, help="actions an agent may take per session (default 20)")
+    s.add_argument("--quiet", action="store_true", help="no per-session progress lines")
+
+
+def agent_endpoint(a: argparse.Namespace) -> dict[str, str]:
+    """The agent endpoint settings given on the command line (the rest come from the environment)."""
+    return {k: v for k, v in {"base_url": a.agent_base_url, "model": a.agent_model}.items() if v}
 
 
 @dataclass

@@ -57,6 +57,21 @@ def check_sessions(specs: Sequence[_Spec], only: list[str] | None) -> None:
                          f"the sessions are {', '.join(known) or 'none'}")
 
 
+def step_mapping(where: str, raw: Any, step_keys: dict[str, set[str]], error: type[ValueError]) -> tuple[str, dict]:
+    """A scripted step `{do: KIND, ...}`: its kind (a key of `step_keys`) and the mapping, holding only
+    the keys that kind takes."""
+    if not isinstance(raw, dict) or raw.get("do") not in step_keys:
+        raise error(f"{where}: `do` must be one of {list(step_keys)}, got {raw!r:.80}")
+    return raw["do"], check_keys(where, raw, step_keys[raw["do"]] | {"do"}, error)
+
+
+def check_unique_sessions(path: Path, sessions: Sequence[Any], error: type[ValueError]) -> None:
+    """No two sessions of one spec share a name (`--session` and the trajectories' ids go by it)."""
+    names = [s.name for s in sessions]
+    if len(set(names)) != len(names):
+        raise error(f"{path}: session names repeat: {sorted({n for n in names if names.count(n) > 1})}")
+
+
 def fault_kinds(text: str | None, known: Sequence[str]) -> tuple[str, ...]:
     """`--faults` as names: comma-separated, `all` (every known kind), or empty / `none` (no faults).
     Unknown names are the caller's to refuse (it says which kinds it has)."""

@@ -10,12 +10,17 @@ from pathlib import Path
 
 import dagster as dg
 
-from collectors.android.collect import SOURCE_FORMAT, collect
+from collectors.android.collect import collect
 from collectors.android.contracts import ANDROID_CONTRACTS, run_android_contracts
 from collectors.android.device import DeviceUnavailable
 from collectors.android.spec import default_specs
 from collectors.live import SessionSummary
-from dagster_project.assets import COLLECTION_RETRY, SETTINGS_ERRORS, _md_table, no_retry_for_settings
+from dagster_project.assets import (
+    COLLECTION_RETRY,
+    SETTINGS_ERRORS,
+    no_retry_for_settings,
+    session_run_result,
+)
 from dagster_project.contract_checks import check_specs, collection_checks, only_selected
 from dagster_project.resources import CorpusResource
 
@@ -51,25 +56,8 @@ def android_trajectories(context: dg.AssetExecutionContext, corpus: CorpusResour
     with no_retry_for_settings((*SETTINGS_ERRORS, DeviceUnavailable)):  # no device: a retry would not find one
         summary = android_devices.collect(corpus.root, log=context.log.info)
     context.log.info(summary.render())
-    if summary.sessions and summary.failed == summary.sessions:
-        raise dg.Failure(description=f"every Android session failed; first: {summary.failures[0]}",
-                         metadata={"failures": dg.MetadataValue.json(summary.failures[:50])})
-    query = (f'worldline query {corpus.root} "SELECT t.native_id, u.turn_index, u.action, u.is_error '
-             f"FROM turns u JOIN trajectories t USING (trajectory_id) WHERE t.source_format = '{SOURCE_FORMAT}' "
-             f"AND t.native_id LIKE '%@{summary.run_id}' LIMIT 50\"")
-    return dg.MaterializeResult(metadata={
-        "run_id": summary.run_id,
-        "device": summary.environment.removeprefix("device: "),
-        "sessions": summary.sessions,
-        "turns": summary.turns,
-        "error_turns": summary.error_turns,
-        "failed_sessions": summary.failed,
-        "seconds": round(time.monotonic() - t0, 3),
-        "outcomes": _md_table(["outcome", "sessions"], sorted(summary.outcomes.items())),
-        "failures": _md_table(["failure"], [(f,) for f in summary.failures[:20]]),
-        "see_more": dg.MetadataValue.text(query),
-        "corpus": dg.MetadataValue.path(str(corpus.root)),
-    })
+    return session_run_result(summary, corpus.root, time.monotonic() - t0, "Android", "u.action, u.is_error",
+                              device=summary.environment.removeprefix("device: "))
 
 
 @dg.multi_asset_check(specs=check_specs(ANDROID_CONTRACTS, android_trajectories), can_subset=True)

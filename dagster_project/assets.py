@@ -8,6 +8,7 @@ from pathlib import Path
 
 import dagster as dg
 
+from collectors.live import SessionSummary
 from dagster_project.partitions import SOURCE_DAY
 from dagster_project.resources import CorpusResource
 from pipelines.inbox import inputs_for
@@ -40,6 +41,31 @@ def _md_table(columns: list[str], rows: list[tuple]) -> dg.MetadataValue:
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     lines += ["| " + " | ".join(cell(v) for v in r) + " |" for r in rows]
     return dg.MetadataValue.md("\n".join(lines))
+
+
+def session_run_result(summary: SessionSummary, corpus_root: str | Path, seconds: float, what: str, columns: str,
+                       **extra: object) -> dg.MaterializeResult:
+    """The materialization of a run of a session collector (`collectors.live.SessionSummary`: the browser,
+    Android): fails when every session failed; `columns` of its turns in the query the metadata offers."""
+    if summary.sessions and summary.failed == summary.sessions:
+        raise dg.Failure(description=f"every {what} session failed; first: {summary.failures[0]}",
+                         metadata={"failures": dg.MetadataValue.json(summary.failures[:50])})
+    query = (f'worldline query {corpus_root} "SELECT t.native_id, u.turn_index, {columns} '
+             f"FROM turns u JOIN trajectories t USING (trajectory_id) WHERE t.source_format = '{summary.source_format}' "
+             f"AND t.native_id LIKE '%@{summary.run_id}' LIMIT 50\"")
+    return dg.MaterializeResult(metadata={
+        "run_id": summary.run_id, **extra,
+        "sessions": summary.sessions,
+        "turns": summary.turns,
+        "error_turns": summary.error_turns,
+        "failed_sessions": summary.failed,
+        "seconds": round(seconds, 3),
+        "outcomes": _md_table(["outcome", "sessions"], sorted(summary.outcomes.items())),
+        "perturbations": _md_table(["perturbation", "turns"], sorted(summary.perturbations.items())),
+        "failures": _md_table(["failure"], [(f,) for f in summary.failures[:20]]),
+        "see_more": dg.MetadataValue.text(query),
+        "corpus": dg.MetadataValue.path(str(corpus_root)),
+    })
 
 
 class IngestRunConfig(dg.Config):

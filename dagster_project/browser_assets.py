@@ -8,11 +8,16 @@ from pathlib import Path
 
 import dagster as dg
 
-from collectors.browser.collect import SOURCE_FORMAT, BrowserSummary, collect
+from collectors.browser.collect import BrowserSummary, collect
 from collectors.browser.contracts import BROWSER_CONTRACTS, run_browser_contracts
 from collectors.browser.session import BrowserUnavailable, FaultPlan
 from collectors.browser.spec import default_specs
-from dagster_project.assets import COLLECTION_RETRY, SETTINGS_ERRORS, _md_table, no_retry_for_settings
+from dagster_project.assets import (
+    COLLECTION_RETRY,
+    SETTINGS_ERRORS,
+    no_retry_for_settings,
+    session_run_result,
+)
 from dagster_project.contract_checks import check_specs, collection_checks, only_selected
 from dagster_project.resources import CorpusResource
 
@@ -47,26 +52,8 @@ def browser_trajectories(context: dg.AssetExecutionContext, corpus: CorpusResour
     with no_retry_for_settings((*SETTINGS_ERRORS, BrowserUnavailable)):  # no chromium: a retry would not find one
         summary = browser_sites.collect(corpus.root, log=context.log.info)
     context.log.info(summary.render())
-    if summary.sessions and summary.failed == summary.sessions:
-        raise dg.Failure(description=f"every browser session failed; first: {summary.failures[0]}",
-                         metadata={"failures": dg.MetadataValue.json(summary.failures[:50])})
-    query = (f'worldline query {corpus.root} "SELECT t.native_id, u.turn_index, u.action, u.perturbation, u.is_error '
-             f"FROM turns u JOIN trajectories t USING (trajectory_id) WHERE t.source_format = '{SOURCE_FORMAT}' "
-             f"AND t.native_id LIKE '%@{summary.run_id}' LIMIT 50\"")
-    return dg.MaterializeResult(metadata={
-        "run_id": summary.run_id,
-        "browser": f"chromium {summary.browser}",
-        "sessions": summary.sessions,
-        "turns": summary.turns,
-        "error_turns": summary.error_turns,
-        "failed_sessions": summary.failed,
-        "seconds": round(time.monotonic() - t0, 3),
-        "outcomes": _md_table(["outcome", "sessions"], sorted(summary.outcomes.items())),
-        "perturbations": _md_table(["perturbation", "turns"], sorted(summary.perturbations.items())),
-        "failures": _md_table(["failure"], [(f,) for f in summary.failures[:20]]),
-        "see_more": dg.MetadataValue.text(query),
-        "corpus": dg.MetadataValue.path(str(corpus.root)),
-    })
+    return session_run_result(summary, corpus.root, time.monotonic() - t0, "browser", "u.action, u.perturbation, u.is_error",
+                              browser=f"chromium {summary.browser}")
 
 
 @dg.multi_asset_check(specs=check_specs(BROWSER_CONTRACTS, browser_trajectories), can_subset=True)

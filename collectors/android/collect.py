@@ -20,12 +20,10 @@ from typing import Any
 from collectors.android.device import ActionRefused, AdbDevice, DeviceError, Screen, text_arg
 from collectors.android.spec import ACTION_SPACE, AppSpec, Session, Step, load_spec, spec_files, step_of_call
 from collectors.android_views import describe
-from collectors.live import SessionSummary
-from collectors.policies import EndpointError, OpenAIChatPolicy, Policy
-from collectors.policies import Step as PolicyStep
+from collectors.live import SessionSummary, check_session_options, run_agent
+from collectors.policies import Action, OpenAIChatPolicy, Policy
 from collectors.specs import check_sessions
 from pipelines.sink import CollectionSink
-from schemas.options import at_least
 from schemas.records import Trajectory, Turn, digest, dumps
 
 COLLECTOR = "AndroidLiveCollector"
@@ -49,17 +47,7 @@ def collect(spec_paths: list[Path | str], out: Path | str, *, serial: str | None
     before adb is called; adb and the device before anything is written."""
     from pipelines.store import Corpus
 
-    at_least("--repeat", repeat, 1)
-    at_least("--max-turns", max_turns, 1)
-    if policy not in ("scripted", "openai"):
-        raise ValueError(f"--policy {policy}: use scripted or openai")
-    agent = dict(openai or {})
-    if policy == "openai":
-        try:
-            OpenAIChatPolicy(max_turns=max_turns, **agent)
-        except ValueError:
-            raise ValueError("--policy openai needs an agent endpoint: --agent-base-url and --agent-model, "
-                             "or WORLDLINE_AGENT_BASE_URL and WORLDLINE_AGENT_MODEL") from None
+    agent = check_session_options(repeat, max_turns, policy, openai)
     Corpus(out).check_writable("--out")
     if settle_s is not None and settle_s < 0:
         raise ValueError(f"--settle must be 0 seconds or more, got {settle_s}")
@@ -218,29 +206,21 @@ def record(device: AdbDevice, spec: AppSpec, session: Session, rep: int, run_id:
 
 
 def _agent_turns(run: _Run, policy: Policy, task: str) -> str | None:
-    """The agent's session: it sees the task with the first screen, then each observation. Returns
-    why it ended early (its endpoint failed), or None."""
-    policy.reset(task, ACTION_SPACE)
-    history: list[PolicyStep] = []
-    while True:
-        try:
-            a = policy.next_action(history)
-        except EndpointError as e:
-            return f"agent endpoint: {e}"
-        if a is None:
-            return None
+    """The agent's session (`run_agent`): it sees the task with the first screen, then each observation."""
+
+    def act(a: Action, locator: str) -> Turn:
         step = step_of_call(a.tool_name, a.tool_args)
-        loc = f"turn:{len(history)}"
-        if isinstance(step, str):
-            assert run.screen is not None
-            turn = Turn(kind="env", action=a.text, observation=f"error: {step}\n{run.screen.text}",
-                        observation_kind="view_hierarchy", tool_name=a.tool_name, tool_args=dumps(a.tool_args or {}),
-                        tool_call_id=a.tool_call_id, thought=a.thought or None, is_error=True,
-                        started_at=datetime.now(UTC), duration_s=0.0, locator=loc)
-            run.turns.append(turn)
-        else:
-            turn = run.act(step, step.index, loc, a.thought or None, a.tool_call_id)
-        history.append(PolicyStep(a, turn.observation or "", bool(turn.is_error)))
+        if not isinstance(step, str):
+            return run.act(step, step.index, locator, a.thought or None, a.tool_call_id)
+        assert run.screen is not None
+        turn = Turn(kind="env", action=a.text, observation=f"error: {step}\n{run.screen.text}",
+                    observation_kind="view_hierarchy", tool_name=a.tool_name, tool_args=dumps(a.tool_args or {}),
+                    tool_call_id=a.tool_call_id, thought=a.thought or None, is_error=True,
+                    started_at=datetime.now(UTC), duration_s=0.0, locator=locator)
+        run.turns.append(turn)
+        return turn
+
+    return run_agent(policy, task, ACTION_SPACE, act)
 
 
 def _judge(session: Session, screen: Screen | None) -> str:

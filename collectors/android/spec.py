@@ -147,10 +147,7 @@ def _keys(where: str, obj: Any, allowed: set[str], required: set[str] = frozense
 
 
 def _step(where: str, raw: Any) -> Step:
-    if not isinstance(raw, dict) or raw.get("do") not in STEP_KEYS:
-        raise SpecError(f"{where}: `do` must be one of {list(STEP_KEYS)}, got {raw!r:.80}")
-    do = raw["do"]
-    obj = _keys(where, raw, STEP_KEYS[do] | {"do"})
+    do, obj = specs.step_mapping(where, raw, STEP_KEYS, SpecError)
     for k in ("index", "nth"):
         if k in obj and (type(obj[k]) is not int or obj[k] < (0 if k == "index" else 1)):
             raise SpecError(f"{where}: `{k}` must be a whole number{' from 1' if k == 'nth' else ''}, got {obj[k]!r}")
@@ -234,9 +231,7 @@ def load_spec(path: Path | str) -> AppSpec:
             except ValueError as e:
                 raise SpecError(f"{where}: expect: {e}") from None
         sessions.append(Session(str(s["name"]), str(s["task"]), steps, expect))
-    names = [s.name for s in sessions]
-    if len(set(names)) != len(names):
-        raise SpecError(f"{path}: session names repeat: {sorted({n for n in names if names.count(n) > 1})}")
+    specs.check_unique_sessions(path, sessions, SpecError)
     return AppSpec(str(top["name"]), path, package, activity, sessions, str(top.get("description") or ""),
                    top.get("license"), float(settle), hashlib.sha256(data).hexdigest())
 

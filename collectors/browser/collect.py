@@ -28,12 +28,10 @@ from collectors.browser.spec import (
     spec_files,
     step_of_call,
 )
-from collectors.live import SessionSummary
-from collectors.policies import EndpointError, OpenAIChatPolicy, Policy
-from collectors.policies import Step as PolicyStep
+from collectors.live import SessionSummary, check_session_options, run_agent
+from collectors.policies import Action, OpenAIChatPolicy, Policy
 from collectors.specs import check_sessions
 from pipelines.sink import CollectionSink
-from schemas.options import at_least
 from schemas.records import Trajectory, Turn, digest, dumps
 
 COLLECTOR = "BrowserLiveCollector"
@@ -67,17 +65,7 @@ def collect(spec_paths: list[Path | str], out: Path | str, *, repeat: int = 1, o
     endpoint settings are checked before chromium starts."""
     from pipelines.store import Corpus
 
-    at_least("--repeat", repeat, 1)
-    at_least("--max-turns", max_turns, 1)
-    if policy not in ("scripted", "openai"):
-        raise ValueError(f"--policy {policy}: use scripted or openai")
-    agent = dict(openai or {})
-    if policy == "openai":
-        try:
-            OpenAIChatPolicy(max_turns=max_turns, **agent)
-        except ValueError:
-            raise ValueError("--policy openai needs an agent endpoint: --agent-base-url and --agent-model, "
-                             "or WORLDLINE_AGENT_BASE_URL and WORLDLINE_AGENT_MODEL") from None
+    agent = check_session_options(repeat, max_turns, policy, openai)
     Corpus(out).check_writable("--out")
     specs = [load_spec(f) for f in spec_files(spec_paths)]
     check_sessions(specs, only)
@@ -166,26 +154,21 @@ def record(browser: BrowserSession, spec: SiteSpec, session: Session, rep: int, 
 
 
 def _agent_turns(tab: Tab, policy: Policy, task: str, turns: list[Turn]) -> str | None:
-    """The agent's session: it sees the task with the start page's tree, then each observation; the
-    turns go into `turns`. Returns why it ended early (its endpoint failed), or None."""
-    policy.reset(task, ACTION_SPACE)
-    history: list[PolicyStep] = []
-    while True:
-        try:
-            a = policy.next_action(history)
-        except EndpointError as e:
-            return f"agent endpoint: {e}"
-        if a is None:
-            return None
+    """The agent's session (`run_agent`): it sees the task with the start page's tree, then each
+    observation; the turns go into `turns`."""
+
+    def act(a: Action, locator: str) -> Turn:
         step = step_of_call(a.tool_name, a.tool_args)
         if isinstance(step, str):
             r = tab.refuse(a.text, a.tool_name or "", a.tool_args or {}, step)
         else:
             r = tab.act(step, step.ref)
-        turn = _turn(r, f"turn:{len(history)}", None)
+        turn = _turn(r, locator, None)
         turn.thought, turn.tool_call_id = a.thought or None, a.tool_call_id
         turns.append(turn)
-        history.append(PolicyStep(a, r.observation, r.error is not None))
+        return turn
+
+    return run_agent(policy, task, ACTION_SPACE, act)
 
 
 def _reload(tab: Tab, turns: list[Turn], where: str) -> bool:

@@ -126,10 +126,7 @@ def _keys(where: str, obj: Any, allowed: set[str], required: set[str] = frozense
 
 
 def _step(where: str, raw: Any) -> Step:
-    if not isinstance(raw, dict) or raw.get("do") not in STEP_KEYS:
-        raise SpecError(f"{where}: `do` must be one of {list(STEP_KEYS)}, got {raw!r:.80}")
-    do = raw["do"]
-    obj = _keys(where, raw, STEP_KEYS[do] | {"do"})
+    do, obj = specs.step_mapping(where, raw, STEP_KEYS, SpecError)
     for k, v in obj.items():
         if not isinstance(v, str):
             raise SpecError(f"{where}: `{k}` must be text, got {type(v).__name__}")
@@ -205,9 +202,7 @@ def load_spec(path: Path | str) -> SiteSpec:
         if not start.startswith("/"):
             raise SpecError(f"{where}: start must be a path on the site, starting with / (got {start!r})")
         sessions.append(Session(str(s["name"]), str(s["task"]), start, steps, expect))
-    names = [s.name for s in sessions]
-    if len(set(names)) != len(names):
-        raise SpecError(f"{path}: session names repeat: {sorted({n for n in names if names.count(n) > 1})}")
+    specs.check_unique_sessions(path, sessions, SpecError)
     files = {f"/{p.relative_to(site).as_posix()}": p.read_bytes() for p in sorted(site.rglob("*")) if p.is_file()}
     h = hashlib.sha256(path.read_bytes())
     for name, data in files.items():

@@ -212,9 +212,7 @@ def load_spec(path: Path | str) -> ServerSpec:
             raise SpecError(f"{where}: a scripted session needs `steps`")
         sessions.append(SessionSpec(str(s.get("name", f"session-{i}")), str(s.get("task", "")), steps, policy,
                                     int(s.get("max_turns", 20)), int(s.get("repeat", 1))))
-    names = [s.name for s in sessions]
-    if len(set(names)) != len(names):
-        raise SpecError(f"{path}: session names repeat: {sorted({n for n in names if names.count(n) > 1})}")
+    specs.check_unique_sessions(path, sessions, SpecError)
     return ServerSpec(
         name=str(d["name"]), path=path.resolve(), transport=transport, command=d.get("command"),
         args=[str(a) for a in d.get("args") or []], env={str(k): str(v) for k, v in (d.get("env") or {}).items()},
