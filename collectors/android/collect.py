@@ -148,9 +148,10 @@ class _Run:
                 text_arg(step.text or "")
                 d.tap(*at)
                 d.type_text(step.text or "")
-        elif step.do == "swipe":
-            w, h = screen.size
-            mid_x, mid_y = w // 2, h // 2
+        elif step.do == "swipe":  # a third of the window, across its middle
+            (x1, y1), (x2, y2) = screen.area
+            w, h = x2 - x1, y2 - y1
+            mid_x, mid_y = (x1 + x2) // 2, (y1 + y2) // 2
             dx, dy = {"up": (0, -h // 3), "down": (0, h // 3), "left": (-w // 3, 0), "right": (w // 3, 0)}[step.direction or "up"]
             d.swipe(mid_x - dx // 2, mid_y - dy // 2, mid_x + dx // 2, mid_y + dy // 2)
         elif step.do == "launch":

@@ -11,6 +11,7 @@ import os
 import re
 import shutil
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,6 +22,8 @@ from schemas.records import RecordError
 _DOC = re.compile(rb"(?:<\?xml[^>]*\?>\s*)?<hierarchy\b.*?</hierarchy\s*>", re.S)
 KEYS = {"back": "KEYCODE_BACK", "home": "KEYCODE_HOME", "enter": "KEYCODE_ENTER"}
 LONG_PRESS_MS = 800
+DUMP_TRIES = 3
+DUMP_RETRY_S = 0.5
 SWIPE_MS = 300
 
 
@@ -52,9 +55,9 @@ class Screen:
         return cls(xml, views, h.render(), sorted(h.packages))
 
     def find(self, target, nth: int = 1) -> int | None:
-        """The index of the `nth` view (from 1, pre-order) that `target` matches, visible ones first."""
+        """The index of the `nth` view (from 1, pre-order) that `target` matches. A view marked invisible
+        (other sources mark them; `uiautomator dump` leaves them out) is not found: it is not shown."""
         hits = [i for i, v in enumerate(self.views) if "invisible" not in v.flags and target.matches(v)]
-        hits += [i for i, v in enumerate(self.views) if "invisible" in v.flags and target.matches(v)]
         return hits[nth - 1] if len(hits) >= nth else None
 
     def center(self, index: int) -> tuple[int, int] | str:
@@ -68,10 +71,10 @@ class Screen:
         return (x1 + x2) // 2, (y1 + y2) // 2
 
     @property
-    def size(self) -> tuple[int, int]:
-        """The screen's width and height: the largest bounds of a view (the root's, on a phone)."""
-        boxes: list[Bounds] = [v.bounds for v in self.views if v.bounds is not None]
-        return (max((b[1][0] for b in boxes), default=1080), max((b[1][1] for b in boxes), default=1920))
+    def area(self) -> Bounds:
+        """The bounds of the window the dump shows (its root view's: the whole screen, or a dialog)."""
+        root = self.views[0].bounds if self.views else None
+        return root if root is not None and root[1][0] > root[0][0] and root[1][1] > root[0][1] else ((0, 0), (1080, 1920))
 
 
 def adb_path(explicit: Path | str | None = None) -> str:
@@ -87,8 +90,9 @@ def adb_path(explicit: Path | str | None = None) -> str:
 def text_arg(text: str) -> str:
     """`input text`'s argument as the device's shell reads it: %s for a space (what `input` expects),
     the whole quoted for the shell."""
-    if not text.isascii() or any(c in text for c in "\n\r\t"):
-        raise ActionRefused("input text types printable ASCII only (no accents, emoji, tabs or new lines)")
+    if not all(" " <= c <= "~" for c in text):
+        raise ActionRefused("input text types printable ASCII only (no accents, emoji, tabs, new lines or other "
+                            "control characters)")
     if "%s" in text:  # `input` reads %s as a space and has no escape for it
         raise ActionRefused("input text cannot type the two characters %s (it reads them as a space)")
     return "'" + text.replace(" ", "%s").replace("'", "'\\''") + "'"
@@ -105,7 +109,14 @@ class AdbDevice:
         self.props: dict[str, str] = {}
 
     def setup(self) -> None:
+        try:
+            self._setup()
+        except DeviceError as e:  # adb's server or the device failed before anything ran: nothing to keep
+            raise DeviceUnavailable(f"{e}; check `adb devices`") from None
+
+    def _setup(self) -> None:
         self.adb = adb_path(self.adb_arg)
+        self.serial = self.serial or os.environ.get("ANDROID_SERIAL") or None  # as adb itself reads it
         listed = self._adb("devices", to_device=False).decode(errors="replace").splitlines()
         states = dict(line.split("\t", 1) for line in listed[1:] if "\t" in line)
         online = [s for s, st in states.items() if st.strip() == "device"]
@@ -150,22 +161,33 @@ class AdbDevice:
             raise DeviceError(f"adb {' '.join(args)}: cannot run {self.adb}: {e.strerror or e}") from None
         if r.returncode != 0:
             err = (r.stderr or r.stdout).decode(errors="replace").strip().splitlines()
-            raise DeviceError(f"adb {' '.join(args)}: exit {r.returncode}: {err[-1] if err else 'no message'}")
+            # the line that says what went wrong, not a Java stack frame after it
+            said = next((ln for ln in err if "Error" in ln or "Exception" in ln or ln.startswith("adb:")), err[-1] if err else "")
+            raise DeviceError(f"adb {' '.join(args)}: exit {r.returncode}: {said.strip() or 'no message'}")
         return r.stdout
 
     def shell(self, *args: str) -> bytes:
         return self._adb("shell", *args)
 
     def dump(self) -> Screen:
-        out = self._adb("exec-out", "uiautomator", "dump", "/dev/tty")
-        m = _DOC.search(out)
-        if m is None:
-            said = out.decode(errors="replace").strip()[:200]
-            raise DeviceError(f"uiautomator dump gave no view hierarchy ({said or 'no output'})")
-        try:
-            return Screen.parse(m.group(0))
-        except RecordError as e:
-            raise DeviceError(f"uiautomator dump: {e.detail}") from None
+        """The screen now. uiautomator fails now and then on a busy screen (`ERROR: could not get idle
+        state.` while something animates): it is asked again, DUMP_TRIES times in all."""
+        for attempt in range(DUMP_TRIES):
+            out = self._adb("exec-out", "uiautomator", "dump", "/dev/tty")
+            m = _DOC.search(out)
+            try:
+                if m is None:
+                    said = out.decode(errors="replace").strip()[:200]
+                    raise DeviceError(f"uiautomator dump gave no view hierarchy ({said or 'no output'})")
+                try:
+                    return Screen.parse(m.group(0))
+                except RecordError as e:
+                    raise DeviceError(f"uiautomator dump: {e.detail}") from None
+            except DeviceError:
+                if attempt == DUMP_TRIES - 1:
+                    raise
+                time.sleep(DUMP_RETRY_S)
+        raise AssertionError("unreachable")
 
     def tap(self, x: int, y: int) -> None:
         self.shell("input", "tap", str(x), str(y))
@@ -185,6 +207,6 @@ class AdbDevice:
     def launch(self, component: str) -> None:
         """Start the app afresh (`-S` stops it first) and wait for its activity (`-W`)."""
         out = self.shell("am", "start", "-S", "-W", "-n", component).decode(errors="replace")
-        if "Error" in out:  # am exits 0 when the activity does not exist, and says so
-            line = [ln for ln in out.splitlines() if "Error" in ln][-1]  # `Error type 3`, then what it is
-            raise DeviceError(f"am start -n {component}: {line.strip()}")
+        errors = [ln.strip() for ln in out.splitlines() if ln.startswith("Error")]
+        if errors:  # with -W, am says so on stdout and exits 0 (`Error type 3`, then what it is)
+            raise DeviceError(f"am start -n {component}: {errors[-1]}")

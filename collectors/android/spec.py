@@ -110,7 +110,7 @@ class AppSpec:
     name: str
     path: Path
     package: str
-    activity: str | None
+    activity: str
     sessions: list[Session]
     description: str = ""
     license: str | None = None
@@ -120,7 +120,7 @@ class AppSpec:
     @property
     def component(self) -> str:
         """What `am start -n` takes: package/activity (an activity starting with `.` is in the package)."""
-        return f"{self.package}/{self.activity}" if self.activity else self.package
+        return f"{self.package}/{self.activity}"
 
 
 def parse_target(text: str) -> Target:
@@ -204,12 +204,12 @@ def load_spec(path: Path | str) -> AppSpec:
     except (OSError, yaml.YAMLError) as e:
         raise SpecError(f"{path}: cannot read the spec: {e}") from None
     top = _keys(str(path), raw, {"name", "description", "package", "activity", "license", "settle_s", "sessions"},
-                {"name", "package", "sessions"})
+                {"name", "package", "activity", "sessions"})
     package = top["package"]
     if not isinstance(package, str) or not re.match(r"^[A-Za-z][\w]*(\.[A-Za-z][\w]*)+$", package):
         raise SpecError(f"{path}: package must be an Android package name (com.example.app), got {package!r}")
-    activity = top.get("activity")
-    if activity is not None and (not isinstance(activity, str) or not re.match(r"^[\w.$]+$", activity)):
+    activity = top["activity"]  # `adb shell cmd package resolve-activity --brief PACKAGE` names the launcher's
+    if not isinstance(activity, str) or not re.match(r"^[\w.$]+$", activity):
         raise SpecError(f"{path}: activity must be a class name (.MainActivity or com.example.app.MainActivity), "
                         f"got {activity!r}")
     settle = top.get("settle_s", 0.5)

@@ -1,8 +1,10 @@
 """A stand-in for `adb` with one device that replays a DroidBot exploration: the test double at the one
 boundary that cannot run here (an Android emulator), driven by recorded real data.
 
-The device shows the screens the recording saved, as `uiautomator dump` writes them (DroidBot's view
-lists turned back into the dump's nested XML), and moves between them as the recording did: a tap
+The device shows the screens the recording saved, as `uiautomator dump` writes them: DroidBot's view
+lists turned back into the dump's nested XML, without the views DroidBot marks invisible (a dump skips
+views not visible to the user) and with bounds clipped to the screen (a dump gives the visible part).
+It moves between them as the recording did: a tap
 inside the bounds of a view that a recorded touch hit goes where that touch went (the smallest such
 view), a key goes where the recorded key went, `am start` where the recorded intent went. An input
 the recording never sent from that screen leaves the screen as it is (a replay knows only what was
@@ -11,7 +13,9 @@ recorded) and is logged as `unrecorded`. The device starts on the first screen t
 Environment: FAKE_ADB_RECORDING (a DroidBot output folder), FAKE_ADB_HOME (a folder for the device's
 state, `screen`, and `log`, one line per command); optional FAKE_ADB_DEVICES (`adb devices` lines
 after the header, default `emulator-5554<TAB>device`), FAKE_ADB_FAIL_AFTER (this many commands
-answered, then every command fails as a device that went away does).
+answered, then every command fails as a device that went away does), FAKE_ADB_BUSY_DUMPS (the first
+this many dumps fail as uiautomator does on a screen that will not settle), FAKE_ADB_LAG (after an
+input that changes the screen, this many dumps still show the old one, as during an animation).
 
 Run as `python fake_adb.py ARGS...`; `install(folder, recording)` writes an `adb` script that does.
 """
@@ -53,23 +57,25 @@ class Recording:
 
     def dump(self, screen: str) -> str:
         views = self.states[screen]["views"]
+        roots = [i for i, v in enumerate(views) if v.get("parent", -1) == -1]
+        (sx1, sy1), (sx2, sy2) = views[roots[0]].get("bounds") or [[0, 0], [1440, 2560]]  # the screen
 
         def node(i: int, sibling: int) -> str:
             v = views[i]
             (x1, y1), (x2, y2) = v.get("bounds") or [[0, 0], [0, 0]]
+            x1, y1, x2, y2 = max(x1, sx1), max(y1, sy1), min(x2, sx2), min(y2, sy2)  # the visible part, as dumped
             attrs = {"index": str(sibling), "text": v.get("text") or "", "resource-id": v.get("resource_id") or "",
                      "class": v.get("class") or "", "package": v.get("package") or "",
                      "content-desc": v.get("content_description") or ""}
             for flag in _FLAGS:
                 value = v.get(_DROIDBOT_FLAG.get(flag, flag), flag == "enabled")
                 attrs[flag] = "true" if value else "false"
-            attrs["visible-to-user"] = "false" if v.get("visible") is False else "true"
             attrs["bounds"] = f"[{x1},{y1}][{x2},{y2}]"
-            inner = "".join(node(c, k) for k, c in enumerate(v.get("children") or []))
+            shown = [c for c in v.get("children") or [] if views[c].get("visible") is not False]
+            inner = "".join(node(c, k) for k, c in enumerate(shown))
             head = "<node " + " ".join(f"{k}={quoteattr(a)}" for k, a in attrs.items())
             return f"{head}>{inner}</node>" if inner else f"{head} />"
 
-        roots = [i for i, v in enumerate(views) if v.get("parent", -1) == -1]
         body = "".join(node(r, k) for k, r in enumerate(roots))
         return f"<?xml version='1.0' encoding='UTF-8' standalone='yes' ?><hierarchy rotation=\"0\">{body}</hierarchy>"
 
@@ -126,7 +132,19 @@ def main(argv: list[str]) -> int:
         case ["shell", "getprop", prop]:
             print({"ro.product.model": "droidbot-replay"}.get(prop, ""))
         case ["exec-out", "uiautomator", "dump", "/dev/tty"]:
+            dumps = home / "dumps"
+            k = int(dumps.read_text()) + 1 if dumps.exists() else 1
+            dumps.write_text(str(k))
+            if k <= int(os.environ.get("FAKE_ADB_BUSY_DUMPS", "0")):
+                print("ERROR: could not get idle state.")
+                return 0
+            lag = home / "lag"
+            if lag.exists():  # the screen before the input, still animating away
+                left, old = lag.read_text().split(" ", 1)
+                lag.write_text(f"{int(left) - 1} {old}") if int(left) > 1 else lag.unlink()
+                screen = old
             sys.stdout.write(rec.dump(screen) + "UI hierchary dumped to: /dev/tty\n")
+            return 0
         case ["shell", "input", "tap", x, y]:
             nxt = rec.after(screen, "touch", int(x), int(y))
         case ["shell", "input", "swipe", x1, y1, x2, y2, ms] if (x1, y1) == (x2, y2) and int(ms) >= 500:
@@ -148,6 +166,8 @@ def main(argv: list[str]) -> int:
         with (home / "log").open("a") as log:
             log.write(f"unrecorded: {' '.join(argv)} on {screen[:6]}\n" if nxt is None else f"unsaved: {nxt[:6]}\n")
         nxt = screen
+    if nxt != screen and int(os.environ.get("FAKE_ADB_LAG", "0")) > 0:
+        (home / "lag").write_text(f"{os.environ['FAKE_ADB_LAG']} {screen}")
     state.write_text(nxt)
     return 0
 

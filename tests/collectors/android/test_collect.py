@@ -45,7 +45,7 @@ def test_the_bundled_sessions_walk_the_recorded_app(device: FakeDevice, tmp_path
     cancel = turns["album/cancel-picking#0"]
     assert [(a, e) for a, e, *_ in cancel] == [("tap(40)", True), ("tap(10)", False), ("tap(47)", False),
                                                ("tap(9)", False), ("tap(14)", False)]
-    assert cancel[0][2] == ("error: no view [40] on this screen (its views are [0] to [13])\n"
+    assert cancel[0][2] == ("error: no view [40] on this screen (its views are [0] to [12])\n"
                             + recorded_screen("08bd71"))
     assert json.loads(cancel[2][3])["unchanged"] is True  # preview with nothing selected: the same screen
     assert [o for _, _, o, _ in cancel[3:]] == [recorded_screen("23f0ff"), recorded_screen("08bd71")]
@@ -114,7 +114,8 @@ def test_typing_swiping_and_keys(device: FakeDevice, tmp_path: Path) -> None:
     assert [(a, e) for a, e, *_ in turns] == [
         ("type(10, \"it's 5 o'clock\")", False), ("type(10, 'café')", True), ("swipe('up')", False),
         ("long_press(10)", False), ("enter()", False), ("home()", False), ("launch()", False)]
-    assert turns[1][2].startswith("error: input text types printable ASCII only (no accents, emoji, tabs or new lines)\n[0] ")
+    assert turns[1][2].startswith("error: input text types printable ASCII only (no accents, emoji, tabs, new lines or other "
+                                "control characters)\n[0] ")
 
 
 def test_sessions_chosen_and_repeated(device: FakeDevice, tmp_path: Path) -> None:
@@ -134,3 +135,15 @@ def test_no_device_writes_nothing(device: FakeDevice, tmp_path: Path, monkeypatc
     assert main(["collect", "android", "--out", str(tmp_path / "c")]) == 1
     assert capsys.readouterr().err.startswith("worldline collect android: no Android device online: start an emulator")
     assert not (tmp_path / "c").exists()
+
+
+def test_the_screen_is_read_once_it_settles(device: FakeDevice, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An animation: after the key, the first dump still shows the screen before; the turn records the
+    screen two dumps in a row agree on."""
+    monkeypatch.setenv("FAKE_ADB_LAG", "1")
+    out = tmp_path / "c"
+    s = collect(default_specs(), out, only=["leave-app"], settle_s=0)
+    assert dict(s.outcomes) == {"success": 1}
+    log = device.log()
+    assert log[log.index("shell input keyevent KEYCODE_BACK") + 1:] == [DUMP, DUMP, DUMP]
+    assert _turns(out)["album/leave-app#0"][0][2] == recorded_screen("f7b58d")

@@ -48,7 +48,7 @@ def test_targets() -> None:
             parse_target(bad)
 
 
-BASE = "name: app\npackage: com.example.app\nsessions:\n  - name: s\n    task: t\n    steps:\n"
+BASE = "name: app\npackage: com.example.app\nactivity: .Main\nsessions:\n  - name: s\n    task: t\n    steps:\n"
 
 
 @pytest.mark.parametrize(("steps", "message"), [
@@ -73,13 +73,14 @@ def test_bad_steps(tmp_path: Path, steps: str, message: str) -> None:
 
 
 @pytest.mark.parametrize(("text", "message"), [
-    ("name: app\npackage: example\nsessions: [{name: s, task: t, steps: [{do: back}]}]", "package must be an Android package name"),
+    ("name: app\npackage: example\nactivity: .M\nsessions: [{name: s, task: t, steps: [{do: back}]}]", "package must be an Android package name"),
     ("name: app\npackage: com.a.b\nactivity: 'a b'\nsessions: [{name: s, task: t, steps: [{do: back}]}]", "activity must be a class name"),
-    ("name: app\npackage: com.a.b\nsettle_s: -1\nsessions: [{name: s, task: t, steps: [{do: back}]}]", "settle_s must be a number"),
-    ("name: app\npackage: com.a.b\nsessions: []", "sessions must be a non-empty list"),
-    ("name: app\npackage: com.a.b\nsessions: [{name: s, task: t, steps: [{do: back}]}, {name: s, task: u, steps: [{do: home}]}]",
+    ("name: app\npackage: com.a.b\nactivity: .M\nsettle_s: -1\nsessions: [{name: s, task: t, steps: [{do: back}]}]", "settle_s must be a number"),
+    ("name: app\npackage: com.a.b\nactivity: .M\nsessions: []", "sessions must be a non-empty list"),
+    ("name: app\npackage: com.a.b\nactivity: .M\nsessions: [{name: s, task: t, steps: [{do: back}]}, {name: s, task: u, steps: [{do: home}]}]",
      "session names repeat: ['s']"),
-    ("name: app\nsessions: []", "missing keys ['package']"),
+    ("name: app\nsessions: []", "missing keys ['activity', 'package']"),
+    ("name: app\npackage: com.a.b\nsessions: [{name: s, task: t, steps: [{do: back}]}]", "missing keys ['activity']"),
     ("name: [unclosed", "cannot read the spec"),
 ])
 def test_bad_specs(tmp_path: Path, text: str, message: str) -> None:
