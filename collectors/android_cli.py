@@ -51,7 +51,7 @@ def register(subparsers: argparse._SubParsersAction, collect_subparsers: argpars
     )
     s.add_argument("specs", nargs="*", type=Path, help="app spec YAML files or folders (default: sandboxes/android/*.yaml)")
     s.add_argument("--out", required=True, type=Path, help="corpus directory (created if missing)")
-    s.add_argument("--serial", help="the device to drive (default: the only one `adb devices` lists online)")
+    s.add_argument("--serial", help="the device to drive (default: $ANDROID_SERIAL, else the only one `adb devices` lists online)")
     s.add_argument("--adb", help="the adb binary (default: $WORLDLINE_ADB, else adb on PATH)")
     s.add_argument("--settle", type=float, help="seconds to wait after each action before the screen is read "
                                                 "(default: each spec's settle_s, 0.5 if it has none)")

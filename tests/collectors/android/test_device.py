@@ -3,6 +3,8 @@ screen as `uiautomator dump` gives it, and input as `adb shell input` takes it."
 
 from __future__ import annotations
 
+import shutil
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -134,3 +136,22 @@ def test_text_as_input_takes_it() -> None:
     for bad in ["two\nlines", "nul\x00", "esc\x1b", "del\x7f"]:
         with pytest.raises(ActionRefused):
             text_arg(bad)
+
+
+def test_the_real_adb_without_a_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Debian's adb itself (its server started on a port of its own, then stopped): no emulator runs
+    here, so what it can show is the answer with none, read as the collector reads it."""
+    adb = shutil.which("adb")
+    assert adb is not None, "adb is not installed: apt-get install adb (`make setup services` does)"
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("ANDROID_ADB_SERVER_PORT", str(port))
+    monkeypatch.delenv("ANDROID_SERIAL", raising=False)
+    try:
+        with pytest.raises(DeviceUnavailable, match=r"^no Android device online: start an emulator"):
+            AdbDevice(adb=adb).setup()
+        with pytest.raises(DeviceUnavailable, match=r"^device emulator-5554 is not online \(adb devices: not listed\)"):
+            AdbDevice("emulator-5554", adb=adb).setup()
+    finally:
+        subprocess.run([adb, "kill-server"], capture_output=True, timeout=30)
