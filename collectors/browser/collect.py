@@ -48,10 +48,13 @@ class BrowserSummary(SessionSummary):
         super().__init__("collect browser", SOURCE_FORMAT, FAILED_OUTCOMES, corpus, run_id)
         self.browser = ""
         self.blocked_requests = 0
+        self.restarts = 0
 
     def render(self) -> str:
         self.environment = f"browser: chromium {self.browser}"
         self.notes = [f"requests to other origins blocked: {self.blocked_requests}"] if self.blocked_requests else []
+        if self.restarts:
+            self.notes.append(f"chromium died and was started again: {self.restarts} time{'s' * (self.restarts > 1)}")
         return super().render()
 
 
@@ -86,6 +89,7 @@ def collect(spec_paths: list[Path | str], out: Path | str, *, repeat: int = 1, o
             _count(summary, spec, session, rep, traj, meta)
             if echo:
                 echo(f"[{n}/{len(jobs)}] {spec.name}/{session.name}#{rep}: {len(traj.turns)} turns, {traj.outcome}")
+        summary.restarts = browser.restarts
     summary.seconds = time.monotonic() - t0
     return summary
 

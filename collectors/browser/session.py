@@ -125,6 +125,7 @@ class BrowserSession:
         self.browser: Any = None
         self.version = ""
         self.playwright_version = ""
+        self.restarts = 0  # times chromium was started again after it died
 
     def setup(self) -> None:
         if not self.executable.exists():
@@ -147,7 +148,8 @@ class BrowserSession:
 
     def teardown(self) -> None:
         if self.browser is not None:
-            self.browser.close()
+            with contextlib.suppress(Exception):  # a browser that died has nothing left to close
+                self.browser.close()
             self.browser = None
         if self._pw is not None:
             self._pw.stop()
@@ -161,7 +163,18 @@ class BrowserSession:
         self.teardown()
 
     def tab(self, spec: SiteSpec, faults: FaultPlan, key: str) -> Tab:
-        return Tab(self.browser, spec, faults, key)
+        """A fresh context. When chromium cannot open one (it died since the last tab: a crash, the
+        machine's OOM killer), it is started again, once, so one lost browser costs at most the session
+        it was in, not the rest of the run."""
+        try:
+            return Tab(self.browser, spec, faults, key)
+        except Exception:  # noqa: BLE001 - Playwright says "closed" in several ways; one restart tells
+            if self.browser is None:
+                raise
+            self.restarts += 1
+            self.teardown()
+            self.setup()
+            return Tab(self.browser, spec, faults, key)
 
 
 class Tab:

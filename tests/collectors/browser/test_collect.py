@@ -5,7 +5,10 @@ and what a missing browser says. Needs /usr/bin/chromium (`apt-get install -y ch
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -204,3 +207,46 @@ def test_a_busy_page_is_an_error_turn(tmp_path: Path) -> None:
     assert re.fullmatch(r"error: (Timeout 1000ms exceeded\.; )?the page did not answer: Timeout 1000ms exceeded\.\n"
                         r"url: http://t\.test/my%20page\.html\ntitle: \n", row[2]), row[2]
     assert row[3] == "unjudged"
+
+
+def _kill_chromium() -> None:
+    """SIGKILL the chromium browser process this test process started (through Playwright's driver)."""
+    procs = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                stat = (d / "stat").read_text()
+                procs[int(d.name)] = (stat[stat.index("(") + 1:stat.rindex(")")], int(stat[stat.rindex(")") + 2:].split()[1]))
+            except (OSError, ValueError):
+                continue
+
+    def mine(pid: int) -> bool:
+        while pid in procs and pid > 1:
+            if pid == os.getpid():
+                return True
+            pid = procs[pid][1]
+        return False
+
+    (main,) = [pid for pid, (comm, ppid) in procs.items()
+               if comm == "chromium" and procs.get(ppid, ("", 0))[0] != "chromium" and mine(pid)]
+    os.kill(main, signal.SIGKILL)
+
+
+def test_chromium_that_dies_is_started_again(tmp_path: Path, monkeypatch) -> None:
+    """One lost browser costs the session it was in, not the rest of the run."""
+    import collectors.browser.collect as collect_module
+
+    real_record, calls = collect_module.record, []
+
+    def record_then_kill(browser, *args, **kwargs):
+        if len(calls) == 1:  # between the first session and the second
+            _kill_chromium()
+            time.sleep(1)
+        calls.append(1)
+        return real_record(browser, *args, **kwargs)
+
+    monkeypatch.setattr(collect_module, "record", record_then_kill)
+    s = collect(default_specs(), tmp_path / "c", only=["order-mugs", "search-socks"])
+    assert (s.sessions, s.failed, s.restarts) == (2, 0, 1)
+    assert dict(s.outcomes) == {"success": 2}
+    assert "chromium died and was started again: 1 time\n" in s.render()
