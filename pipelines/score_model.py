@@ -220,6 +220,9 @@ def _devices_here() -> str:
     return f"devices here: auto, cpu{', ' + gpus if gpus else ''}" + ("" if count else "; torch sees no CUDA GPU")
 
 
+MIN_WINDOW_TEXT = 16  # tokens of action and observation a window must have room for, past the template
+
+
 @dataclass(frozen=True)
 class ModelScoreConfig:
     model: str = "smollm2"
@@ -414,6 +417,21 @@ class TurnScorer:
         if not on_cuda:
             torch.set_num_threads(max(1, len(os.sched_getaffinity(0))))
         self._system_ok = None
+        self._check_window()
+
+    def _check_window(self) -> None:
+        """Refuse a window that cannot hold one turn of this model's chat template, before any work (else
+        the first trajectory fails with `cannot fit a window`)."""
+        empty = [{"role": "user", "content": ""}, {"role": "assistant", "content": ""}]
+        try:
+            shell = len(render(self.tokenizer, [{"role": "system", "content": ""}, *empty], [1]).ids)
+        except Exception:  # noqa: BLE001 - templates without a system role
+            shell = len(render(self.tokenizer, empty, [1]).ids)
+        need = shell + MIN_WINDOW_TEXT
+        if self.window < need:
+            cap = "" if self.window == self.config.max_context else f" (the model's position limit caps it at {self.window})"
+            raise ValueError(f"--max-context {self.config.max_context}{cap}: one empty turn of this model's chat template "
+                             f"takes {shell} tokens; a window needs at least {need} to hold any text")
 
     def teardown(self) -> None:
         torch = _torch()

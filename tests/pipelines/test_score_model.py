@@ -20,7 +20,7 @@ import pytest
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # see pipelines.score_model._torch
 torch = pytest.importorskip("torch", reason="the model tier needs torch (a core dependency)")
 
-from pipelines.render import conversation, render_groups  # noqa: E402
+from pipelines.render import conversation, render, render_groups  # noqa: E402
 from pipelines.score_model import (  # noqa: E402
     Job,
     ModelScoreConfig,
@@ -307,3 +307,16 @@ def test_an_observation_alone_is_the_templates_own_rendering(smollm2: tuple, obs
     assert job.ids.tolist() == tok(text, add_special_tokens=False)["input_ids"]
     ((_, start, end),) = job.targets
     assert tok.decode(job.ids[start:end]).endswith(observation.lstrip("\n ") + "<|im_end|>")
+
+
+def test_a_window_too_small_for_the_template_is_refused_at_setup(gpt2: tuple) -> None:
+    """SmolLM2's ChatML with an empty system, user and assistant message is 16 tokens
+    (`<|im_start|>system\n<|im_end|>\n<|im_start|>user\n<|im_end|>\n<|im_start|>assistant\n<|im_end|>\n`)."""
+    model, tok = gpt2
+    empty = [{"role": "system", "content": ""}, {"role": "user", "content": ""}, {"role": "assistant", "content": ""}]
+    assert len(render(tok, empty, [2]).ids) == 16
+    s = TurnScorer(ModelScoreConfig(dtype="float32", max_context=31), model, tok)
+    with pytest.raises(ValueError, match=r"^--max-context 31: one empty turn of this model's chat template takes 16 "
+                                         r"tokens; a window needs at least 32 to hold any text$"):
+        s.setup()
+    TurnScorer(ModelScoreConfig(dtype="float32", max_context=32), model, tok).setup()
