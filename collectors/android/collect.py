@@ -118,7 +118,7 @@ class _Run:
         if error is None:
             screen = self.settle()
             observation = screen.text
-            meta["unchanged"] = screen.xml == before.xml or None
+            meta["unchanged"] = screen.text == before.text or None  # as clean compares: the rendering
         else:
             screen = before  # nothing was sent: the screen is the one the agent saw
             observation = f"error: {error}\n{before.text}"
