@@ -75,9 +75,9 @@ def _cmd_stats(a: argparse.Namespace) -> int:
 
 
 def _cmd_check(a: argparse.Namespace) -> int:
-    from pipelines.contracts import run_contracts
+    from pipelines.contracts import run_collection_contracts, run_contracts
 
-    results = run_contracts(a.corpus, a.max_quarantine_rate)
+    results = run_contracts(a.corpus, a.max_quarantine_rate) + run_collection_contracts(a.corpus)
     for r in results:
         print(r.line())
         if not r.passed:
@@ -223,7 +223,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("corpus", type=Path)
     s.set_defaults(func=_cmd_stats)
 
-    s = sub.add_parser("check", help="data contracts: schema, counts, quarantine rate, unique ids, checksums")
+    s = sub.add_parser("check", help="data contracts: schema, counts, quarantine rate, unique ids, checksums; "
+                                     "and the live collectors' contracts over the data they recorded")
     s.add_argument("corpus", type=Path)
     s.add_argument("--max-quarantine-rate", type=float, default=0.25,
                    help="the quarantine contracts fail when more than this share of the input records was quarantined, "

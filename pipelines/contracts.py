@@ -249,3 +249,21 @@ def run_contracts(corpus_dir: Path | str, max_quarantine_rate: float = 0.25,
         wanted = set(names)
         contracts = {k: v for k, v in contracts.items() if k in wanted}
     return run_named(contracts, corpus)
+
+
+def run_collection_contracts(corpus_dir: Path | str) -> list[ContractResult]:
+    """The live collectors' contracts (the Dagster checks of their assets) for each collector whose data
+    the corpus holds: `worldline check` runs them after the corpus contracts. Imported here, on use: the
+    core does not depend on the collectors."""
+    from collectors.android.collect import SOURCE_FORMAT as ANDROID
+    from collectors.android.contracts import run_android_contracts
+    from collectors.browser.collect import SOURCE_FORMAT as BROWSER
+    from collectors.browser.contracts import run_browser_contracts
+    from collectors.mcp.contracts import run_mcp_contracts
+    from collectors.mcp.recorder import SOURCE_FORMAT as MCP
+    from sandboxes.contracts import run_sandbox_contracts
+
+    present = {f for (f,) in _q(connect(Corpus(corpus_dir).require().root), "SELECT DISTINCT source_format FROM trajectories")}
+    runs = [(MCP, run_mcp_contracts), ("sandbox", run_sandbox_contracts), (BROWSER, run_browser_contracts),
+            (ANDROID, run_android_contracts)]
+    return [r for fmt, run in runs if fmt in present for r in run(corpus_dir)]

@@ -44,3 +44,20 @@ def test_each_contract_catches_its_breach(tmp_path: Path) -> None:
     assert failed["android_indices_visible"] == {"actions": 2, "not_shown": 1, "example": f"{t.trajectory_id} turn 1"}
     assert failed["android_observations_typed"] == {"turns": 3, "bad": 1}
     assert failed["android_fingerprinted"] == {"sessions": 1, "missing": 1}
+
+
+def test_worldline_check_runs_them_where_there_is_android_data(device: FakeDevice, tmp_path: Path, sample: Path,
+                                                               capsys) -> None:
+    from pipelines.cli import main
+
+    corpus = tmp_path / "c"
+    assert main(["ingest", str(sample / "swe-agent"), "--out", str(corpus)]) == 0
+    capsys.readouterr()
+    assert main(["check", str(corpus)]) == 0
+    assert "android_" not in capsys.readouterr().out  # no Android data: not its contracts
+    collect(default_specs(), corpus, settle_s=0)
+    assert main(["check", str(corpus)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [ln.split(":")[0] for ln in lines if "android_" in ln] == [
+        "PASS  android_indices_visible", "PASS  android_observations_typed", "PASS  android_fingerprinted"]
+    assert not [ln for ln in lines if "browser_" in ln or "mcp_" in ln or "sandbox_" in ln]
