@@ -77,13 +77,15 @@ def _cmd_stats(a: argparse.Namespace) -> int:
 def _cmd_check(a: argparse.Namespace) -> int:
     from pipelines.contracts import run_collection_contracts, run_contracts
 
-    results = run_contracts(a.corpus, a.max_quarantine_rate) + run_collection_contracts(a.corpus)
-    for r in results:
-        print(r.line())
-        if not r.passed:
-            for k, v in r.metadata.items():
-                if isinstance(v, list | dict) and v:
-                    print(f"      {k}: {v}")
+    results = []
+    for run in (lambda: run_contracts(a.corpus, a.max_quarantine_rate), lambda: run_collection_contracts(a.corpus)):
+        for r in run():  # the corpus's verdicts are printed before the collectors' are computed
+            results.append(r)
+            print(r.line(), flush=True)
+            if not r.passed:
+                for k, v in r.metadata.items():
+                    if isinstance(v, list | dict) and v:
+                        print(f"      {k}: {v}")
     return 0 if all(r.passed for r in results) else 1
 
 

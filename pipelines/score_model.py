@@ -427,11 +427,12 @@ class TurnScorer:
             shell = len(render(self.tokenizer, [{"role": "system", "content": ""}, *empty], [1]).ids)
         except Exception:  # noqa: BLE001 - templates without a system role
             shell = len(render(self.tokenizer, empty, [1]).ids)
-        need = shell + MIN_WINDOW_TEXT
+        need = 2 * (shell + MIN_WINDOW_TEXT)  # a long task prompt keeps half the window (`_fit_system`)
         if self.window < need:
             cap = "" if self.window == self.config.max_context else f" (the model's position limit caps it at {self.window})"
             raise ValueError(f"--max-context {self.config.max_context}{cap}: one empty turn of this model's chat template "
-                             f"takes {shell} tokens; a window needs at least {need} to hold any text")
+                             f"takes {shell} tokens and a task prompt may keep half the window; a window needs at least "
+                             f"{need} to hold any text")
 
     def teardown(self) -> None:
         torch = _torch()

@@ -85,7 +85,8 @@ class _Run:
         self.turns: list[Turn] = []
 
     def settle(self) -> Screen:
-        """The screen once two dumps in a row agree (at most MAX_DUMPS), `settle_s` apart."""
+        """The screen once two dumps in a row agree (at most MAX_DUMPS): the first `settle_s` after the
+        action, the others half that apart."""
         time.sleep(self.spec.settle_s)
         last = self.device.dump()
         for _ in range(MAX_DUMPS - 1):

@@ -126,6 +126,7 @@ class BrowserSession:
         self.version = ""
         self.playwright_version = ""
         self.restarts = 0  # times chromium was started again after it died
+        self.start_failure: str | None = None
 
     def setup(self) -> None:
         if not self.executable.exists():
@@ -152,7 +153,8 @@ class BrowserSession:
                 self.browser.close()
             self.browser = None
         if self._pw is not None:
-            self._pw.stop()
+            with contextlib.suppress(Exception):  # its driver may have gone with the browser
+                self._pw.stop()
             self._pw = None
 
     def __enter__(self) -> BrowserSession:
@@ -166,15 +168,21 @@ class BrowserSession:
         """A fresh context. When chromium cannot open one (it died since the last tab: a crash, the
         machine's OOM killer), it is started again, once, so one lost browser costs at most the session
         it was in, not the rest of the run."""
+        if self.start_failure is not None:  # chromium would not start again: say why, every session
+            raise BrowserUnavailable(self.start_failure)
         try:
             return Tab(self.browser, spec, faults, key)
-        except Exception:  # noqa: BLE001 - Playwright says "closed" in several ways; one restart tells
-            if self.browser is None:
-                raise
-            self.restarts += 1
-            self.teardown()
+        except Exception:
+            if self.browser is None or self.browser.is_connected():
+                raise  # chromium is alive: the error is the context's own
+        self.teardown()
+        try:
             self.setup()
-            return Tab(self.browser, spec, faults, key)
+        except BrowserUnavailable as e:
+            self.start_failure = f"chromium died and did not start again: {e}"
+            raise BrowserUnavailable(self.start_failure) from None
+        self.restarts += 1
+        return Tab(self.browser, spec, faults, key)
 
 
 class Tab:

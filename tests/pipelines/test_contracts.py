@@ -118,3 +118,28 @@ def test_the_quarantine_rate_bound_must_be_a_share(rate: float, tmp_path: Path) 
     with pytest.raises(ValueError) as e:
         run_contracts(tmp_path / "nonexistent", max_quarantine_rate=rate)  # checked before the corpus
     assert str(e.value) == f"--max-quarantine-rate must be in [0, 1] (got {rate})"
+
+
+def test_collection_contracts_name_their_formats() -> None:
+    """`worldline check` finds each collector's data by the source format its collector writes."""
+    from collectors.android.collect import SOURCE_FORMAT as ANDROID
+    from collectors.browser.collect import SOURCE_FORMAT as BROWSER
+    from collectors.mcp.recorder import SOURCE_FORMAT as MCP
+    from pipelines.contracts import COLLECTION_CONTRACTS
+    from sandboxes.collect import SOURCE_FORMAT as SANDBOX
+
+    assert list(COLLECTION_CONTRACTS) == [MCP, SANDBOX, BROWSER, ANDROID]
+
+
+def test_collection_contracts_on_unreadable_trajectories(tmp_path: Path, sample: Path) -> None:
+    from pipelines.cli import main
+    from pipelines.contracts import run_collection_contracts
+
+    corpus = tmp_path / "c"
+    assert main(["ingest", str(sample / "swe-agent"), "--out", str(corpus)]) == 0
+    assert run_collection_contracts(corpus) == []  # no collector's data
+    for f in (corpus / "trajectories").rglob("*.parquet"):
+        f.write_bytes(b"not parquet")
+    (r,) = run_collection_contracts(corpus)
+    assert (r.name, r.passed) == ("collection_contracts", False)
+    assert r.metadata["error"].startswith("InvalidInputException: ") and "too small to be a Parquet file" in r.metadata["error"]

@@ -315,8 +315,13 @@ def test_a_window_too_small_for_the_template_is_refused_at_setup(gpt2: tuple) ->
     model, tok = gpt2
     empty = [{"role": "system", "content": ""}, {"role": "user", "content": ""}, {"role": "assistant", "content": ""}]
     assert len(render(tok, empty, [2]).ids) == 16
-    s = TurnScorer(ModelScoreConfig(dtype="float32", max_context=31), model, tok)
-    with pytest.raises(ValueError, match=r"^--max-context 31: one empty turn of this model's chat template takes 16 "
-                                         r"tokens; a window needs at least 32 to hold any text$"):
+    s = TurnScorer(ModelScoreConfig(dtype="float32", max_context=63), model, tok)
+    with pytest.raises(ValueError, match=r"^--max-context 63: one empty turn of this model's chat template takes 16 "
+                                         r"tokens and a task prompt may keep half the window; a window needs at least "
+                                         r"64 to hold any text$"):
         s.setup()
-    TurnScorer(ModelScoreConfig(dtype="float32", max_context=32), model, tok).setup()
+    ok = TurnScorer(ModelScoreConfig(dtype="float32", max_context=64), model, tok)
+    ok.setup()
+    traj = {"trajectory_id": "t", "domain": "terminal", "task": "a long task prompt " * 40}
+    turns = [{"turn_index": 0, "kind": "env", "action": "ls", "observation": "a b c\n"}]
+    assert [r["turn_index"] for r in ok.score([traj], {"t": turns}).to_pylist()] == [0]  # the smallest window works

@@ -33,6 +33,7 @@ def device(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeDevice:
     for k, v in env.items():
         monkeypatch.setenv(k, v)
     monkeypatch.setenv("WORLDLINE_ADB", str(adb))
+    monkeypatch.delenv("ANDROID_SERIAL", raising=False)  # the collector honours it, as adb does
     return FakeDevice(adb, Path(env["FAKE_ADB_HOME"]))
 
 

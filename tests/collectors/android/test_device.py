@@ -138,20 +138,28 @@ def test_text_as_input_takes_it() -> None:
             text_arg(bad)
 
 
-def test_the_real_adb_without_a_device(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Debian's adb itself (its server started on a port of its own, then stopped): no emulator runs
-    here, so what it can show is the answer with none, read as the collector reads it."""
+def test_the_real_adb(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Debian's adb itself, its server on a port of its own (stopped after) and its keys in a temporary
+    home: no emulator runs here, so what it shows is the answer with no device, read as the collector
+    reads it; on a machine with a device attached, that device is found instead."""
     adb = shutil.which("adb")
     assert adb is not None, "adb is not installed: apt-get install adb (`make setup services` does)"
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     monkeypatch.setenv("ANDROID_ADB_SERVER_PORT", str(port))
+    monkeypatch.setenv("HOME", str(tmp_path))
     monkeypatch.delenv("ANDROID_SERIAL", raising=False)
     try:
-        with pytest.raises(DeviceUnavailable, match=r"^no Android device online: start an emulator"):
-            AdbDevice(adb=adb).setup()
-        with pytest.raises(DeviceUnavailable, match=r"^device emulator-5554 is not online \(adb devices: not listed\)"):
-            AdbDevice("emulator-5554", adb=adb).setup()
+        listed = subprocess.run([adb, "devices"], capture_output=True, text=True, timeout=60).stdout
+        online = [ln.split("\t")[0] for ln in listed.splitlines()[1:] if ln.endswith("\tdevice")]
+        if online:  # a developer's phone or emulator
+            with AdbDevice(online[0], adb=adb) as d:
+                assert d.dump().views
+        else:
+            with pytest.raises(DeviceUnavailable, match=r"^no Android device online: start an emulator"):
+                AdbDevice(adb=adb).setup()
+        with pytest.raises(DeviceUnavailable, match=r"^device nosuch-1 is not online \(adb devices: not listed\)"):
+            AdbDevice("nosuch-1", adb=adb).setup()
     finally:
         subprocess.run([adb, "kill-server"], capture_output=True, timeout=30)

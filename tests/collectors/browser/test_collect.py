@@ -8,7 +8,6 @@ import json
 import os
 import re
 import signal
-import time
 from pathlib import Path
 
 import pytest
@@ -241,7 +240,6 @@ def test_chromium_that_dies_is_started_again(tmp_path: Path, monkeypatch) -> Non
     def record_then_kill(browser, *args, **kwargs):
         if len(calls) == 1:  # between the first session and the second
             _kill_chromium()
-            time.sleep(1)
         calls.append(1)
         return real_record(browser, *args, **kwargs)
 
