@@ -1,5 +1,6 @@
-"""What the scripted live collectors that run sessions one after another (browser, Android) share:
-the counts of a run and its one-screen summary."""
+"""What the live collectors that run sessions one after another (browser, Android) share: their
+option checks and command-line options, the agent's loop, and the counts of a run with its
+one-screen summary."""
 
 from __future__ import annotations
 
@@ -92,7 +93,6 @@ class SessionSummary:
     perturbations: Counter = field(default_factory=Counter)
     failures: list[str] = field(default_factory=list)
     trajectory_ids: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)  # collector-specific lines after the outcomes
 
     @property
     def failed(self) -> int:
@@ -109,6 +109,10 @@ class SessionSummary:
         if traj.outcome in self.failed_outcomes:
             self.failures.append(f"{name}: {failure}")
 
+    def note_lines(self) -> list[str]:
+        """Collector-specific lines after the outcomes (none here)."""
+        return []
+
     def render(self) -> str:
         lines = [
             f"worldline {self.command}: {self.sessions} sessions, {self.turns} turns "
@@ -118,7 +122,7 @@ class SessionSummary:
         ]
         if self.perturbations:
             lines.append("  perturbed turns: " + ", ".join(f"{k} {v}" for k, v in sorted(self.perturbations.items())))
-        lines += [f"  {n}" for n in self.notes]
+        lines += [f"  {n}" for n in self.note_lines()]
         for f in self.failures[:20]:
             lines.append(f"  failed: {f}")
         lines.append(f'  see: worldline query {self.corpus} "SELECT * FROM trajectories WHERE source_format = '

@@ -34,16 +34,16 @@ def _cmd_collect_mcp(a: argparse.Namespace) -> int:
 
     # after an (injected) crash the SDK warns that it could not DELETE the HTTP session: expected here
     logging.getLogger("mcp.client.streamable_http").setLevel(logging.ERROR)
+    from collectors.live import agent_endpoint
     from collectors.mcp.faults import FaultConfig
     from collectors.mcp.spec import default_specs
 
     specs = a.specs or default_specs()
     faults = FaultConfig.parse(a.faults, a.fault_rate, a.seed, a.fault_latency)
-    openai = {k: v for k, v in {"base_url": a.agent_base_url, "model": a.agent_model}.items() if v}
     try:
         summary = collect(
             specs, a.out, faults=faults, repeat=a.repeat, concurrency=a.concurrency, only=a.session,
-            policy=a.policy, openai=openai, replay_corpus=a.replay, replay_limit=a.replay_limit,
+            policy=a.policy, openai=agent_endpoint(a), replay_corpus=a.replay, replay_limit=a.replay_limit,
             call_timeout_s=a.call_timeout, echo=None if a.quiet else stderr_echo,
         )
     except CollectionInterrupted as e:

@@ -1,5 +1,6 @@
-"""What the live collectors' YAML specs share (MCP servers, browser sites): checking a mapping's keys,
-the spec files a folder stands for, the `--session` names a run selects, and the progress echo.
+"""What the live collectors' YAML specs share (MCP servers, browser sites, Android apps): checking a
+mapping's keys and a step's, the spec files a folder stands for, the `--session` names a run selects,
+unique session names, `--faults`, and the progress echo.
 
 Each collector keeps its own `SpecError` (a ValueError) and passes it in, so its messages keep saying
 whose spec is wrong."""
@@ -55,6 +56,11 @@ def check_sessions(specs: Sequence[_Spec], only: list[str] | None) -> None:
     if unknown:
         raise ValueError(f"--session {', '.join(unknown)}: no such session in {', '.join(str(s.path) for s in specs)}; "
                          f"the sessions are {', '.join(known) or 'none'}")
+
+
+def selected(spec_name: str, session_name: str, only: list[str] | None) -> bool:
+    """Whether a run with `--session` names `only` (none: every session) runs this session."""
+    return not only or session_name in only or f"{spec_name}/{session_name}" in only
 
 
 def step_mapping(where: str, raw: Any, step_keys: dict[str, set[str]], error: type[ValueError]) -> tuple[str, dict]:

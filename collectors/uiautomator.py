@@ -146,6 +146,13 @@ def parse_hierarchy(xml: bytes) -> Hierarchy:
     return Hierarchy(root_attrs or {}, roots if windows is None else [], windows, packages)
 
 
+def find_dump(data: bytes) -> bytes | None:
+    """The first dump document in `data` (what `adb exec-out uiautomator dump /dev/tty` prints has a
+    line after it), or None."""
+    m = _DOC.search(data)
+    return m.group(0) if m else None
+
+
 class UiAutomatorImporter(Importer):
     name = "uiautomator"
     container = "text"

@@ -22,7 +22,7 @@ from collectors.android.spec import ACTION_SPACE, AppSpec, Session, Step, load_s
 from collectors.android_views import describe
 from collectors.live import SessionSummary, check_session_options, run_agent
 from collectors.policies import Action, OpenAIChatPolicy, Policy
-from collectors.specs import check_sessions
+from collectors.specs import check_sessions, selected
 from pipelines.sink import CollectionSink
 from schemas.records import Trajectory, Turn, digest, dumps
 
@@ -31,10 +31,6 @@ COLLECTOR_VERSION = "1"
 SOURCE_FORMAT = "android-live"
 FAILED_OUTCOMES = ("policy_error", "agent_error", "device_error")
 MAX_DUMPS = 4  # dumps after an action until two in a row agree (the screen has settled)
-
-
-def summary_for(out: Path | str, run_id: str) -> SessionSummary:
-    return SessionSummary("collect android", SOURCE_FORMAT, FAILED_OUTCOMES, str(out), run_id)
 
 
 def collect(spec_paths: list[Path | str], out: Path | str, *, serial: str | None = None,
@@ -56,9 +52,9 @@ def collect(spec_paths: list[Path | str], out: Path | str, *, serial: str | None
         spec.settle_s = settle_s
     check_sessions(specs, only)
     jobs = [(spec, s, r) for spec in specs for s in spec.sessions for r in range(repeat)
-            if not only or s.name in only or f"{spec.name}/{s.name}" in only]
+            if selected(spec.name, s.name, only)]
     run_id = uuid.uuid4().hex[:12]
-    summary = summary_for(out, run_id)
+    summary = SessionSummary("collect android", SOURCE_FORMAT, FAILED_OUTCOMES, str(out), run_id)
     t0 = time.monotonic()
     with AdbDevice(serial, adb) as device:
         summary.environment = f"device: {device.description}"
@@ -118,17 +114,23 @@ class _Run:
             error = str(e)
         if error is None:
             screen = self.settle()
-            observation = screen.text
             meta["unchanged"] = screen.text == before.text or None  # as clean compares: the rendering
-        else:
-            screen = before  # nothing was sent: the screen is the one the agent saw
-            observation = f"error: {error}\n{before.text}"
+        return self.record(action, step.do, args, error, locator, started, t0, thought, call_id, meta)
+
+    def record(self, action: str, tool_name: str | None, args: dict[str, Any], error: str | None, locator: str,
+               started: datetime, t0: float, thought: str | None = None, call_id: str | None = None,
+               meta: dict[str, Any] | None = None) -> Turn:
+        """Add the turn of an action: the screen now, or, for one that was refused (`error`), the error
+        and the screen it was refused on (nothing was sent)."""
+        screen = self.screen
+        assert screen is not None
         turn = Turn(
-            kind="env", action=action, observation=observation, observation_kind="view_hierarchy",
-            tool_name=step.do, tool_args=dumps(args), tool_call_id=call_id, thought=thought,
-            is_error=error is not None, started_at=started, duration_s=round(time.monotonic() - t0, 6),
+            kind="env", action=action, observation=screen.text if error is None else f"error: {error}\n{screen.text}",
+            observation_kind="view_hierarchy", tool_name=tool_name, tool_args=dumps(args), tool_call_id=call_id,
+            thought=thought, is_error=error is not None, started_at=started,
+            duration_s=round(time.monotonic() - t0, 6),
             state=dumps({"packages": screen.packages, "views": len(screen.views)}), locator=locator,
-            metadata=dumps(kept) if (kept := {k: v for k, v in meta.items() if v is not None}) else None,
+            metadata=dumps(kept) if (kept := {k: v for k, v in (meta or {}).items() if v is not None}) else None,
         )
         self.turns.append(turn)
         return turn
@@ -214,13 +216,8 @@ def _agent_turns(run: _Run, policy: Policy, task: str) -> str | None:
         step = step_of_call(a.tool_name, a.tool_args)
         if not isinstance(step, str):
             return run.act(step, step.index, locator, a.thought or None, a.tool_call_id)
-        assert run.screen is not None
-        turn = Turn(kind="env", action=a.text, observation=f"error: {step}\n{run.screen.text}",
-                    observation_kind="view_hierarchy", tool_name=a.tool_name, tool_args=dumps(a.tool_args or {}),
-                    tool_call_id=a.tool_call_id, thought=a.thought or None, is_error=True,
-                    started_at=datetime.now(UTC), duration_s=0.0, locator=locator)
-        run.turns.append(turn)
-        return turn
+        return run.record(a.text, a.tool_name, a.tool_args or {}, step, locator, datetime.now(UTC), time.monotonic(),
+                          a.thought or None, a.tool_call_id)
 
     return run_agent(policy, task, ACTION_SPACE, act)
 

@@ -8,7 +8,6 @@ the collector needs nothing but the `adb` binary on PATH (Debian: `apt-get insta
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import subprocess
 import time
@@ -16,10 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from collectors.android_views import Bounds, View, describe, walk
-from collectors.uiautomator import parse_hierarchy
+from collectors.uiautomator import find_dump, parse_hierarchy
 from schemas.records import RecordError
 
-_DOC = re.compile(rb"(?:<\?xml[^>]*\?>\s*)?<hierarchy\b.*?</hierarchy\s*>", re.S)
 KEYS = {"back": "KEYCODE_BACK", "home": "KEYCODE_HOME", "enter": "KEYCODE_ENTER"}
 LONG_PRESS_MS = 800
 DUMP_TRIES = 3
@@ -65,7 +63,7 @@ class Screen:
         if not 0 <= index < len(self.views):
             return f"no view [{index}] on this screen (its views are [0] to [{len(self.views) - 1}])"
         b = self.views[index].bounds
-        if b is None or b[1][0] <= b[0][0] or b[1][1] <= b[0][1]:
+        if not _has_area(b):
             return f"view [{index}] has no area on the screen ({describe(self.views[index])})"
         (x1, y1), (x2, y2) = b
         return (x1 + x2) // 2, (y1 + y2) // 2
@@ -74,7 +72,11 @@ class Screen:
     def area(self) -> Bounds:
         """The bounds of the window the dump shows (its root view's: the whole screen, or a dialog)."""
         root = self.views[0].bounds if self.views else None
-        return root if root is not None and root[1][0] > root[0][0] and root[1][1] > root[0][1] else ((0, 0), (1080, 1920))
+        return root if _has_area(root) else ((0, 0), (1080, 1920))
+
+
+def _has_area(b: Bounds | None) -> bool:
+    return b is not None and b[1][0] > b[0][0] and b[1][1] > b[0][1]
 
 
 def adb_path(explicit: Path | str | None = None) -> str:
@@ -174,13 +176,13 @@ class AdbDevice:
         state.` while something animates): it is asked again, DUMP_TRIES times in all."""
         for attempt in range(DUMP_TRIES):
             out = self._adb("exec-out", "uiautomator", "dump", "/dev/tty")
-            m = _DOC.search(out)
+            doc = find_dump(out)
             try:
-                if m is None:
+                if doc is None:
                     said = out.decode(errors="replace").strip()[:200]
                     raise DeviceError(f"uiautomator dump gave no view hierarchy ({said or 'no output'})")
                 try:
-                    return Screen.parse(m.group(0))
+                    return Screen.parse(doc)
                 except RecordError as e:
                     raise DeviceError(f"uiautomator dump: {e.detail}") from None
             except DeviceError:

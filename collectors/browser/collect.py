@@ -30,7 +30,7 @@ from collectors.browser.spec import (
 )
 from collectors.live import SessionSummary, check_session_options, run_agent
 from collectors.policies import Action, OpenAIChatPolicy, Policy
-from collectors.specs import check_sessions
+from collectors.specs import check_sessions, selected
 from pipelines.sink import CollectionSink
 from schemas.records import Trajectory, Turn, digest, dumps
 
@@ -50,12 +50,11 @@ class BrowserSummary(SessionSummary):
         self.blocked_requests = 0
         self.restarts = 0
 
-    def render(self) -> str:
-        self.environment = f"browser: chromium {self.browser}"
-        self.notes = [f"requests to other origins blocked: {self.blocked_requests}"] if self.blocked_requests else []
+    def note_lines(self) -> list[str]:
+        notes = [f"requests to other origins blocked: {self.blocked_requests}"] if self.blocked_requests else []
         if self.restarts:
-            self.notes.append(f"chromium died and was started again: {self.restarts} time{'s' * (self.restarts > 1)}")
-        return super().render()
+            notes.append(f"chromium died and was started again: {self.restarts} time{'s' * (self.restarts > 1)}")
+        return notes
 
 
 def collect(spec_paths: list[Path | str], out: Path | str, *, repeat: int = 1, only: list[str] | None = None,
@@ -73,7 +72,7 @@ def collect(spec_paths: list[Path | str], out: Path | str, *, repeat: int = 1, o
     specs = [load_spec(f) for f in spec_files(spec_paths)]
     check_sessions(specs, only)
     jobs = [(spec, s, r) for spec in specs for s in spec.sessions for r in range(repeat)
-            if not only or s.name in only or f"{spec.name}/{s.name}" in only]
+            if selected(spec.name, s.name, only)]
     faults = faults or FaultPlan()
     run_id = uuid.uuid4().hex[:12]
     summary = BrowserSummary(str(out), run_id)
@@ -82,6 +81,7 @@ def collect(spec_paths: list[Path | str], out: Path | str, *, repeat: int = 1, o
     with CollectionSink(out, run_key=f"browser:{run_id}", source=",".join(str(s.path) for s in specs),
                         commit_every=commit_every, info=info) as sink, BrowserSession(executable) as browser:
         summary.browser = browser.version
+        summary.environment = f"browser: chromium {browser.version}"
         for n, (spec, session, rep) in enumerate(jobs, 1):
             agent_policy = OpenAIChatPolicy(max_turns=max_turns, **agent) if policy == "openai" else None
             traj, meta = record(browser, spec, session, rep, faults, run_id, agent_policy)

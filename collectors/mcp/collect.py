@@ -42,7 +42,7 @@ from collectors.mcp.recorder import (
 )
 from collectors.mcp.spec import ServerSpec, SessionSpec, load_spec, spec_files
 from collectors.policies import Action, ScriptedPolicy
-from collectors.specs import check_sessions, stderr_echo  # noqa: F401 - stderr_echo: the CLI's echo
+from collectors.specs import check_sessions, selected, stderr_echo  # noqa: F401 - stderr_echo: the CLI's echo
 from pipelines.sink import CollectionSink
 from schemas.options import at_least
 
@@ -163,7 +163,7 @@ def plan_jobs(specs: list[ServerSpec], repeat: int = 1, only: list[str] | None =
     jobs: list[Job] = []
     for spec in specs:
         for s in spec.sessions:
-            if only and s.name not in only and f"{spec.name}/{s.name}" not in only:
+            if not selected(spec.name, s.name, only):
                 continue
             if policy and policy != s.policy:
                 if policy == "scripted" and not s.steps:
