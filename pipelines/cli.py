@@ -77,16 +77,18 @@ def _cmd_stats(a: argparse.Namespace) -> int:
 def _cmd_check(a: argparse.Namespace) -> int:
     from pipelines.contracts import run_collection_contracts, run_contracts
 
-    results = []
-    for run in (lambda: run_contracts(a.corpus, a.max_quarantine_rate), lambda: run_collection_contracts(a.corpus)):
-        for r in run():  # the corpus's verdicts are printed before the collectors' are computed
-            results.append(r)
+    def show(results: list) -> bool:
+        for r in results:
             print(r.line(), flush=True)
             if not r.passed:
                 for k, v in r.metadata.items():
                     if isinstance(v, list | dict) and v:
                         print(f"      {k}: {v}")
-    return 0 if all(r.passed for r in results) else 1
+        return all(r.passed for r in results)
+
+    corpus_ok = show(run_contracts(a.corpus, a.max_quarantine_rate))  # printed before the collectors' are computed
+    collected_ok = show(run_collection_contracts(a.corpus))
+    return 0 if corpus_ok and collected_ok else 1
 
 
 def _cmd_report(a: argparse.Namespace) -> int:

@@ -135,6 +135,9 @@ def test_no_device_writes_nothing(device: FakeDevice, tmp_path: Path, monkeypatc
     assert main(["collect", "android", "--out", str(tmp_path / "c")]) == 1
     assert capsys.readouterr().err.startswith("worldline collect android: no Android device online: start an emulator")
     assert not (tmp_path / "c").exists()
+    assert main(["collect", "android", "--out", str(tmp_path / "c"), "--settle", "-1"]) == 1
+    assert "--settle must be 0 seconds or more, got -1.0" in capsys.readouterr().err
+    assert not (tmp_path / "c").exists()
 
 
 def test_the_screen_is_read_once_it_settles(device: FakeDevice, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -163,3 +163,14 @@ def test_the_real_adb(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
             AdbDevice("nosuch-1", adb=adb).setup()
     finally:
         subprocess.run([adb, "kill-server"], capture_output=True, timeout=30)
+
+
+def test_adb_gone_mid_run_is_a_device_error(device: FakeDevice, tmp_path: Path) -> None:
+    adb = tmp_path / "my-adb"
+    adb.write_bytes(device.adb.read_bytes())
+    adb.chmod(0o755)
+    d = AdbDevice(adb=adb)
+    d.setup()
+    adb.unlink()
+    with pytest.raises(DeviceError, match=rf"^adb exec-out uiautomator dump /dev/tty: cannot run {adb}: No such file"):
+        d.dump()

@@ -248,3 +248,23 @@ def test_chromium_that_dies_is_started_again(tmp_path: Path, monkeypatch) -> Non
     assert (s.sessions, s.failed, s.restarts) == (2, 0, 1)
     assert dict(s.outcomes) == {"success": 2}
     assert "chromium died and was started again: 1 time\n" in s.render()
+
+
+def test_chromium_that_will_not_start_again_says_why(tmp_path: Path, monkeypatch) -> None:
+    """After chromium died and a new one cannot start, every session left is a browser_error that says why."""
+    import collectors.browser.collect as collect_module
+
+    real_record, calls = collect_module.record, []
+
+    def record_then_break(browser, *args, **kwargs):
+        if len(calls) == 1:
+            _kill_chromium()
+            browser.executable = tmp_path / "gone-chromium"  # the restart cannot find it
+        calls.append(1)
+        return real_record(browser, *args, **kwargs)
+
+    monkeypatch.setattr(collect_module, "record", record_then_break)
+    s = collect(default_specs(), tmp_path / "c", only=["order-mugs", "search-socks", "dead-ends"])
+    assert (s.sessions, s.restarts, dict(s.outcomes)) == (3, 0, {"success": 1, "browser_error": 2})
+    why = f"BrowserUnavailable: chromium died and did not start again: {tmp_path / 'gone-chromium'} is missing"
+    assert [f.split(": ", 1)[1][:len(why)] for f in s.failures] == [why, why]
