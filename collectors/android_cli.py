@@ -11,34 +11,22 @@ so far are written).
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 from collectors.live import add_session_arguments
-
-EXIT_SOME_FAILED = 3
-EXIT_INTERRUPTED = 130
 
 
 def _cmd_collect_android(a: argparse.Namespace) -> int:
     from collectors.android.collect import collect
     from collectors.android.device import DeviceUnavailable
     from collectors.android.spec import default_specs
-    from collectors.live import agent_endpoint
+    from collectors.live import agent_endpoint, run_session_command
     from collectors.specs import stderr_echo
 
-    try:
-        summary = collect(a.specs or default_specs(), a.out, serial=a.serial, adb=a.adb, repeat=a.repeat,
-                          only=a.session, policy=a.policy, openai=agent_endpoint(a), max_turns=a.max_turns, settle_s=a.settle,
-                          echo=None if a.quiet else stderr_echo)
-    except DeviceUnavailable as e:
-        print(f"worldline collect android: {e}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print("worldline collect android: interrupted (finished sessions are written)", file=sys.stderr)
-        return EXIT_INTERRUPTED
-    print(summary.render())
-    return EXIT_SOME_FAILED if summary.failed else 0
+    return run_session_command("collect android", lambda: collect(
+        a.specs or default_specs(), a.out, serial=a.serial, adb=a.adb, repeat=a.repeat, only=a.session,
+        policy=a.policy, openai=agent_endpoint(a), max_turns=a.max_turns, settle_s=a.settle,
+        echo=None if a.quiet else stderr_echo), DeviceUnavailable)
 
 
 def register(subparsers: argparse._SubParsersAction, collect_subparsers: argparse._SubParsersAction) -> None:

@@ -9,34 +9,22 @@ interrupted (the sessions finished so far are written).
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 from collectors.live import add_session_arguments
-
-EXIT_SOME_FAILED = 3
-EXIT_INTERRUPTED = 130
 
 
 def _cmd_collect_browser(a: argparse.Namespace) -> int:
     from collectors.browser.collect import collect
     from collectors.browser.session import BrowserUnavailable, FaultPlan
     from collectors.browser.spec import default_specs
-    from collectors.live import agent_endpoint
+    from collectors.live import agent_endpoint, run_session_command
     from collectors.specs import stderr_echo
 
-    try:
-        faults = FaultPlan.parse(a.faults, a.fault_rate, a.seed)
-        summary = collect(a.specs or default_specs(), a.out, repeat=a.repeat, only=a.session, faults=faults,
-                          policy=a.policy, openai=agent_endpoint(a), max_turns=a.max_turns, echo=None if a.quiet else stderr_echo)
-    except BrowserUnavailable as e:
-        print(f"worldline collect browser: {e}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print("worldline collect browser: interrupted (finished sessions are written)", file=sys.stderr)
-        return EXIT_INTERRUPTED
-    print(summary.render())
-    return EXIT_SOME_FAILED if summary.failed else 0
+    faults = FaultPlan.parse(a.faults, a.fault_rate, a.seed)
+    return run_session_command("collect browser", lambda: collect(
+        a.specs or default_specs(), a.out, repeat=a.repeat, only=a.session, faults=faults, policy=a.policy,
+        openai=agent_endpoint(a), max_turns=a.max_turns, echo=None if a.quiet else stderr_echo), BrowserUnavailable)
 
 
 def register(subparsers: argparse._SubParsersAction, collect_subparsers: argparse._SubParsersAction) -> None:

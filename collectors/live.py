@@ -69,6 +69,28 @@ def add_session_arguments(s: argparse.ArgumentParser, what: str) -> None:
     s.add_argument("--quiet", action="store_true", help="no per-session progress lines")
 
 
+EXIT_SOME_FAILED = 3
+EXIT_INTERRUPTED = 130
+
+
+def run_session_command(name: str, run: Callable[[], SessionSummary], unavailable: type[Exception]) -> int:
+    """A session collector's command: `run()` the collection and print its summary. Exit codes: 0 every
+    session ran to its end, 3 some could not (listed), 1 `unavailable` (what drives the sessions is
+    missing: the message says what to install or start), 130 interrupted (finished sessions are written)."""
+    import sys
+
+    try:
+        summary = run()
+    except unavailable as e:
+        print(f"worldline {name}: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"worldline {name}: interrupted (finished sessions are written)", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    print(summary.render())
+    return EXIT_SOME_FAILED if summary.failed else 0
+
+
 def agent_endpoint(a: argparse.Namespace) -> dict[str, str]:
     """The agent endpoint settings given on the command line (the rest come from the environment)."""
     return {k: v for k, v in {"base_url": a.agent_base_url, "model": a.agent_model}.items() if v}
