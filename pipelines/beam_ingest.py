@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import secrets
 from collections.abc import Iterator
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 from pipelines.ingest import (
@@ -41,6 +41,11 @@ def _convert(item: tuple[int, Group], staging: str, batch_id: str, config: Inges
     return out.name
 
 
+def absolute_paths(group: Group) -> Group:
+    """The group with its inputs' paths absolute (the names shown, `source`, stay as given)."""
+    return [(replace(u, path=u.path.absolute(), files=[f.absolute() for f in u.files]), sha) for u, sha in group]
+
+
 def beam_runner(runner: str = "DirectRunner", options: list[str] | None = None) -> GroupRunner:
     """A GroupRunner that converts the groups with Beam (`runner`: DirectRunner, PrismRunner,
     DataflowRunner, ...; `options`: pipeline options as on a Beam command line). A runner Beam cannot
@@ -57,12 +62,13 @@ def beam_runner(runner: str = "DirectRunner", options: list[str] | None = None) 
         import apache_beam as beam
         from apache_beam.options.pipeline_options import PipelineOptions
 
+        staging = str(Path(staging).absolute())  # a remote worker does not share the driver's working directory
         results = Path(staging) / RESULTS_DIR
         results.mkdir(parents=True, exist_ok=True)
         with beam.Pipeline(runner=made, options=PipelineOptions(options or [])) as p:
             _ = (
                 p
-                | "groups" >> beam.Create(list(enumerate(groups)))
+                | "groups" >> beam.Create([(i, absolute_paths(g)) for i, g in enumerate(groups)])
                 | "spread" >> beam.Reshuffle()
                 | "convert" >> beam.Map(_convert, staging=staging, batch_id=batch_id, config=config)
             )

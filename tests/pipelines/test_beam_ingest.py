@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -78,6 +79,33 @@ def test_a_retried_group_commits_one_attempt(sample: Path, local: Path, tmp_path
     for sql in ROWS.values():
         assert run_query(out, sql)[1] == run_query(local, sql)[1]
     assert not list(out.glob(".staging-*"))
+
+
+def test_workers_get_absolute_paths(sample: Path, local: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Relative input and corpus paths work on a runner whose workers have another working directory
+    (a worker's cwd is stood in for by changing it around each group; DirectRunner shares the driver's)."""
+    from pipelines import beam_ingest
+
+    real, elsewhere = beam_ingest._convert, tmp_path / "worker-cwd"
+    elsewhere.mkdir()
+
+    def in_another_cwd(item, *a, **k):  # noqa: ANN001, ANN202 - Beam's Map signature
+        before = os.getcwd()
+        os.chdir(elsewhere)
+        try:
+            return real(item, *a, **k)
+        finally:
+            os.chdir(before)
+
+    monkeypatch.setattr(beam_ingest, "_convert", in_another_cwd)
+    monkeypatch.chdir(sample.parent)
+    out = Path(os.path.relpath(tmp_path / "corpus"))
+    s = ingest([Path(sample.name)], out, IngestConfig(task_bytes=1 << 20), progress=False, runner=beam_runner())
+    assert (s.trajectories, s.turns, s.quarantined, s.reconciles) == (1114, 3703, 9, True)
+    assert not list(elsewhere.iterdir())
+    prefix = f"{sample.parent}/"  # `source` is the path as given
+    for sql in ROWS.values():
+        assert run_query(out, sql.replace("source", f"'{prefix}' || source"))[1] == run_query(local, sql)[1]
 
 
 @pytest.mark.parametrize(("args", "message"), [
