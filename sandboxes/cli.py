@@ -181,8 +181,10 @@ def register(subparsers: argparse._SubParsersAction, collect_subparsers: argpars
                         "measured gain so far, see docs/benchmarks.md)")
     c.add_argument("--policy", choices=["scripted", "openai"], default="scripted",
                    help="scripted: the spec's actions; openai: an agent behind an OpenAI-compatible endpoint")
-    c.add_argument("--base-url", help="agent endpoint (default $WORLDLINE_AGENT_BASE_URL)")
-    c.add_argument("--model", help="agent model (default $WORLDLINE_AGENT_MODEL)")
+    # the names `collect mcp|browser|android` use; --base-url / --model, the first ones, still work
+    c.add_argument("--agent-base-url", "--base-url", dest="base_url",
+                   help="OpenAI-compatible endpoint (default $WORLDLINE_AGENT_BASE_URL)")
+    c.add_argument("--agent-model", "--model", dest="model", help="model name at the endpoint (default $WORLDLINE_AGENT_MODEL)")
     c.add_argument("--max-turns", type=int, default=20, help="with --policy openai: actions per trajectory at most")
     c.add_argument("--quiet", action="store_true", help="no per-trajectory progress lines")
     c.add_argument("--again", action="store_true",

@@ -173,7 +173,7 @@ def test_cli_exits_3_when_the_agent_endpoint_ended_trajectories(images, tmp_path
     script = [{"status": 400, "error": "no such model"}, tool_call("bash", command="grep -c ERROR app.log > count.txt && cat count.txt")]
     with ScriptedOpenAIServer(script) as srv:
         argv = ["collect", "sandbox", spec, "--out", str(tmp_path / "c"), "--policy", "openai",
-                "--base-url", srv.base_url, "--model", "m", "--quiet"]
+                "--agent-base-url", srv.base_url, "--agent-model", "m", "--quiet"]
         assert main(argv) == 3
         out = capsys.readouterr().out
         assert "  outcomes:      error=1" in out.splitlines()
@@ -181,7 +181,8 @@ def test_cli_exits_3_when_the_agent_endpoint_ended_trajectories(images, tmp_path
                 "rerun the same command to collect it again") in out.splitlines()
         [bang] = [x for x in out.splitlines() if x.startswith("  ! ")]
         assert bang.startswith("  ! text-count-errors") and ": policy openai-chat: EndpointError: " in bang and "HTTP 400" in bang
-        assert main(argv) == 0  # collected again, now that the endpoint answers
+        # collected again, now that the endpoint answers; the options' first names still work
+        assert main([*argv[:7], "--base-url", srv.base_url, "--model", "m", "--quiet"]) == 0
         assert "  outcomes:      success=1" in capsys.readouterr().out.splitlines()
     assert run_query(tmp_path / "c", "SELECT outcome, num_turns FROM trajectories ORDER BY 1")[1] == [
         ("error", 0), ("success", 1)]
