@@ -391,16 +391,19 @@ class TurnScorer:
         self.dtype_name = dt
         tdtype = getattr(torch, dt)
         if self.model is None:
-            from transformers import AutoModelForCausalLM, AutoTokenizer
+            from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
             path = resolve_model(cfg.model)
             self.model_id = f"{cfg.model}:{path.name}"
             self.tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+            self._check_window(AutoConfig.from_pretrained(path, local_files_only=True))  # before the weights load
             with no_loading_bar():
                 self.model = AutoModelForCausalLM.from_pretrained(path, dtype=tdtype, attn_implementation="sdpa",
                                                                   local_files_only=True)
-        if self.tokenizer is None:
+        elif self.tokenizer is None:
             raise ValueError("TurnScorer: a model was injected without its tokenizer")
+        else:
+            self._check_window(self.model.config)
         self.model.eval()
         devices = [dev]
         if on_cuda and dev == "cuda":
@@ -411,17 +414,17 @@ class TurnScorer:
             import copy
 
             self.replicas.append(copy.deepcopy(self.model).to(d))
-        limit = getattr(self.model.config, "max_position_embeddings", None) or getattr(self.model.config, "n_positions", None)
-        self.window = min(cfg.max_context, int(limit)) if limit else cfg.max_context
         self.batch_tokens = cfg.max_batch_tokens or (65536 if on_cuda else 2048)  # a longer row runs alone
         if not on_cuda:
             torch.set_num_threads(max(1, len(os.sched_getaffinity(0))))
         self._system_ok = None
-        self._check_window()
 
-    def _check_window(self) -> None:
-        """Refuse a window that cannot hold one turn of this model's chat template, before any work (else
-        the first trajectory fails with `cannot fit a window`)."""
+    def _check_window(self, model_config: Any) -> None:
+        """Set the window (`--max-context`, capped by the model's position limit) and refuse one that cannot
+        hold one turn of this model's chat template, before any work (else the first trajectory fails with
+        `cannot fit a window`). Needs only the tokenizer and the model's config."""
+        limit = getattr(model_config, "max_position_embeddings", None) or getattr(model_config, "n_positions", None)
+        self.window = min(self.config.max_context, int(limit)) if limit else self.config.max_context
         empty = [{"role": "user", "content": ""}, {"role": "assistant", "content": ""}]
         try:
             shell = len(render(self.tokenizer, [{"role": "system", "content": ""}, *empty], [1]).ids)

@@ -309,6 +309,22 @@ def test_an_observation_alone_is_the_templates_own_rendering(smollm2: tuple, obs
     assert tok.decode(job.ids[start:end]).endswith(observation.lstrip("\n ") + "<|im_end|>")
 
 
+def test_a_window_too_small_is_refused_before_the_weights_load(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bundled model from disk: the check needs only its tokenizer and config."""
+    import transformers
+
+    def no_weights(*a, **k):  # noqa: ANN002, ANN003, ANN202
+        raise AssertionError("the weights were loaded")
+
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", no_weights)
+    with pytest.raises(ValueError, match=r"^--max-context 40: .* needs at least 64 to hold any text$"):
+        TurnScorer(ModelScoreConfig(dtype="float32", max_context=40)).setup()
+    capped = TurnScorer(ModelScoreConfig(dtype="float32", max_context=1 << 20))
+    with pytest.raises(AssertionError, match="the weights were loaded"):
+        capped.setup()
+    assert capped.window == 8192  # SmolLM2-135M's max_position_embeddings
+
+
 def test_a_window_too_small_for_the_template_is_refused_at_setup(gpt2: tuple) -> None:
     """SmolLM2's ChatML with an empty system, user and assistant message is 16 tokens
     (`<|im_start|>system\n<|im_end|>\n<|im_start|>user\n<|im_end|>\n<|im_start|>assistant\n<|im_end|>\n`)."""
@@ -322,6 +338,7 @@ def test_a_window_too_small_for_the_template_is_refused_at_setup(gpt2: tuple) ->
         s.setup()
     ok = TurnScorer(ModelScoreConfig(dtype="float32", max_context=64), model, tok)
     ok.setup()
+    assert ok.window == 64
     traj = {"trajectory_id": "t", "domain": "terminal", "task": "a long task prompt " * 40}
     turns = [{"turn_index": 0, "kind": "env", "action": "ls", "observation": "a b c\n"}]
     assert [r["turn_index"] for r in ok.score([traj], {"t": turns}).to_pylist()] == [0]  # the smallest window works
