@@ -22,6 +22,10 @@ KEYS = {"back": "KEYCODE_BACK", "home": "KEYCODE_HOME", "enter": "KEYCODE_ENTER"
 LONG_PRESS_MS = 800
 DUMP_TRIES = 3
 DUMP_RETRY_S = 0.5
+# where a dump goes on a device whose `exec-out uiautomator dump /dev/tty` prints no document (shell-writable
+# on every Android version, unlike /sdcard before storage is granted)
+DUMP_FILE = "/data/local/tmp/worldline-dump.xml"
+_DUMPED = b"dumped to:"  # uiautomator's line after a dump it wrote ("UI hierchary dumped to: PATH")
 SWIPE_MS = 300
 
 
@@ -109,6 +113,7 @@ class AdbDevice:
         self.adb = ""
         self.timeout_s = timeout_s
         self.props: dict[str, str] = {}
+        self.dump_via: str | None = None  # "tty" or "file": how this device's dumps are read, once one worked
 
     def setup(self) -> None:
         try:
@@ -175,8 +180,7 @@ class AdbDevice:
         """The screen now. uiautomator fails now and then on a busy screen (`ERROR: could not get idle
         state.` while something animates): it is asked again, DUMP_TRIES times in all."""
         for attempt in range(DUMP_TRIES):
-            out = self._adb("exec-out", "uiautomator", "dump", "/dev/tty")
-            doc = find_dump(out)
+            doc, out = self._dump_xml()
             try:
                 if doc is None:
                     said = out.decode(errors="replace").strip()[:200]
@@ -190,6 +194,24 @@ class AdbDevice:
                     raise
                 time.sleep(DUMP_RETRY_S)
         raise AssertionError("unreachable")
+
+    def _dump_xml(self) -> tuple[bytes | None, bytes]:
+        """One dump: the document (None if there is none) and what uiautomator said. Straight to adb's
+        stdout (`exec-out ... /dev/tty`, one call) unless this device's tty took the dump and printed nothing
+        (a reported failure on some devices); from then on into DUMP_FILE, then `cat` (two calls). The
+        file is removed first and read only after uiautomator says it wrote it, so a failed dump never
+        returns the screen before."""
+        if self.dump_via != "file":
+            out = self._adb("exec-out", "uiautomator", "dump", "/dev/tty")
+            doc = find_dump(out)
+            if doc is not None or self.dump_via == "tty" or _DUMPED not in out:
+                self.dump_via = self.dump_via or ("tty" if doc is not None else None)
+                return doc, out  # a document, or uiautomator's own error (a busy screen): asked again as it is
+            self.dump_via = "file"
+        said = self.shell("rm", "-f", DUMP_FILE, "&&", "uiautomator", "dump", DUMP_FILE)
+        if _DUMPED not in said:
+            return None, said
+        return find_dump(self._adb("exec-out", "cat", DUMP_FILE)), said
 
     def tap(self, x: int, y: int) -> None:
         self.shell("input", "tap", str(x), str(y))

@@ -15,7 +15,9 @@ state, `screen`, and `log`, one line per command); optional FAKE_ADB_DEVICES (`a
 after the header, default `emulator-5554<TAB>device`), FAKE_ADB_FAIL_AFTER (this many commands
 answered, then every command fails as a device that went away does), FAKE_ADB_BUSY_DUMPS (the first
 this many dumps fail as uiautomator does on a screen that will not settle), FAKE_ADB_LAG (after an
-input that changes the screen, this many dumps still show the old one, as during an animation).
+input that changes the screen, this many dumps still show the old one, as during an animation),
+FAKE_ADB_NO_TTY (a dump to /dev/tty says it wrote one and prints nothing, as on devices where
+`exec-out` has no usable tty; a dump to a file, read back with `exec-out cat`, works).
 
 Run as `python fake_adb.py ARGS...`; `install(folder, recording)` writes an `adb` script that does.
 """
@@ -107,6 +109,22 @@ def _component(comp: str) -> str:
     return f"{pkg}/{pkg}{act}" if act.startswith(".") else comp
 
 
+def _dump(home: Path, rec: Recording, screen: str) -> str | None:
+    """The screen's dump document, or None after printing uiautomator's error (FAKE_ADB_BUSY_DUMPS)."""
+    dumps = home / "dumps"
+    k = int(dumps.read_text()) + 1 if dumps.exists() else 1
+    dumps.write_text(str(k))
+    if k <= int(os.environ.get("FAKE_ADB_BUSY_DUMPS", "0")):
+        print("ERROR: could not get idle state.")
+        return None
+    lag = home / "lag"
+    if lag.exists():  # the screen before the input, still animating away
+        left, old = lag.read_text().split(" ", 1)
+        lag.write_text(f"{int(left) - 1} {old}") if int(left) > 1 else lag.unlink()
+        screen = old
+    return rec.dump(screen)
+
+
 def main(argv: list[str]) -> int:
     home = Path(os.environ["FAKE_ADB_HOME"])
     with (home / "log").open("a") as log:
@@ -134,18 +152,26 @@ def main(argv: list[str]) -> int:
         case ["shell", "getprop", prop]:
             print({"ro.product.model": "droidbot-replay"}.get(prop, ""))
         case ["exec-out", "uiautomator", "dump", "/dev/tty"]:
-            dumps = home / "dumps"
-            k = int(dumps.read_text()) + 1 if dumps.exists() else 1
-            dumps.write_text(str(k))
-            if k <= int(os.environ.get("FAKE_ADB_BUSY_DUMPS", "0")):
-                print("ERROR: could not get idle state.")
-                return 0
-            lag = home / "lag"
-            if lag.exists():  # the screen before the input, still animating away
-                left, old = lag.read_text().split(" ", 1)
-                lag.write_text(f"{int(left) - 1} {old}") if int(left) > 1 else lag.unlink()
-                screen = old
-            sys.stdout.write(rec.dump(screen) + "UI hierchary dumped to: /dev/tty\n")
+            xml = _dump(home, rec, screen)
+            if xml is not None and not os.environ.get("FAKE_ADB_NO_TTY"):
+                sys.stdout.write(xml)
+            if xml is not None:
+                print("UI hierchary dumped to: /dev/tty")
+            return 0
+        case ["shell", "rm", "-f", path, "&&", "uiautomator", "dump", again] if path == again:
+            saved = home / "files" / path.replace("/", "_")
+            saved.unlink(missing_ok=True)
+            if (xml := _dump(home, rec, screen)) is not None:
+                saved.parent.mkdir(exist_ok=True)
+                saved.write_text(xml)
+                print(f"UI hierchary dumped to: {path}")
+            return 0
+        case ["exec-out", "cat", path]:
+            saved = home / "files" / path.replace("/", "_")
+            if not saved.exists():
+                print(f"cat: {path}: No such file or directory", file=sys.stderr)
+                return 1
+            sys.stdout.write(saved.read_text())
             return 0
         case ["shell", "input", "tap", x, y]:
             nxt = rec.after(screen, "touch", int(x), int(y))

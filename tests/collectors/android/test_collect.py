@@ -140,6 +140,18 @@ def test_no_device_writes_nothing(device: FakeDevice, tmp_path: Path, monkeypatc
     assert not (tmp_path / "c").exists()
 
 
+def test_dumps_through_a_file_record_the_same_sessions(device: FakeDevice, tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A device whose tty prints no dump (dumps go through a file) gives the sessions a tty gives."""
+    collect(default_specs(), tmp_path / "tty", settle_s=0)
+    monkeypatch.setenv("FAKE_ADB_NO_TTY", "1")
+    monkeypatch.setenv("FAKE_ADB_HOME", str(tmp_path / "second-device"))  # started afresh
+    (tmp_path / "second-device").mkdir()
+    s = collect(default_specs(), tmp_path / "file", settle_s=0)
+    assert (s.sessions, s.turns, dict(s.outcomes)) == (3, 12, {"success": 3})
+    assert _turns(tmp_path / "file") == _turns(tmp_path / "tty")
+
+
 def test_the_screen_is_read_once_it_settles(device: FakeDevice, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """An animation: after the key, the first dump still shows the screen before; the turn records the
     screen two dumps in a row agree on."""

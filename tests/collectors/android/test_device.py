@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from collectors.android.device import (
+    DUMP_FILE,
     DUMP_RETRY_S,
     ActionRefused,
     AdbDevice,
@@ -100,6 +101,36 @@ def test_a_busy_screen_is_dumped_again(device: FakeDevice, monkeypatch: pytest.M
     with AdbDevice() as d:
         assert d.dump().text == recorded_screen("08bd71")
     assert device.log().count("exec-out uiautomator dump /dev/tty") == 3
+
+
+def test_a_tty_that_prints_no_dump(device: FakeDevice, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a device whose `exec-out` tty takes the dump and prints nothing, dumps go to a file: removed
+    first, read only after uiautomator says it wrote it (a busy screen's failed dump never gives the
+    screen before), and /dev/tty is not tried again."""
+    monkeypatch.setenv("FAKE_ADB_NO_TTY", "1")
+    to_file, cat = f"shell rm -f {DUMP_FILE} && uiautomator dump {DUMP_FILE}", f"exec-out cat {DUMP_FILE}"
+    with AdbDevice() as d:
+        assert d.dump().text == recorded_screen("08bd71")
+        assert d.dump_via == "file"
+        d.tap(1344, 208)  # `Select Image`
+        monkeypatch.setenv("FAKE_ADB_BUSY_DUMPS", "3")  # the next dump (the third) fails as a busy screen's does
+        assert d.dump().text == recorded_screen("72eaed")
+    assert device.log()[-8:] == [
+        "shell getprop ro.build.fingerprint", "exec-out uiautomator dump /dev/tty", to_file, cat,
+        "shell input tap 1344 208", to_file, to_file, cat]
+
+
+def test_a_tty_dump_that_worked_is_kept(device: FakeDevice, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Once /dev/tty gave a dump, a later dump it says it wrote but does not print is a failed dump of
+    that screen, asked again the same way (the device's tty works)."""
+    with AdbDevice() as d:
+        d.dump()
+        monkeypatch.setenv("FAKE_ADB_NO_TTY", "1")
+        with pytest.raises(DeviceError, match=r"^uiautomator dump gave no view hierarchy "
+                                              r"\(UI hierchary dumped to: /dev/tty\)$"):
+            d.dump()
+    assert d.dump_via == "tty"
+    assert device.log().count("exec-out uiautomator dump /dev/tty") == 4
 
 
 def test_adb_that_fails_before_the_run(tmp_path: Path) -> None:
