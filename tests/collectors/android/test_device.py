@@ -175,12 +175,17 @@ def test_the_real_adb(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     reads it; on a machine with a device attached, that device is found instead."""
     adb = shutil.which("adb")
     assert adb is not None, "adb is not installed: apt-get install adb (`make setup services` does)"
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    monkeypatch.setenv("ANDROID_ADB_SERVER_PORT", str(port))
     monkeypatch.setenv("HOME", str(tmp_path))
     monkeypatch.delenv("ANDROID_SERIAL", raising=False)
+    for _ in range(3):  # a free port, closed before adb binds it: another process may take it in between
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        monkeypatch.setenv("ANDROID_ADB_SERVER_PORT", str(port))
+        started = subprocess.run([adb, "start-server"], capture_output=True, text=True, timeout=60)
+        if started.returncode == 0:
+            break
+    assert started.returncode == 0, f"adb start-server failed three times: {started.stderr}"
     try:
         listed = subprocess.run([adb, "devices"], capture_output=True, text=True, timeout=60).stdout
         online = [ln.split("\t")[0] for ln in listed.splitlines()[1:] if ln.endswith("\tdevice")]
