@@ -261,7 +261,7 @@ PERTURBATIONS: dict[str, Perturbation] = {p.name: p for p in [
     Perturbation("missing_binary", "a command the task uses is deleted from the image", {"binary": None}, _missing_binary),
     Perturbation("network_unreachable", "the network (and the task's mirror) is unreachable", {}, _network),
     Perturbation("oom_kill", "a small memory limit; the kernel kills what outgrows it", {"memory_mb": 24}, _oom),
-    Perturbation("slow_command", "a command the task uses is slow", {"binary": None, "delay_s": 1.0}, _slow),
+    Perturbation("slow_command", "a command the task uses is slow", {"binary": None, "delay_s": 1}, _slow),
     Perturbation("timeout", "a command hangs past a short per-action timeout", {"binary": None, "hang_s": 30, "timeout_s": 1}, _timeout),
     Perturbation("truncated_output", "stdout is cut after a few bytes", {"bytes": 64}, _truncate),
     Perturbation("clock_skew", "the clock is months or years off", {"offset_s": None}, _clock),
@@ -319,8 +319,16 @@ def _typed(name: str, key: str, text: str) -> Any:
         return text
     v = _value(text)
     if kind is int and isinstance(v, int) or kind is float and isinstance(v, int | float) and math.isfinite(v):
-        return v
+        return canonical(key, v)
     raise PerturbationError(f"perturbation {name}: {key}={text!r} is not {'an integer' if kind is int else 'a number'}")
+
+
+def canonical(key: str, v: Any) -> Any:
+    """A number parameter as one value whatever its spelling: `hang_s=30.0` is `hang_s=30` (the same
+    job, its label and identity too)."""
+    if PARAM_KINDS.get(key) is float and isinstance(v, float) and v.is_integer():
+        return int(v)
+    return v
 
 
 def parse_list(items: list[str]) -> list[PerturbationSpec]:
@@ -346,7 +354,8 @@ def plan(base: SandboxConfig, spec: PerturbationSpec | None, seed: int, task_id:
     if spec is None:
         return pl
     pert = PERTURBATIONS[spec.name]
-    params = {**pert.defaults, **(task_params or {}).get(spec.name, {}), **dict(spec.params)}
+    params = {k: canonical(k, v) for k, v in {**pert.defaults, **(task_params or {}).get(spec.name, {}),
+                                              **dict(spec.params)}.items()}
     rng = random.Random(f"{seed}|{task_id}|{spec.name}")
     pl.label = spec.name
     pert.apply(pl, params, rng, command_names(commands))
@@ -356,4 +365,4 @@ def plan(base: SandboxConfig, spec: PerturbationSpec | None, seed: int, task_id:
 
 
 __all__ = ["HARNESS_BINARIES", "PERTURBATIONS", "Limits", "Perturbation", "PerturbationError", "PerturbationSpec",
-           "Plan", "command_names", "parse_list", "plan"]
+           "Plan", "canonical", "command_names", "parse_list", "plan"]

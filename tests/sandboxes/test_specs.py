@@ -151,6 +151,20 @@ def test_perturbation_values_keep_their_kind() -> None:
     assert PerturbationSpec.parse("clock_skew:offset_s=-86400").params == (("offset_s", -86400),)
 
 
+def test_a_number_is_one_value_whatever_its_spelling() -> None:
+    """`hang_s=30.0` and `hang_s=30` are one job: the same label, and the same resolved parameters (its
+    identity), also as the default or a task's YAML float."""
+    assert str(PerturbationSpec.parse("timeout:hang_s=30.0")) == "timeout:hang_s=30"
+    assert PerturbationSpec.parse("slow_command:delay_s=0.5").params == (("delay_s", 0.5),)
+    base = SandboxConfig(image="x")
+    default = plan(base, PerturbationSpec.parse("timeout"), 0, "t", ["grep x"]).params
+    assert default == plan(base, PerturbationSpec.parse("timeout:hang_s=30.0,timeout_s=1.0"), 0, "t", ["grep x"]).params
+    assert default == plan(base, PerturbationSpec.parse("timeout"), 0, "t", ["grep x"],
+                           task_params={"timeout": {"hang_s": 30.0}}).params
+    assert (default["hang_s"], default["timeout_s"]) == (30, 1)
+    assert plan(base, PerturbationSpec.parse("slow_command"), 0, "t", ["grep x"]).params["delay_s"] == 1
+
+
 def test_the_docs_count_the_suite_as_it_is() -> None:
     """docs/sandboxes.md names each kind of task with its count; they add up to the suite."""
     from collections import Counter
