@@ -140,11 +140,21 @@ class V1Stream:
             text = as_text(obs.get("content"))
             is_error = obs.get("is_error") if isinstance(obs.get("is_error"), bool) else None
             okind = obs.get("kind")
+            meta: dict[str, Any] = {"observation_kind": okind} if okind else {}
+            if "content" not in obs and "output" in obs:
+                # the SDK's earlier observations (e.g. ExecuteBashObservation): `output` text parts and an
+                # `error` string; with an error set, the agent was shown the error instead of the output
+                text, error = as_text(obs.get("output")), obs.get("error")
+                if isinstance(error, str) and error:
+                    if text:
+                        meta["output"] = text
+                    text, is_error = error, True
+                elif "error" in obs:
+                    is_error = False
             obs_kind = ("error" if is_error else "stdout" if okind in _SHELL_OBS
                         else "file_view" if okind in _FILE_OBS else "tool_result")
             code = obs.get("exit_code")
             exit_code = code if isinstance(code, int) and not isinstance(code, bool) else None
-            meta = {"observation_kind": okind} if okind else {}
             if exit_code == RUNNING:  # as for V0: still running, no exit status
                 exit_code = None
                 meta["command_running"] = True

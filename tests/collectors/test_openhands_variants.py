@@ -306,3 +306,26 @@ def test_v1_command_still_running_has_no_exit_code(tmp_path: Path) -> None:
     (t,) = list(read_path(tmp_path / "output.jsonl"))
     run = t.turns[0]
     assert (run.exit_code, run.is_error, json.loads(run.metadata)["command_running"]) == (None, False, True)
+
+
+def test_v1_observations_of_the_earlier_sdk_shape(tmp_path: Path) -> None:
+    """The SDK's earlier observations hold `output` (text parts) and `error` (agent-sdk's
+    ExecuteBashObservation): the output is the observation; with an error set the agent was shown the
+    error, which is then the observation (an error turn), the output kept in the metadata."""
+    history = _v1_history()
+    history[3]["observation"] = {"kind": "ExecuteBashObservation", "output": [{"type": "text", "text": "3 passed"}],
+                                 "error": None, "cmd": "pytest -q", "exit_code": 0, "timeout": False}
+    history[12]["observation"] = {"kind": "ExecuteBashObservation", "output": [{"type": "text", "text": "partial"}],
+                                  "error": "Command failed", "cmd": "ls", "exit_code": None}
+    history[11] = _v1_action("e11", "call_5", "terminal", {"command": "ls", "kind": "ExecuteBashAction"},
+                             {"command": "ls"}, "2025-11-03T10:00:11")
+    history[12]["tool_name"] = "terminal"
+    row = {"instance_id": "x__y-1", "instruction": "Fix the bug in foo.py", "history": history}
+    (tmp_path / "output.jsonl").write_text(json.dumps(row) + "\n")
+    (t,) = list(read_path(tmp_path / "output.jsonl"))
+    run, last = t.turns[0], t.turns[-1]
+    assert (run.observation, run.exit_code, run.is_error, run.observation_kind) == ("3 passed", 0, False, "stdout")
+    assert (last.action, last.observation, last.exit_code, last.is_error, last.observation_kind) == (
+        "ls", "Command failed", None, True, "error")
+    assert json.loads(last.metadata)["output"] == "partial"
+    assert_schema_valid([t])
