@@ -326,6 +326,8 @@ class FireActChatImporter(Importer):
         msgs = [m for m in sample["messages"] if isinstance(m, dict)]
         if not msgs or len(msgs) != len(sample["messages"]):
             return False
+        if any(m.get("tool_calls") or m.get("function_call") or m.get("role") in ("tool", "function") for m in msgs):
+            return False  # structured tool calls: generic chat, whatever ReAct text the assistant also wrote
         assistant = [m.get("content") for m in msgs if m.get("role") == "assistant"]
         if not any(has_react(c) for c in assistant):
             return False

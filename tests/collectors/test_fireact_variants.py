@@ -251,3 +251,26 @@ def test_strategyqa_task_data_is_not_a_trajectory() -> None:
     trajs, q = _read("strategyqa_dev.json")
     assert trajs == []
     assert len(q) == 1 and q[0].reason == "unknown_format" and q[0].importer is None
+
+
+def test_tool_calling_chat_with_react_text_is_generic_chat(tmp_path: Path) -> None:
+    """OpenAI chat whose assistant writes ReAct text beside structured `tool_calls`, answered by
+    `role: tool`: the generic chat importer's (FireAct's format has no structured calls)."""
+    react = {"messages": [{"role": "user", "content": "Question: Who wrote X?"},
+                          {"role": "assistant", "content": "Thought: I need to search X.\nAction: search[X]"},
+                          {"role": "user", "content": "Observation: Y wrote X."},
+                          {"role": "assistant", "content": "Thought: Y.\nAction: finish[Y]"}]}
+    tools = {"messages": [
+        {"role": "user", "content": "Who wrote X?"},
+        {"role": "assistant", "content": "Thought: I should search.\nAction: search[X author]",
+         "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "search", "arguments": '{"q": "X author"}'}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "Y wrote X"},
+        {"role": "assistant", "content": "Y"}]}
+    assert not FireActChatImporter().sniff(tools) and FireActChatImporter().sniff(react)
+    f = tmp_path / "tools.jsonl"  # the first line decides a file's format: it was FireAct's, and every line quarantined
+    f.write_text(json.dumps(tools) + "\n" + json.dumps(tools) + "\n")
+    recs = list(read_path(f))
+    assert all(isinstance(r, Trajectory) for r in recs), [getattr(r, "detail", r) for r in recs]
+    assert [r.source_format for r in recs] == ["chat", "chat"]
+    call = recs[0].turns[0]
+    assert (call.kind, call.tool_name, call.observation, call.tool_call_id) == ("env", "search", "Y wrote X", "c1")
