@@ -387,7 +387,9 @@ def _turn_verdicts(con: duckdb.DuckDBPyConnection, cfg: CleanConfig, step: _Step
             WITH u AS (
                 SELECT trajectory_id, turn_index, exit_code, {err} AS err,
                        regexp_matches(left(coalesce(observation, ''), 400), {sql_str(MALFORMED_RE)}) AS malformed,
-                       CASE WHEN {err} THEN md5_number_lower({canonical_sql('action')}) END AS ah,
+                       -- the action verbatim (`cat /tmp/a.json` then `cat /tmp/b.json` is no retry), its output
+                       -- canonically (a retry's output differs in times, pids, temp names)
+                       CASE WHEN {err} THEN md5_number_lower(coalesce(action, '')) END AS ah,
                        CASE WHEN {err} THEN md5_number_lower({canonical_sql('observation')}) END AS oh,
                        left(observation, 80) AS excerpt
                 FROM turns u WHERE kind = 'env' AND NOT EXISTS (SELECT 1 FROM _tdrop d WHERE d.trajectory_id = u.trajectory_id)),

@@ -131,6 +131,12 @@ def planted(sample_corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> tu
     # a failed command re-issued with the same output and exit code (dropped), and with another exit code (kept)
     for name, code in (("term_same_failure", 1), ("term_other_exit_code_ok", 2)):
         add(name, term, lambda t, code=code: (setattr(t[1], "exit_code", 1), t.insert(2, dataclasses.replace(t[1], exit_code=code))))
+    # another file under /tmp, failing the same way: the output is canonically the same, the action is not
+    add("term_other_temp_file_ok", term, lambda t: (
+        setattr(t[1], "exit_code", 1), setattr(t[1], "action", "cat /tmp/config.json"),
+        setattr(t[1], "observation", "cat: /tmp/config.json: No such file or directory"),
+        t.insert(2, dataclasses.replace(t[1], action="cat /tmp/settings.json",
+                                        observation="cat: /tmp/settings.json: No such file or directory"))))
     # the same screen twice (only a timestamp in it differs: canonical form)
     add("web_no_change", web, lambda t: setattr(t[2], "observation", t[1].observation + "\n\tStaticText 'at 2026-01-01T10:00:00Z'"))
     cases["web_no_change"].turns[1].observation += "\n\tStaticText 'at 2026-01-02T11:11:11Z'"
@@ -166,6 +172,7 @@ def test_planted_verdicts(planted: tuple[Path, dict[str, str]]) -> None:
     # not dropped: raw shell under a bash tool, the harness's recall, curl printing a 404 page, a
     # malformed action with no retry after it, a repeated command that failed another way, the unchanged original
     for ok in ("web_clean", "openhands_recall_ok", "term_curl_404_ok", "term_trailing_malformed_ok", "term_other_exit_code_ok",
+               "term_other_temp_file_ok",
                "term_tool_404_ok", "term_tool_captcha_pkg_ok", "web_recaptcha_footer_ok", "web_injected_http_error_ok"):
         assert ok not in got
 
