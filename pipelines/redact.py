@@ -152,6 +152,9 @@ def _check_openai(m: re.Match[str]) -> bool:
 
 # A word boundary before a token, which inside JSON text may follow an escape (`\nAKIA...`).
 _B = r"(?:(?<![A-Za-z0-9_])|(?<=\\[nrt]))"
+# The same for a token whose first character may be a letter of such an escape (an address's `n...`):
+# not just after the backslash, so that `\njohn@x.io` keeps its `\n`.
+_B_ESC = r"(?:(?<![A-Za-z0-9_\\])|(?<=\\[nrt]))"
 _AWS_PREFIX = r"(?:AKIA|ASIA|ABIA|ACCA|AGPA|AIDA|AIPA|ANPA|ANVA|AROA|APKA)"
 _Q = r"\\?[\"']"  # a quote, possibly escaped (JSON inside a JSON string)
 # A config value: inside escaped quotes, inside double quotes (with escapes), single quotes, or bare.
@@ -167,9 +170,12 @@ KINDS: tuple[Kind, ...] = (
          # the header, then the key's own lines (base64, PEM headers) up to its END line, or at least
          # 40 characters of them when the key is cut off; a header alone (code that looks for one, a
          # grep hit) holds nothing secret, and the text after it used to go to the end
+         # (line breaks may be escaped, once in JSON text, twice in JSON inside a JSON string: `\\n`),
+         # armor headers (PEM's Proc-Type, DEK-Info; PGP's Version, Comment, Hash, Charset; their value
+         # possessive: a long line after a BEGIN line is not tried split by split)
          r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----"
-         r"(?:(?:[A-Za-z0-9+/=]|\s|\\[nrt]|(?:Proc-Type|DEK-Info|Comment): [^\n\\]*)*?"
-         r"-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|(?:\s|\\[nrt])+[A-Za-z0-9+/=](?:(?:\s|\\[nrt])*[A-Za-z0-9+/=]){39,})",
+         r"(?:(?:[A-Za-z0-9+/=]|\s|\\+[nrt]|[A-Z][A-Za-z-]*: [^\n\\]*+)*?"
+         r"-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|(?:\s|\\+[nrt])+[A-Za-z0-9+/=](?:(?:\s|\\+[nrt])*[A-Za-z0-9+/=]){39,})",
          needs=("private key",)),
     Kind("jwt", rf"{_B}eyJ[A-Za-z0-9_-]{{8,}}\.eyJ[A-Za-z0-9_-]{{8,}}\.[A-Za-z0-9_-]{{8,}}", needs=("eyj",)),
     Kind("url_password", rf"{_B}[a-zA-Z][a-zA-Z0-9+.-]*://[^\s:/@'\"<>]*:(?P<value>[^\s@/'\"<>]+)@",
@@ -202,20 +208,20 @@ KINDS: tuple[Kind, ...] = (
          gate=r"-[a-z0-9_-]*(?:password|passwd|pwd)[a-z0-9_-]*[= \t]"),
     # passwords that command lines take without a `password` key: `mysql -pPW`, `sshpass -p PW`,
     # `curl -u user:PW`, `docker login -p PW`
-    Kind("mysql_password", r"\b(?:mysql|mysqldump|mysqladmin|mariadb)\b[^\n]*?[ \t]-p(?P<value>[^\s'\"-][^\s'\"]*)",
+    Kind("mysql_password", r"\b(?:mysql|mysqldump|mysqladmin|mariadb)\b[^\n]*?[ \t]-p['\"]?(?P<value>[^\s'\"-][^\s'\"]*)",
          group="value", check=_check_literal, label="config_password", needs=("mysql", "mariadb")),
     Kind("sshpass_password", r"\bsshpass[ \t]+-p[ \t]*['\"]?(?P<value>[^\s'\"]+)",
          group="value", check=_check_literal, label="config_password", needs=("sshpass",)),
     Kind("curl_password", r"\bcurl\b[^\n]*?[ \t](?:-u|--user)[ \t=]?['\"]?[^\s:'\"]*:(?P<value>[^\s'\"]+)",
          group="value", check=_check_literal, label="config_password", needs=("curl",)),
-    Kind("docker_login_password", r"\bdocker[ \t]+login\b[^\n]*?[ \t]-p[ \t]+['\"]?(?P<value>[^\s'\"]+)",
+    Kind("docker_login_password", r"\bdocker[ \t]+login\b[^\n]*?[ \t]-p[ \t]*['\"]?(?P<value>[^\s'\"-][^\s'\"]*)",
          group="value", check=_check_literal, label="config_password", needs=("docker",)),
     Kind("config_secret", rf"(?i)(?<![<\w./-])(?P<key>{_Q}?{_SECRET_KEY}{_Q}?)[ \t]*[:=][ \t]*(?!=){_VALUE}",
          check=_check_config, needs=("secret", "api", "token", "private"),
          gate=rf"(?:secret|token|api[_-]?key|private[_-]?key){_KEY_TAIL}", keyed=True),
     # the shortest domain that ends the address: `alpine-devel@lists.alpinelinux.org-4a6a0840.rsa.pub`
     # (a key file's name) keeps the name's tail; `a@mail.example.com` still ends at `.com`
-    Kind("email", rf"{_B}[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*?\.[A-Za-z]{{2,}}(?![A-Za-z0-9]|\.[A-Za-z0-9])",
+    Kind("email", rf"{_B_ESC}[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*?\.[A-Za-z]{{2,}}(?![A-Za-z0-9]|\.[A-Za-z0-9])",
          needs=("@",), gate=r"@[a-z0-9-]+\.[a-z0-9-]"),
     Kind("ip_address",
          rf"{_B}(?:(?:25[0-5]|2[0-4][0-9]|1[0-9]{{2}}|[1-9]?[0-9])\.){{3}}(?:25[0-5]|2[0-4][0-9]|1[0-9]{{2}}|[1-9]?[0-9])\b",

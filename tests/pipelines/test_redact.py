@@ -5,6 +5,8 @@ redaction export applies."""
 from __future__ import annotations
 
 import dataclasses
+import json
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -136,6 +138,22 @@ def test_exact_outputs() -> None:
     assert r("sshpass -p 'hunter2abc' ssh root@host") == "sshpass -p '<SECRET:config_password>' ssh root@host"
     assert r("curl -u admin:S3cretPw123 https://api.x.io") == "curl -u admin:<SECRET:config_password> https://api.x.io"
     assert r("docker login -u me -p S3cretPw123 reg.io") == "docker login -u me -p <SECRET:config_password> reg.io"
+    # a review's misses: quoted and attached values, a key in JSON inside a JSON string (a service account
+    # file written by a tool call), a PGP key with armor headers, an address after a JSON escape
+    assert r("mysql -u root -p'S3cretPw!' mydb") == "mysql -u root -p'<SECRET:config_password>' mydb"
+    assert r('mysql -u root -p"S3cretPw" mydb') == 'mysql -u root -p"<SECRET:config_password>" mydb'
+    assert r("docker login -pS3cretPw123 reg.io") == "docker login -p<SECRET:config_password> reg.io"
+    inner = json.dumps({"type": "service_account", "private_key": f"-----BEGIN PRIVATE KEY-----\n{KEY_BODY}\n{KEY_BODY}\n"
+                                                                   "-----END PRIVATE KEY-----\n"})
+    assert r(json.dumps({"path": "sa.json", "content": inner})) == \
+        json.dumps({"path": "sa.json", "content": json.dumps({"type": "service_account", "private_key": "<SECRET:private_key>\n"})})
+    assert r(f"-----BEGIN PGP PRIVATE KEY BLOCK-----\nVersion: GnuPG v1\nComment: backup\n\nlQOYBF9x{KEY_BODY}\n=abcd\n"
+             "-----END PGP PRIVATE KEY BLOCK-----\nnext") == "<SECRET:private_key>\nnext"
+    assert r(json.dumps({"content": "hello\njohn@x.com\tjane@y.org"})) == '{"content": "hello\\n<PII:email>\\t<PII:email>"}'
+    # a long line after a BEGIN line (no key): not tried split by split
+    t0 = time.monotonic()
+    assert r("-----BEGIN RSA PRIVATE KEY-----\nError: " + "word " * 20000 + "$").startswith("-----BEGIN RSA")
+    assert time.monotonic() - t0 < 1
 
 
 @pytest.mark.parametrize("text", [
