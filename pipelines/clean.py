@@ -159,8 +159,8 @@ class CleanConfig:
         return hashlib.sha256(repr(sorted(d.items())).encode()).hexdigest()[:16]
 
 
-VERDICTS_VERSION = 3  # bump when a verdict's rule changes (2: a repeated failure counts only with the same exit code;
-#   3: environment failures from the first perturbed turn on are kept)
+VERDICTS_VERSION = 4  # bump when a verdict's rule changes (2: a repeated failure counts only with the same exit code;
+#   3: environment failures from the first perturbed turn on are kept; 4: a retried action is compared verbatim)
 
 
 @dataclass
