@@ -32,8 +32,11 @@ def cleaning_every_trajectory_judged(corpus: Corpus) -> ContractResult:
                       (SELECT 1 FROM cleaning c WHERE c.trajectory_id = t.trajectory_id AND c.turn_index IS NULL)""").fetchall()[0][0]
     unknown = [r[0] for r in con.sql("SELECT DISTINCT reason FROM cleaning").fetchall() if r[0] not in REASONS]
     misplaced = con.sql(f"""SELECT count(*) FROM cleaning WHERE (turn_index IS NULL) = (reason IN {tuple(TURN_REASONS) + ('',)!r})""").fetchall()[0][0]
-    orphans = con.sql("""SELECT count(*) FROM cleaning c WHERE NOT EXISTS (SELECT 1 FROM turns u WHERE u.trajectory_id = c.trajectory_id
-                         AND (c.turn_index IS NULL OR u.turn_index = c.turn_index))""").fetchall()[0][0]
+    # a trajectory's verdict points at a trajectory (one with no turns too: `too_few_turns`), a turn's at a turn
+    orphans = con.sql("""SELECT count(*) FROM cleaning c WHERE CASE WHEN c.turn_index IS NULL
+                         THEN NOT EXISTS (SELECT 1 FROM trajectories t WHERE t.trajectory_id = c.trajectory_id)
+                         ELSE NOT EXISTS (SELECT 1 FROM turns u WHERE u.trajectory_id = c.trajectory_id
+                                          AND u.turn_index = c.turn_index) END""").fetchall()[0][0]
     current = info.get("corpus_state") == corpus_state(corpus)
     recorded = info.get("summary", {})
     judged = recorded.get("trajectories")

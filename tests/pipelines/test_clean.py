@@ -239,3 +239,24 @@ def test_lost_verdicts_fail_the_contract(sample_corpus: Path, tmp_path: Path) ->
     assert r.metadata["differs_from_recorded"] == {
         "kept_trajectories": {"recorded": 944, "in_table": 994},
         "dropped_trajectories": {"recorded": {"too_few_turns": 169}, "in_table": {"too_few_turns": 119}}}
+
+
+def test_a_trajectory_without_turns_is_judged(tmp_path: Path) -> None:
+    """A chat with a task and no reply has no turns: dropped as too_few_turns, and the contract that
+    every verdict points at existing data holds (it looked for a turn of the trajectory)."""
+    from pipelines.ingest import IngestConfig, ingest
+
+    f = tmp_path / "chat.jsonl"
+    f.write_text(orjson.dumps({"messages": [{"role": "system", "content": "sys"}, {"role": "user", "content": "only a task"}]}).decode()
+                 + "\n" + orjson.dumps({"messages": [
+                     {"role": "user", "content": "list"},
+                     {"role": "assistant", "tool_calls": [{"id": "c1", "type": "function",
+                                                           "function": {"name": "bash", "arguments": '{"cmd": "ls"}'}}]},
+                     {"role": "tool", "tool_call_id": "c1", "content": "a b"}]}).decode() + "\n")
+    corpus = tmp_path / "c"
+    ingest([f], corpus, IngestConfig(workers=1, domain_override="terminal"), progress=False)
+    s = clean(corpus, CleanConfig(min_turns=1), progress=False)
+    assert (s.trajectories, s.kept_trajectories, s.dropped_trajectories) == (2, 1, {"too_few_turns": 1})
+    results = run_clean_contracts(corpus, None)
+    assert results[0].name == "cleaning_every_trajectory_judged"
+    assert results[0].passed and results[0].metadata["orphan_rows"] == 0, results[0].metadata
