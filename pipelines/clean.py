@@ -533,7 +533,7 @@ def _clean(con: duckdb.DuckDBPyConnection, corpus: Corpus, state: dict | None, c
     summary.kept_trajectories = kept[0]
     summary.kept_turns = kept[1] - sum(summary.dropped_turns.values())
 
-    common = {"stage": "clean", "fingerprint": fp, "config": cfg_dict, "state": state}
+    common = {"stage": "clean", "fingerprint": fp, "config": cfg_dict, "state": state, "lock_wait_s": config.lock_wait_s}
     write_side_table(corpus, "cleaning", cleaning, CLEANING_SCHEMA, summary={
         "trajectories": summary.trajectories, "kept_trajectories": summary.kept_trajectories,
         "kept_turns": summary.kept_turns, "dropped_trajectories": summary.dropped_trajectories,

@@ -647,8 +647,8 @@ def _pass_signatures(con: duckdb.DuckDBPyConnection, corpus: Corpus, cfg: DedupC
             raise CorpusError(f"turns of trajectories {[d[0] for d in dup]} are not contiguous in the turns files; "
                               "dedup needs each trajectory's turns together (as ingest writes them)")
         summary = {"trajectories": row, "seconds": round(time.monotonic() - t0, 3)}
-        ws.commit(summary)
-        wp.commit(summary)
+        ws.commit(summary, lock_wait_s=cfg.lock_wait_s)
+        wp.commit(summary, lock_wait_s=cfg.lock_wait_s)
     return summary
 
 
@@ -800,11 +800,13 @@ def _pass_verdicts(con: duckdb.DuckDBPyConnection, corpus: Corpus, cfg: DedupCon
         for rb in con.sql("SELECT * FROM _dups ORDER BY cluster_id, is_representative DESC, trajectory_id").to_arrow_reader(65_536):
             w.write(rb)
         w.commit({"clusters": summary.clusters, "exact_duplicates": summary.exact_duplicates,
-                  "near_duplicates": summary.near_duplicates, "kept": summary.kept, "threshold": cfg.threshold})
+                  "near_duplicates": summary.near_duplicates, "kept": summary.kept, "threshold": cfg.threshold},
+                 lock_wait_s=cfg.lock_wait_s)
     with SideTableWriter(corpus, "shared_prefixes", SHARED_PREFIXES_SCHEMA, "dedup", fp, config, state) as w:
         for rb in con.sql("SELECT * FROM _shared ORDER BY trajectory_id, turn_index").to_arrow_reader(65_536):
             w.write(rb)
-        w.commit({"turns_not_counted": summary.shared_prefix_turns, "min_prefix_share": cfg.min_prefix_share})
+        w.commit({"turns_not_counted": summary.shared_prefix_turns, "min_prefix_share": cfg.min_prefix_share},
+                 lock_wait_s=cfg.lock_wait_s)
 
 
 def dedup(corpus_dir: Path | str, config: DedupConfig = DedupConfig(), progress: bool = True,

@@ -212,8 +212,8 @@ class SideTableWriter:
 
 def write_side_table(corpus: Corpus, name: str, table: pa.Table, schema: pa.Schema, stage: str,
                      fingerprint: str, config: dict[str, Any], state: dict[str, Any] | None = None,
-                     summary: dict[str, Any] | None = None) -> dict[str, Any]:
+                     summary: dict[str, Any] | None = None, lock_wait_s: float = 600.0) -> dict[str, Any]:
     """Write a whole (small) side table at once."""
     with SideTableWriter(corpus, name, schema, stage, fingerprint, config, state) as w:
         w.write(table)
-        return w.commit(summary)
+        return w.commit(summary, lock_wait_s=lock_wait_s)

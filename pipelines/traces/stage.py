@@ -509,5 +509,6 @@ def _write_side(corpus: Corpus, qrows: list[dict[str, Any]], cfg: TracesConfig, 
     }, schema=TRACES_SIDE_SCHEMA)
     cfg_doc = {**orjson.loads(orjson.dumps(asdict(cfg), default=str)), "out": summary.out}
     write_side_table(corpus, "traces", t, TRACES_SIDE_SCHEMA, "traces", fp, cfg_doc, state,
-                     summary={"queries": summary.queries, "kept": summary.kept, "retention": round(summary.retention, 6)})
+                     summary={"queries": summary.queries, "kept": summary.kept, "retention": round(summary.retention, 6)},
+                     lock_wait_s=cfg.lock_wait_s)
 

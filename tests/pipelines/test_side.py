@@ -44,3 +44,26 @@ def test_a_dead_writers_temporary_file_is_removed_a_live_ones_kept(tmp_path: Pat
     fd = os.open(side_path(corpus, "cleaning"), os.O_RDONLY)  # a committed writer holds no lock any more
     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     os.close(fd)
+
+
+def test_clean_and_dedup_wait_only_as_long_as_asked(tmp_path: Path) -> None:
+    """`lock_wait_s` (Dagster's `corpus.lock_wait_seconds`) bounds how long a stage waits for another
+    writer before its side tables are committed: it was 600 s whatever was asked."""
+    import pytest
+
+    from pipelines.clean import CleanConfig, clean
+    from pipelines.dedup import DedupConfig, dedup
+    from pipelines.ingest import IngestConfig, ingest
+    from pipelines.store import CorpusLocked
+    from tests.conftest import SAMPLE
+
+    corpus = tmp_path / "c"
+    ingest([SAMPLE / "intercode"], corpus, IngestConfig(workers=1), progress=False)
+    for run in (lambda: clean(corpus, CleanConfig(lock_wait_s=0.5), progress=False),
+                lambda: dedup(corpus, DedupConfig(lock_wait_s=0.5), progress=False)):
+        with Corpus(corpus).writer():
+            t0 = time.monotonic()
+            with pytest.raises(CorpusLocked):
+                run()
+            assert time.monotonic() - t0 < 30
+        run()  # and with the lock free, it commits
