@@ -45,7 +45,7 @@ from pipelines.decontam import DecontamConfig, EvalIndex, load_eval_set, scan_tr
 from pipelines.progress import StatusLine
 from pipelines.query import connect, spill_workspace, sql_str
 from pipelines.redact import TRAJECTORY_TEXT_COLUMNS, TURN_TEXT_COLUMNS, RedactConfig, Redactor, rules_digest
-from pipelines.side import corpus_state, write_side_table
+from pipelines.side import corpus_state, remove_side_table, write_side_table
 from pipelines.store import Corpus
 from schemas.options import at_least, check_memory_limit
 from schemas.tables import _f, side_table_schema
@@ -551,6 +551,8 @@ def _clean(con: duckdb.DuckDBPyConnection, corpus: Corpus, state: dict | None, c
         }, schema=CONTAMINATION_SCHEMA)
         write_side_table(corpus, "contamination", ct, CONTAMINATION_SCHEMA,
                          summary={"eval_items": summary.eval_items, "flagged": summary.contaminated}, **common)
+    elif remove_side_table(corpus, "contamination", config.lock_wait_s):
+        echo("clean: the contamination table of an earlier run (with --eval-set) is removed: this run judged without one")
     step.end()
     summary.seconds = time.monotonic() - t0
     return summary

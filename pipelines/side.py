@@ -210,6 +210,20 @@ class SideTableWriter:
             self.abort()
 
 
+def remove_side_table(corpus: Corpus, name: str, lock_wait_s: float = 600.0) -> bool:
+    """Remove a side table that a rerun of its stage no longer writes (clean's `contamination` after a
+    run without an evaluation set): its rows would describe verdicts that are gone. Whether one was there."""
+    if not corpus.exists() or name not in corpus.manifest().get("side", {}):
+        return False
+    with corpus.writer(wait_s=lock_wait_s):
+        m = corpus.manifest()
+        if m.get("side", {}).pop(name, None) is None:
+            return False
+        write_json_atomic(corpus.manifest_path, m)  # the entry first: no view names a file that is gone
+        side_path(corpus, name).unlink(missing_ok=True)
+    return True
+
+
 def write_side_table(corpus: Corpus, name: str, table: pa.Table, schema: pa.Schema, stage: str,
                      fingerprint: str, config: dict[str, Any], state: dict[str, Any] | None = None,
                      summary: dict[str, Any] | None = None, lock_wait_s: float = 600.0) -> dict[str, Any]:

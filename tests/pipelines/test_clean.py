@@ -12,7 +12,7 @@ import pytest
 from pipelines.clean import CleanConfig, clean, declared_actions
 from pipelines.clean_contracts import run_clean_contracts
 from pipelines.decontam import DecontamConfig
-from pipelines.side import side_info
+from pipelines.side import side_info, side_path
 from pipelines.store import Corpus
 from schemas.records import Turn
 from tests.pipelines.clean_support import (  # noqa: F401
@@ -213,6 +213,12 @@ def test_decontamination(sample_corpus: Path, tmp_path: Path) -> None:  # noqa: 
     assert got == [("bash-1", 15, 15, 1.0), ("hq-1", 14, 14, 1.0), ("hq-1-edited", 11, 14, 0.785714), ("hq-2", 8, 8, 1.0)]
     # one cleaning verdict per trajectory, naming the best-matching item
     assert rows(corpus, "SELECT count(*), count(*) FILTER (WHERE detail LIKE '%''hq-1''%') FROM cleaning WHERE reason = 'eval_contamination'") == [(3, 1)]
+    # cleaned again without the evaluation set: its flags go with the verdicts they explained
+    said: list[str] = []
+    clean(corpus, progress=False, echo=said.append)
+    assert "contamination" not in Corpus(corpus).manifest()["side"] and not side_path(Corpus(corpus), "contamination").exists()
+    assert rows(corpus, "SELECT count(*) FROM cleaning WHERE reason = 'eval_contamination'") == [(0,)]
+    assert said == ["clean: the contamination table of an earlier run (with --eval-set) is removed: this run judged without one"]
 
 
 def test_lost_verdicts_fail_the_contract(sample_corpus: Path, tmp_path: Path) -> None:  # noqa: F811 - fixture
