@@ -102,7 +102,9 @@ def _records(path: Path) -> Iterator[tuple[str, dict]]:
         data = f.read_bytes()
         try:
             doc = orjson.loads(data)
-            items = doc if isinstance(doc, list) else doc.get("items", doc.get("data", [doc])) if isinstance(doc, dict) else []
+            # a list of items, a dict holding them (or one item), or one item's text (a one-line JSONL of strings)
+            items = (doc if isinstance(doc, list) else doc.get("items", doc.get("data", [doc])) if isinstance(doc, dict)
+                     else [doc] if isinstance(doc, str) else [])
             for i, rec in enumerate(items):
                 yield f"{f.name}:{i}", rec
         except orjson.JSONDecodeError:

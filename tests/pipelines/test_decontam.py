@@ -108,3 +108,16 @@ def test_exported_eval_set_finds_the_trajectories_it_came_from(tmp_path: Path) -
     other = con.sql("""SELECT t.task, c.matched_ngrams, c.item_ngrams FROM contamination c JOIN trajectories t USING (trajectory_id)
                        WHERE c.trajectory_id <> c.eval_id""").fetchall()
     assert other == [("Calculate md5 sum of the md5 sum of all the sorted files under /testbed/dir2/subdir2", 11, 21)]
+
+
+def test_a_one_line_file_of_a_string_is_one_item(tmp_path: Path) -> None:
+    """A JSON-lines evaluation set of plain strings with a single line parses as one JSON document (a
+    string): it is that one item, as each line of a longer file is (it loaded nothing, silently)."""
+    text = "I need to change my return flight from Texas to Newark. It currently departs at 3pm"
+    one, two = tmp_path / "one.jsonl", tmp_path / "two.jsonl"
+    one.write_text(f'"{text}"\n')
+    two.write_text(f'"{text}"\n"another item of enough words to count as an item here"\n')
+    items_one, _ = load_eval_set(one)
+    items_two, _ = load_eval_set(two)
+    assert len(items_one) == 1 and len(items_two) == 2
+    assert items_one[0].text == items_two[0].text == text
