@@ -176,6 +176,9 @@ def load_eval_set(path: Path | str, config: DecontamConfig = DecontamConfig()) -
         text = "\n".join([s.task or ""] + [s.turns[t] for t in sorted(s.turns)])
         if text.strip():
             items.append(EvalItem(s.id, text))
+    if not items:  # asked to decontaminate against nothing: a wrong file, or records of another shape
+        raise ValueError(f"evaluation set {path}: no items in it (an item is a string, a record with text under one of "
+                         f"{', '.join(config.text_keys)}, or AgentWorldBench rows)")
     h = hashlib.sha256()
     for it in items:
         h.update(it.id.encode() + b"\0" + it.text.encode() + b"\0")

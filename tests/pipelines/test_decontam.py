@@ -121,3 +121,16 @@ def test_a_one_line_file_of_a_string_is_one_item(tmp_path: Path) -> None:
     items_two, _ = load_eval_set(two)
     assert len(items_one) == 1 and len(items_two) == 2
     assert items_one[0].text == items_two[0].text == text
+
+
+def test_an_evaluation_set_without_items_is_an_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from pipelines.cli import main
+    from tests.support.corpus import empty_corpus
+
+    f = tmp_path / "eval.jsonl"
+    f.write_text('{"prompt_id": 1, "n": 2}\n{"prompt_id": 2}\n')
+    with pytest.raises(ValueError, match=r"^evaluation set .*eval.jsonl: no items in it \(an item is a string"):
+        load_eval_set(f)
+    corpus = empty_corpus(tmp_path / "c")
+    assert main(["clean", str(corpus), "--eval-set", str(f)]) != 0
+    assert "no items in it" in capsys.readouterr().err
