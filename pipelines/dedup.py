@@ -180,6 +180,7 @@ class DedupSummary:
     corpus: str
     trajectories: int = 0  # in the corpus
     considered: int = 0  # with a signature (not dropped by cleaning)
+    dropped_by_cleaning: int = 0  # whole trajectories cleaning dropped (with use_cleaning)
     empty: int = 0  # nothing to shingle
     exact_groups: int = 0  # groups of >1 identical canonical trajectories
     exact_duplicates: int = 0  # members beyond the representative, kind exact
@@ -202,7 +203,8 @@ class DedupSummary:
         rate = self.considered / self.seconds_signatures if self.seconds_signatures and not self.signatures_reused else 0
         lines = [
             f"dedup → {self.corpus}: {self.considered} of {self.trajectories} trajectories considered "
-            f"({self.trajectories - self.considered} dropped by cleaning, {self.empty} with no text)",
+            f"({self.dropped_by_cleaning} dropped by cleaning, "
+            f"{self.trajectories - self.considered - self.dropped_by_cleaning} with no turns left, {self.empty} with no text)",
             ("  signatures: reused (same settings, same corpus)" if self.signatures_reused else
              f"  signatures: {self.seconds_signatures:.1f} s ({rate:,.0f} trajectories/s)")
             + f"; verdicts: {self.seconds_verdicts:.1f} s",
@@ -838,6 +840,11 @@ def _dedup(con: duckdb.DuckDBPyConnection, corpus: Corpus, work: Path, config: D
     fp = config.fingerprint(cleaning_fp)
     summary = DedupSummary(corpus=str(corpus.root), fingerprint=fp, threshold=config.threshold)
     summary.trajectories = con.sql("SELECT count(*) FROM trajectories").fetchall()[0][0]
+    if drop_t is not None and len(drop_t):
+        con.register("_dropped_by_cleaning", pa.table({"trajectory_id": drop_t}))
+        summary.dropped_by_cleaning = con.sql("SELECT count(*) FROM trajectories WHERE trajectory_id IN "
+                                              "(SELECT trajectory_id FROM _dropped_by_cleaning)").fetchall()[0][0]
+        con.unregister("_dropped_by_cleaning")
     prev = side_info(corpus, "dedup_signatures")
     prev_p = side_info(corpus, "dedup_prefixes")
     t0 = time.monotonic()

@@ -400,3 +400,30 @@ def test_an_lsh_bucket_past_all_pairs_is_paired_in_content_hash_order(tmp_path: 
     s = dedup(root, progress=False)
     assert (s.clusters, s.near_duplicates, s.kept) == (1, 11, 1)
     assert 11 <= s.candidate_pairs < 12 * 11 // 2
+
+
+def test_the_summary_tells_dropped_by_cleaning_from_no_turns(tmp_path: Path) -> None:
+    """A trajectory with no turns has no signature, and cleaning did not drop it (`--min-turns 0`): it
+    was counted as dropped by cleaning."""
+    import orjson
+
+    from pipelines.clean import CleanConfig
+    from pipelines.ingest import IngestConfig, ingest
+
+    call = {"role": "assistant", "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "bash", "arguments": "{}"}}]}
+    lines = [{"messages": [{"role": "user", "content": "only a task"}]},
+             {"messages": [{"role": "user", "content": "one call"}, call, {"role": "tool", "tool_call_id": "c1", "content": "a"}]},
+             {"messages": [{"role": "user", "content": "two calls"}, call, {"role": "tool", "tool_call_id": "c1", "content": "a"},
+                           call, {"role": "tool", "tool_call_id": "c1", "content": "b"}]}]
+    f = tmp_path / "chat.jsonl"
+    f.write_bytes(b"".join(orjson.dumps(x) + b"\n" for x in lines))
+    corpus = tmp_path / "c"
+    ingest([f], corpus, IngestConfig(workers=1, domain_override="terminal"), progress=False)
+    clean(corpus, CleanConfig(min_turns=0), progress=False)
+    s = dedup(corpus, progress=False)
+    assert (s.trajectories, s.considered, s.dropped_by_cleaning) == (3, 2, 0)
+    assert "2 of 3 trajectories considered (0 dropped by cleaning, 1 with no turns left, 0 with no text)" in s.render()
+    clean(corpus, CleanConfig(min_turns=2), progress=False)  # drops the one-call trajectory, and the one with none
+    s = dedup(corpus, progress=False)
+    assert (s.trajectories, s.considered, s.dropped_by_cleaning) == (3, 1, 2)
+    assert "1 of 3 trajectories considered (2 dropped by cleaning, 0 with no turns left, 0 with no text)" in s.render()
