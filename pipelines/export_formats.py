@@ -17,8 +17,12 @@ Polars, DuckDB or `pipelines.loader`.
 `{"id", "trajectory_id", "window", "copy", "domain", "source_format", "num_tokens", "truncated",
 "messages": [{"role", "content", "train"}]}`. `train` is true on an assistant message (an
 observation) whose tokens carry loss. Rendering `messages` through the export's chat template
-reproduces the document's tokens exactly; where `truncated` is true the rendering is cut at
-`num_tokens` (a single turn longer than the sequence length).
+reproduces the document's tokens exactly, with each message's content encoded as text
+(`pipelines.render.render`): a special token's string inside a content (an observation that
+prints `<|im_end|>`) is its text's tokens, never the control token. `apply_chat_template(...,
+tokenize=True)` makes it the control token, so it reproduces the tokens only of documents without
+such strings. Where `truncated` is true the rendering is cut at `num_tokens` (a single turn longer
+than the sequence length).
 
 **Megatron indexed binary** (`megatron/<split>/part-NNNNN_tokens.{bin,idx}` and
 `part-NNNNN_loss_mask.{bin,idx}`): two indexed datasets with identical sequence lengths, one
