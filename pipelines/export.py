@@ -115,12 +115,12 @@ from pipelines.store import (
     refuse_output_in_corpus,
     write_json_atomic,
 )
-from pipelines.views import duplicates_left_out
+from pipelines.views import WHOLE_DROPS, duplicates_left_out
 from schemas.options import process_count
 from schemas.tables import check_domains
 
 EXPORT_FORMAT = "worldline-export/1"
-EXPORT_CODE_VERSION = "2"  # bump when a change to this module changes what is written
+EXPORT_CODE_VERSION = "3"  # bump when a change to this module changes what is written (3: trajectories with no turn counted)
 SPLITS = ("train", "validation", "test")
 DATA_DIRS = ("parquet", "chat", "megatron", "eval")
 SIDE_TABLES = ("cleaning", "duplicates", "shared_prefixes", "turn_scores")  # what the export reads
@@ -1328,12 +1328,26 @@ def _open(root: Path, cfg: ExportConfig, scanned: bool, con: Any = None) -> _Ope
         "dropped_by_cleaning": "SELECT count(DISTINCT trajectory_id) FROM cleaning WHERE turn_index IS NULL" if "cleaning" in have else "0",
         "duplicates": f"SELECT count(*) FROM ({duplicates_left_out(have)})" if "duplicates" in have else "0",
         "total": f"SELECT count(*) FROM {traj_view}",
+        "no_turns": _no_turns_left(have),
     }
     row = con.sql("SELECT " + ", ".join(f"({q}) AS {k}" for k, q in counts.items())).fetchall()[0]
     present = {col: {r[0] for r in con.sql(f"SELECT DISTINCT {col} FROM {traj_view}").fetchall()}
                for col in ("domain", "source_format")}
     reader = open_reader(con, have, cfg, scanned)
     return _Opened(con, have, {k: int(v) for k, v in zip(counts, row, strict=True)}, scanned, reader, present)
+
+
+def _no_turns_left(have: set[str]) -> str:
+    """SQL counting the trajectories neither cleaning nor dedup leaves out that have no turn left to
+    read (none recorded, or every one dropped): the reader's join with the turns never sees them, so
+    they are counted apart, among those without environment turns."""
+    turns = "kept_turns" if "kept_turns" in have else "turns"
+    sql = f"SELECT count(*) FROM trajectories t WHERE NOT EXISTS (SELECT 1 FROM {turns} k WHERE k.trajectory_id = t.trajectory_id)"
+    if "cleaning" in have:
+        sql += f" AND t.trajectory_id NOT IN ({WHOLE_DROPS})"
+    if "duplicates" in have:
+        sql += f" AND t.trajectory_id NOT IN ({duplicates_left_out(have)})"
+    return sql
 
 
 _WORKER: dict[str, Any] = {}
@@ -1618,6 +1632,7 @@ def _run(opened: _Opened, cfg: ExportConfig, tok: ExportTokenizer, root: Path, s
     summary.redaction_scan = opened.scanned
     for k in ("trajectories_total", "dropped_by_cleaning", "duplicates"):
         setattr(summary, k, opened.counts[k])
+    summary.no_env_turns = opened.counts["no_turns"]  # those read add theirs
     total = opened.counts["total"]
     redactions: Counter[str] = Counter()
     meta = {"worldline.export": EXPORT_FORMAT, "worldline.seq_len": str(cfg.seq_len)}

@@ -1137,3 +1137,31 @@ def test_a_turn_whose_action_fills_the_window_is_not_counted_as_trained(tok: ex.
     records = [r for shard in train["shards"] for r in fmt.read_chat(out / shard["files"]["chat"][0]["path"])]
     trained = sorted(tuple(m["content"] for m in r["messages"] if m["role"] == "assistant" and m["train"]) for r in records)
     assert trained == [("a.txt b.txt run 0",), ("done", "a.txt b.txt run 1")]
+
+
+def test_a_trajectory_without_turns_is_counted(tmp_path: Path, tok: ex.ExportTokenizer) -> None:
+    """Uncleaned, a chat with no reply has no turns: it reaches no split, and is counted among those
+    without environment turns (the reader's join never saw it, and the totals did not add up)."""
+    from pipelines.ingest import IngestConfig, ingest
+
+    f = tmp_path / "chat.jsonl"
+    f.write_bytes(b"".join(orjson.dumps(x) + b"\n" for x in [
+        {"messages": [{"role": "system", "content": "You are helpful."}]},
+        {"messages": [{"role": "system", "content": "sys"}, {"role": "user", "content": "hello"},
+                      {"role": "assistant", "content": "hi"}]},
+        {"messages": [{"role": "user", "content": "list"},
+                      {"role": "assistant", "tool_calls": [{"id": "c1", "type": "function",
+                                                            "function": {"name": "bash", "arguments": '{"cmd": "ls"}'}}]},
+                      {"role": "tool", "tool_call_id": "c1", "content": "a.txt b.txt"}]}]))
+    corpus = tmp_path / "c"
+    ingest([f], corpus, IngestConfig(workers=1, domain_override="terminal"), progress=False)
+    s = export(corpus, tmp_path / "x", small_config(), progress=False, echo=lambda m: None, tokenizer=tok)
+    assert (s.trajectories_total, s.dropped_by_cleaning, s.duplicates, s.no_env_turns) == (3, 0, 0, 2)
+    assert sum(st.trajectories for st in s.splits.values()) == 1
+    assert "trajectories 3: dropped by cleaning 0, duplicates 0, without environment turns 2" in s.render()
+    from pipelines.clean import CleanConfig, clean
+
+    for min_turns, counts in ((0, (3, 0, 0, 2)), (2, (3, 3, 0, 0))):  # cleaned: kept, or dropped by cleaning
+        clean(corpus, CleanConfig(min_turns=min_turns), progress=False)
+        s = export(corpus, tmp_path / f"x{min_turns}", small_config(), progress=False, echo=lambda m: None, tokenizer=tok)
+        assert (s.trajectories_total, s.dropped_by_cleaning, s.duplicates, s.no_env_turns) == counts
