@@ -48,8 +48,13 @@ down-samples and 2.5 up-samples; the realised mix is in the manifest and the sum
 Atomicity: everything is written under `OUT/.staging-<pid>/`, each file under a temporary name;
 then `manifest.json` is removed, the old data directories are replaced by the new ones and the
 new manifest is written last. An export is complete if and only if `manifest.json` exists (and
-every file matches its sha256). A rerun after an interruption rebuilds; a rerun with the same
-fingerprint over a complete export does nothing. `OUT` must be new, empty, or an export's (marked
+every file matches its sha256: the contract `export_complete` checks that). A rerun after an
+interruption rebuilds; a rerun with the same fingerprint over an export whose files are all there
+with their sizes does nothing (it does not read them to hash them: a file changed in place, same
+size, is found by the contract, which the Dagster asset `training_export` runs as a check, and
+`--force` rebuilds). Such a rerun still records this export in the corpus when the corpus records
+another (`export_assignments`, from the copy kept in `OUT/.export_assignments.parquet`).
+`OUT` must be new, empty, or an export's (marked
 `.worldline-export`, or holding an export's manifest): a directory holding other data in
 `parquet/`, `chat/`, `megatron/`, `eval/` or a `manifest.json` is refused, not replaced, and so
 is one inside the corpus. Side tables computed before the corpus last changed (or dedup's against
@@ -79,6 +84,7 @@ from typing import Any
 import numpy as np
 import orjson
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from pipelines import export_formats as fmt
 from pipelines.evalset import dumps_row, eval_rows
@@ -1493,6 +1499,9 @@ def _lock(out: Path) -> int:
 
 
 OWNED = ".worldline-export"  # marks a directory as an export's: it may replace DATA_DIRS there
+# the export's per-trajectory assignments (what `_record` writes into the corpus), kept beside it so that
+# an up-to-date rerun can record this export again when the corpus records another one
+ASSIGNMENTS_FILE = ".export_assignments.parquet"
 
 
 def _claim(out: Path) -> None:
@@ -1544,7 +1553,7 @@ def export(
     """Export the corpus at `corpus_dir` into `out_dir` (see the module docstring)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from pipelines.side import corpus_state, side_fingerprints, stale_side_tables
+    from pipelines.side import corpus_state, side_fingerprints, side_info, stale_side_tables
 
     t0 = time.monotonic()
     echo = echo or (lambda m: print(m, file=sys.stderr))
@@ -1589,6 +1598,13 @@ def export(
             old = None  # a damaged manifest: export again
         if old is not None and old.get("fingerprint") == fingerprint and not force and _complete(out, old):
             summary.up_to_date = True
+            recorded = side_info(corpus, ASSIGNMENTS) if config.record_in_corpus else None
+            if config.record_in_corpus and (recorded or {}).get("fingerprint") != fingerprint:
+                if (out / ASSIGNMENTS_FILE).exists():  # the corpus records another export: this one is the last run
+                    _record(corpus, pq.read_table(out / ASSIGNMENTS_FILE), fingerprint, config, summary, echo)
+                else:
+                    echo(f"export: the corpus records another export than this one ({ASSIGNMENTS_FILE} is not in "
+                         f"{out}); rerun with --force to record this one")
             return summary
         for stale in out.glob(".staging-*"):
             shutil.rmtree(stale, ignore_errors=True)
@@ -1613,6 +1629,9 @@ def export(
             if (staging / d).exists():
                 os.replace(staging / d, out / d)
         shutil.rmtree(staging, ignore_errors=True)
+        tmp = out / f"{ASSIGNMENTS_FILE}.{os.getpid()}.tmp"
+        pq.write_table(assignments, tmp)
+        os.replace(tmp, out / ASSIGNMENTS_FILE)
         if config.record_in_corpus:  # before the manifest: an export whose record failed is not complete
             _record(corpus, assignments, fingerprint, config, summary, echo)
         write_json_atomic(out / "manifest.json", manifest)

@@ -638,7 +638,7 @@ def test_two_exports_are_byte_identical(corpus: Path, tok: ex.ExportTokenizer, e
     out, _ = exported
     export(corpus, tmp_path / "again", small_config(), tokenizer=tok, progress=False)
     a, b = _tree(out), _tree(tmp_path / "again")
-    assert sorted(a) == sorted(b) and len(a) == 63  # 62 data files and the manifest
+    assert sorted(a) == sorted(b) and len(a) == 64  # 62 data files, the manifest and the assignments (ASSIGNMENTS_FILE)
     assert [k for k in a if a[k] != b[k]] == []
     m = _manifest(out)
     for f in ex.manifest_files(m):
@@ -702,6 +702,30 @@ def test_an_export_whose_record_in_the_corpus_failed_is_not_up_to_date(corpus: P
     s = export(work, out, small_config(record_in_corpus=True), tokenizer=tok, progress=False)
     assert not s.up_to_date and ex._complete(out, _manifest(out))
     assert run_query(work, f"SELECT count(*) FROM {ex.ASSIGNMENTS}")[1] == [(s.trajectories_total - s.dropped_by_cleaning - s.duplicates,)]
+
+
+def test_an_up_to_date_rerun_is_recorded_as_the_last_export(corpus: Path, tok: ex.ExportTokenizer, tmp_path: Path) -> None:
+    """Export A, then B, then A again (up to date, nothing written): the corpus records A, the export
+    last run (the report's export mix), from the assignments A keeps beside it."""
+    from pipelines.side import side_info
+
+    work = tmp_path / "corpus"
+    shutil.copytree(corpus, work)
+    a_cfg, b_cfg = small_config(record_in_corpus=True), small_config(record_in_corpus=True, seq_len=128)
+    a = export(work, tmp_path / "a", a_cfg, tokenizer=tok, progress=False)
+    a_rows = run_query(work, f"SELECT * FROM {ex.ASSIGNMENTS} ORDER BY trajectory_id")[1]
+    b = export(work, tmp_path / "b", b_cfg, tokenizer=tok, progress=False)
+    assert side_info(Corpus(work), ex.ASSIGNMENTS)["fingerprint"] == b.fingerprint != a.fingerprint
+    again = export(work, tmp_path / "a", a_cfg, tokenizer=tok, progress=False)
+    assert again.up_to_date and side_info(Corpus(work), ex.ASSIGNMENTS)["fingerprint"] == a.fingerprint
+    assert run_query(work, f"SELECT * FROM {ex.ASSIGNMENTS} ORDER BY trajectory_id")[1] == a_rows
+    # without the file (an export written before it was kept): said, not guessed
+    (tmp_path / "b" / ex.ASSIGNMENTS_FILE).unlink()
+    said: list[str] = []
+    assert export(work, tmp_path / "b", b_cfg, tokenizer=tok, progress=False, echo=said.append).up_to_date
+    assert said == [f"export: the corpus records another export than this one ({ex.ASSIGNMENTS_FILE} is not in "
+                    f"{tmp_path / 'b'}); rerun with --force to record this one"]
+    assert side_info(Corpus(work), ex.ASSIGNMENTS)["fingerprint"] == a.fingerprint
 
 
 def test_an_export_with_nothing_to_train_on_says_so(corpus: Path, tok: ex.ExportTokenizer, tmp_path: Path) -> None:
