@@ -57,13 +57,13 @@ demo: setup services
 	$(BIN)/worldline stats $(DEMO)/corpus
 	$(BIN)/worldline query $(DEMO)/corpus "SELECT domain, source_format, count(*) AS trajectories, sum(num_turns) AS turns FROM trajectories GROUP BY ALL ORDER BY ALL"
 	$(BIN)/worldline query $(DEMO)/corpus "SELECT category, count(*) AS turns, round(avg(loss_mask::INT), 2) AS trained FROM turn_scores GROUP BY ALL ORDER BY turns DESC"
-	$(BIN)/worldline check $(DEMO)/corpus
 	$(BIN)/worldline export $(DEMO)/corpus --out $(DEMO)/export
 	# thinking traces: a loopback OpenAI-compatible server with the real SmolLM2 (tiny settings)
 	$(BIN)/python -m pipelines.serve_local --port 0 --threads 1 -- \
 	  $(BIN)/worldline traces $(DEMO)/corpus --out $(DEMO)/traces --endpoint '{url}' --model smollm2 \
 	  -k 2 --max-queries 4 --balance domain --max-target-chars 300 --history-turns 1 --max-tokens 48 \
 	  --templates chat --prefill-think --max-system-chars 300 --max-observation-chars 300 --threshold 0.0 --quiet
+	$(BIN)/worldline check $(DEMO)/corpus --export $(DEMO)/export --traces $(DEMO)/traces
 	$(BIN)/worldline report $(DEMO)/corpus --out $(DEMO)/report.html
 
 test: setup services

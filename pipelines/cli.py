@@ -86,9 +86,19 @@ def _cmd_check(a: argparse.Namespace) -> int:
                         print(f"      {k}: {v}")
         return all(r.passed for r in results)
 
-    corpus_ok = show(run_contracts(a.corpus, a.max_quarantine_rate))  # printed before the collectors' are computed
-    collected_ok = show(run_collection_contracts(a.corpus))
-    return 0 if corpus_ok and collected_ok else 1
+    ok = show(run_contracts(a.corpus, a.max_quarantine_rate))  # printed before the collectors' are computed
+    ok = show(run_collection_contracts(a.corpus)) and ok
+    for out in a.export:  # what `worldline export` wrote from this corpus: files and checksums, masks, splits
+        from pipelines.export_contracts import run_export_contracts
+
+        print(f"export {out}:")
+        ok = show(run_export_contracts(out, a.corpus)) and ok
+    for out in a.traces:
+        from pipelines.traces.checks import check_traces
+
+        print(f"traces {out}:")
+        ok = show(check_traces(out)) and ok
+    return 0 if ok else 1
 
 
 def _cmd_report(a: argparse.Namespace) -> int:
@@ -233,6 +243,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--max-quarantine-rate", type=float, default=0.25,
                    help="the quarantine contracts fail when more than this share of the input records was quarantined, "
                         "over the corpus or in its newest ingest (default 0.25)")
+    s.add_argument("--export", type=Path, action="append", default=[], metavar="DIR",
+                   help="also check an export of this corpus (`worldline export --out DIR`): every file with its "
+                        "checksum, masks, disjoint splits, the eval set; repeatable")
+    s.add_argument("--traces", type=Path, action="append", default=[], metavar="DIR",
+                   help="also check a thinking-traces output (`worldline traces --out DIR`); repeatable")
     s.set_defaults(func=_cmd_check)
 
     s = sub.add_parser("report", help="write a self-contained HTML report of the corpus")

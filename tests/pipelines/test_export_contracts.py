@@ -109,3 +109,30 @@ def test_eval_rows_of_a_test_trajectory_left_without_documents_pass(tok: ExportT
                                                                                                   ("test", True)]
     assert _results(out, root) == ALL_PASS
     assert _results(out, None) == ALL_PASS
+
+
+def test_worldline_check_runs_the_export_contracts(corpus: Path, tok: ExportTokenizer, tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """`worldline check CORPUS --export DIR`: a file changed in place, its size the same (which an
+    up-to-date rerun of the export does not read), fails export_complete and the command."""
+    from pipelines.cli import main
+
+    out = tmp_path / "out"
+    export(corpus, out, small_config(), tokenizer=tok, progress=False, echo=lambda m: None)
+    assert main(["check", str(corpus), "--export", str(out)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    at = lines.index(f"export {out}:")
+    assert [ln.split(":")[0] for ln in lines[at + 1:]] == ["PASS  export_complete", "PASS  export_masks",
+                                                           "PASS  export_splits_disjoint", "PASS  export_eval_set"]
+    [part] = sorted((out / "parquet" / "train").glob("part-*.parquet"))[:1]
+    data = bytearray(part.read_bytes())
+    data[100:104] = b"XXXX"
+    part.write_bytes(bytes(data))
+    assert export(corpus, out, small_config(), tokenizer=tok, progress=False, echo=lambda m: None).up_to_date
+    assert main(["check", str(corpus), "--export", str(out)]) == 1
+    assert "FAIL  export_complete" in capsys.readouterr().out
+    # a traces output that is not there: each of its checks fails, saying so
+    assert main(["check", str(corpus), "--traces", str(tmp_path / "no-traces")]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    after = lines[lines.index(f"traces {tmp_path / 'no-traces'}:") + 1:]
+    assert after and all(ln.startswith("FAIL  ") for ln in after if not ln.startswith("      "))
