@@ -145,6 +145,12 @@ def _check_literal(m: re.Match[str]) -> bool:
     return _plausible_value(m.group("value"), "", 1, bare=False)
 
 
+def _check_email(m: re.Match[str]) -> bool:
+    """An address's domain names something: `pkg@1.0.tgz` (a package file) has no letter before its end."""
+    host = m.group(0).rpartition("@")[2]
+    return any(c.isalpha() for c in host.rpartition(".")[0])
+
+
 def _check_openai(m: re.Match[str]) -> bool:
     v = m.group(0)
     return any(c.isdigit() for c in v) and any(c.isupper() for c in v)
@@ -222,7 +228,7 @@ KINDS: tuple[Kind, ...] = (
     # the shortest domain that ends the address: `alpine-devel@lists.alpinelinux.org-4a6a0840.rsa.pub`
     # (a key file's name) keeps the name's tail; `a@mail.example.com` still ends at `.com`
     Kind("email", rf"{_B_ESC}[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*?\.[A-Za-z]{{2,}}(?![A-Za-z0-9]|\.[A-Za-z0-9])",
-         needs=("@",), gate=r"@[a-z0-9-]+\.[a-z0-9-]"),
+         check=_check_email, needs=("@",), gate=r"@[a-z0-9-]+\.[a-z0-9-]"),
     Kind("ip_address",
          rf"{_B}(?:(?:25[0-5]|2[0-4][0-9]|1[0-9]{{2}}|[1-9]?[0-9])\.){{3}}(?:25[0-5]|2[0-4][0-9]|1[0-9]{{2}}|[1-9]?[0-9])\b",
          probe=r"[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}"),

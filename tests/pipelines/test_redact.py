@@ -164,7 +164,7 @@ def test_exact_outputs() -> None:
     # shell output the audit found redacted: passwd's messages, a grep of /etc/passwd, a model name
     "passwd: Authentication token manipulation error", "passwd: user 'bob' does not exist",
     "/etc/passwd:root:x:0:0:root:/root:/bin/bash", 'tokenizer: "Qwen/Qwen2.5-7B-Instruct"',
-    "mysql -u root -p mydb", "mysql -u root -p$MYSQL_PWD db", "curl -u \"$USER:$TOKEN\" https://x.io",
+    "mysql -u root -p mydb", "mysql -u root -p$MYSQL_PWD db", "npm pack: pkg@1.0.tgz", "wrote left-pad@1.3.0.tgz", "curl -u \"$USER:$TOKEN\" https://x.io",
     "docker login -u me --password-stdin", "sshpass -p \"$PW\" ssh host", "mysql -h db -P 3306 -e 'select 1'",
     # code that looks for a key's header holds no key; what follows it stays (it used to go to the end)
     'src/pem.py:12:    if line.startswith("-----BEGIN RSA PRIVATE KEY-----"):\nsrc/pem.py:40:        raise ValueError("not a key")',
