@@ -110,6 +110,7 @@ from pipelines.render import (
     cut_bound,
     interleave,
     messages,
+    min_window,
     template_pieces,
 )
 from pipelines.sources import sha256_file
@@ -1569,6 +1570,11 @@ def export(
     with ThreadPoolExecutor(1, thread_name_prefix="export-open") as pool:
         opening = pool.submit(_open, corpus.root, config, scanned)
         tok = tokenizer or ExportTokenizer.load(config.tokenizer, config.chat_template)
+        shell, need = min_window(tok.hf)
+        if config.seq_len < need:  # every document would be cut to nothing: refused before any work
+            raise ValueError(f"--seq-len {config.seq_len}: one empty turn of this tokenizer's chat template takes {shell} "
+                             f"tokens and a task prompt may keep half the sequence; a sequence needs at least {need} "
+                             "to hold any text")
         sides = side_fingerprints(corpus, SIDE_TABLES)
         fingerprint = hashlib.sha256(orjson.dumps(
             {"format": EXPORT_FORMAT, "code": EXPORT_CODE_VERSION, "redaction_rules": rules_digest(), "settings": config.settings(),

@@ -313,5 +313,20 @@ def render(tokenizer: Any, msgs: list[dict[str, str]], turn_indices: list[int]) 
     return Rendered(ids, spans, text)
 
 
+MIN_WINDOW_TEXT = 16  # tokens of action and observation a window must have room for, past the template
+
+
+def min_window(tokenizer: Any) -> tuple[int, int]:
+    """(tokens of one empty turn of the chat template, with an empty system message where the template
+    takes one; the least window that holds any text). A long task prompt keeps half a window (scoring's
+    `_fit_system`, the export's `_cut_systems`), so the turn must fit in the other half with room for text."""
+    empty = [{"role": "user", "content": ""}, {"role": "assistant", "content": ""}]
+    try:
+        shell = len(render(tokenizer, [{"role": "system", "content": ""}, *empty], [1]).ids)
+    except Exception:  # noqa: BLE001 - templates without a system role
+        shell = len(render(tokenizer, empty, [1]).ids)
+    return shell, 2 * (shell + MIN_WINDOW_TEXT)
+
+
 def render_groups(tokenizer: Any, conv: Conversation, groups: list[Group], system: str | None = None) -> Rendered:
     return render(tokenizer, messages(conv, groups, system), [g.turn_index for g in groups])

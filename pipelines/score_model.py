@@ -51,7 +51,15 @@ import numpy as np
 import pyarrow as pa
 
 from pipelines.pack import group_lengths, next_window
-from pipelines.render import Conversation, Group, RenderConfig, conversation, render, render_groups
+from pipelines.render import (
+    Conversation,
+    Group,
+    RenderConfig,
+    conversation,
+    min_window,
+    render,
+    render_groups,
+)
 from pipelines.sources import sha256_file
 from pipelines.store import publish_dir
 from schemas.options import at_least
@@ -219,8 +227,6 @@ def _devices_here() -> str:
     gpus = ", ".join(["cuda", *(f"cuda:{i}" for i in range(count))]) if count else ""
     return f"devices here: auto, cpu{', ' + gpus if gpus else ''}" + ("" if count else "; torch sees no CUDA GPU")
 
-
-MIN_WINDOW_TEXT = 16  # tokens of action and observation a window must have room for, past the template
 
 
 @dataclass(frozen=True)
@@ -425,12 +431,7 @@ class TurnScorer:
         `cannot fit a window`). Needs only the tokenizer and the model's config."""
         limit = getattr(model_config, "max_position_embeddings", None) or getattr(model_config, "n_positions", None)
         self.window = min(self.config.max_context, int(limit)) if limit else self.config.max_context
-        empty = [{"role": "user", "content": ""}, {"role": "assistant", "content": ""}]
-        try:
-            shell = len(render(self.tokenizer, [{"role": "system", "content": ""}, *empty], [1]).ids)
-        except Exception:  # noqa: BLE001 - templates without a system role
-            shell = len(render(self.tokenizer, empty, [1]).ids)
-        need = 2 * (shell + MIN_WINDOW_TEXT)  # a long task prompt keeps half the window (`_fit_system`)
+        shell, need = min_window(self.tokenizer)
         if self.window < need:
             cap = "" if self.window == self.config.max_context else f" (the model's position limit caps it at {self.window})"
             raise ValueError(f"--max-context {self.config.max_context}{cap}: one empty turn of this model's chat template "

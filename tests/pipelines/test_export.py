@@ -1189,3 +1189,13 @@ def test_a_trajectory_without_turns_is_counted(tmp_path: Path, tok: ex.ExportTok
         clean(corpus, CleanConfig(min_turns=min_turns), progress=False)
         s = export(corpus, tmp_path / f"x{min_turns}", small_config(), progress=False, echo=lambda m: None, tokenizer=tok)
         assert (s.trajectories_total, s.dropped_by_cleaning, s.duplicates, s.no_env_turns) == counts
+
+
+def test_a_sequence_too_short_for_the_template_is_refused(corpus: Path, tok: ex.ExportTokenizer, tmp_path: Path) -> None:
+    """SmolLM2's ChatML turn with an empty system, user and assistant message is 16 tokens; a task prompt
+    may keep half the sequence: below 64 every document was cut to nothing, and the export was empty."""
+    with pytest.raises(ValueError, match=r"^--seq-len 63: one empty turn of this tokenizer's chat template takes 16 tokens "
+                                         r"and a task prompt may keep half the sequence; a sequence needs at least 64 to "
+                                         r"hold any text$"):
+        export(corpus, tmp_path / "x", small_config(seq_len=63), tokenizer=tok, progress=False)
+    assert not (tmp_path / "x" / "manifest.json").exists()
