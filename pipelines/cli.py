@@ -302,7 +302,7 @@ def build_parser() -> argparse.ArgumentParser:
                        formatter_class=DefaultsHelpFormatter)
     s.add_argument("corpus", type=Path)
     s.add_argument("--out", required=True, type=Path, help="export directory (manifest.json at its root)")
-    s.add_argument("--seq-len", type=int, default=2048, help="tokens per packed sample (at least twice one chat-template turn plus 16: 64 for SmolLM2)")
+    s.add_argument("--seq-len", type=int, default=2048, help="tokens per packed sample (at least 2 × (an empty chat-template turn + 16 tokens): 64 for SmolLM2)")
     s.add_argument("--tokenizer", default="smollm2", help="`smollm2`, a .gguf file or a directory with tokenizer.json")
     s.add_argument("--chat-template", type=Path, help="a Jinja chat template file instead of the tokenizer's")
     s.add_argument("--formats", nargs="+", default=["parquet", "chat", "megatron"], choices=["parquet", "chat", "megatron"],
