@@ -186,7 +186,7 @@ class ScoreSummary:
     model_runner: str = ""  # a distributed model tier's runner (e.g. "Beam DirectRunner"), and its units
     model_units: int = 0
     max_tokens: int | None = None
-    fingerprint: str = ""  # the settings' (`ScoreConfig.fingerprint`), as recorded with the side table
+    fingerprint: str = ""  # of the table: the surface, policy and model settings its columns hold, as recorded with it
     histograms: dict[str, list[tuple[str, int]]] = field(default_factory=dict)
     carried: list[str] = field(default_factory=list)
     seconds: float = 0.0
@@ -653,7 +653,13 @@ def _score(corpus: Corpus, con: Any, work: Path, config: ScoreConfig, progress: 
                "surface_fingerprint": old_cfg.get("surface_fingerprint") if "surface" in summary.carried
                else config.surface.fingerprint(),  # of the settings the surface columns were computed with
                "policy_fingerprint": config.policy.fingerprint()}
-    summary.fingerprint = config.fingerprint()
+    # of what the table holds (a carried tier's columns with their own settings), not of this run's options:
+    # a model tier added under the same options is another table to the export and traces that read it
+    summary.fingerprint = hashlib.sha256(orjson.dumps(
+        {"surface": cfg_doc["surface_fingerprint"], "policy": cfg_doc["policy_fingerprint"],
+         "model": None if model_cfg is None else {k: model_cfg.get(k) for k in ("fingerprint", "model_id", "dtype", "max_tokens",
+                                                                                "kept_from")},
+         "skip_dropped": config.skip_dropped}, option=orjson.OPT_SORT_KEYS, default=str)).hexdigest()[:16]
     cols = ", ".join([f"s.{c}" for c in keys + surface_names] + ([f"m.{c}" for c in model_names] if model else []))
     join = f"LEFT JOIN {model} m ON m.trajectory_id = s.trajectory_id AND m.turn_index = s.turn_index" if model else ""
     tally = _Tally(summary)

@@ -296,3 +296,25 @@ def test_carried_surface_columns_keep_their_settings_on_record(corpus: Path, tin
     doc = orjson.loads(pq.read_schema(side_path(Corpus(corpus), "turn_scores")).metadata[b"worldline.config"])
     assert doc["surface"]["seed"] == 7
     assert doc["surface_fingerprint"] == SurfaceConfig(seed=7).fingerprint() != SurfaceConfig().fingerprint()
+
+
+def test_the_table_fingerprint_follows_what_it_holds(corpus: Path, tiny_model_dir: Path, tmp_path: Path) -> None:
+    """A model tier added under the same options changes the loss masks: the table's fingerprint (which an
+    export records) changes with it, so an export made before is no longer up to date. A surface re-run that
+    carries the model columns over, with the same settings, is the same table."""
+    from pipelines.export import export
+    from pipelines.score_model import ModelScoreConfig
+    from pipelines.side import side_info
+    from pipelines.store import Corpus
+    from tests.pipelines.export_support import small_config, tokenizer
+
+    surface = score(corpus, ScoreConfig(tier="surface", max_tokens=500), progress=False)
+    tok = tokenizer()
+    assert not export(corpus, tmp_path / "x", small_config(), tokenizer=tok, progress=False, echo=lambda m: None).up_to_date
+    model = score(corpus, ScoreConfig(tier="model", max_tokens=500,
+                                      model=ModelScoreConfig(model=str(tiny_model_dir), dtype="float32")), progress=False)
+    assert model.model_turns > 0 and model.fingerprint != surface.fingerprint
+    assert side_info(Corpus(corpus), "turn_scores")["fingerprint"] == model.fingerprint
+    assert not export(corpus, tmp_path / "x", small_config(), tokenizer=tok, progress=False, echo=lambda m: None).up_to_date
+    again = score(corpus, ScoreConfig(tier="surface", max_tokens=500), progress=False)
+    assert again.carried == ["model"] and again.fingerprint == model.fingerprint
