@@ -97,6 +97,7 @@ from pipelines.redact import (
     RENDERED_TURN_TEXTS,
     RedactConfig,
     Redactor,
+    recorded_config,
     redact_fields,
     rules_digest,
 )
@@ -157,7 +158,7 @@ class ExportConfig:
     chat_template: str | None = None  # a Jinja chat template (text) instead of the tokenizer's
     formats: tuple[str, ...] = fmt.FORMATS
     render: RenderConfig = RenderConfig()
-    redact: RedactConfig = RedactConfig()
+    redact: RedactConfig | None = None  # None: as `clean` was told (`redact.recorded_config`), else the defaults
     split: SplitConfig = SplitConfig()
     domain_weights: tuple[tuple[str, float], ...] = ()
     source_weights: tuple[tuple[str, float], ...] = ()  # by source_format
@@ -1233,7 +1234,7 @@ def prepare_rows(rows: list[dict[str, Any]], cfg: ExportConfig, tok: ExportToken
     """Redact, render and split one batch of trajectories (rows of `_trajectory_reader`), up to
     the encoder. `scanned`: redact only the texts each row's `flagged` names (see `scan_usable`)."""
     res = _BatchResult()
-    redactor = Redactor(cfg.redact)
+    redactor = Redactor(cfg.redact or RedactConfig())
     work: list[_Work] = []
     bound = text_bound(tok, cfg.seq_len)
     for row in rows:
@@ -1563,6 +1564,8 @@ def export(
     refuse_output_in_corpus(out, corpus.root, "export --out")
     _claim(out)
     state = corpus_state(corpus)
+    if config.redact is None:  # the settings clean scanned with (its summary says what export will redact)
+        config = replace(config, redact=recorded_config(corpus))
     scanned = config.use_redaction_scan and scan_usable(corpus, config.redact, state)
     # DuckDB opens the corpus and runs the trajectory query in a thread (it releases the GIL for most
     # of it) while the tokenizer's vocabulary and fingerprint are read here (they hold it); an export

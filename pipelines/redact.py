@@ -27,12 +27,14 @@ import ipaddress
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 
-# The text columns export can emit; every one of them is redacted (and scanned by `clean`).
+# The text columns `clean` scans for secrets (its `redactions` table says where it found them): every text a
+# reader of the corpus might take. Export and traces emit only the rendered ones below, redacted.
 TURN_TEXT_COLUMNS = ("action", "tool_name", "tool_args", "thought", "observation", "stdout", "stderr", "state", "metadata")
 TRAJECTORY_TEXT_COLUMNS = ("task", "action_space", "initial_state", "agent", "model", "env_fingerprint", "metadata", "native_id")
 # the texts the world-model rendering (pipelines.render) reads: what export and traces must redact
@@ -427,6 +429,19 @@ def _default() -> Redactor:
     if _DEFAULT is None:
         _DEFAULT = Redactor()
     return _DEFAULT
+
+
+def recorded_config(corpus: Any) -> RedactConfig:
+    """The redaction settings `clean` was given (`--ip-addresses`), as recorded with its side table
+    `redactions`: what export and traces redact with unless told otherwise, so that clean's summary
+    ("export will redact ...") holds. The defaults when clean has not scanned this corpus."""
+    from pipelines.side import side_info
+
+    rec = (((side_info(corpus, "redactions") or {}).get("config") or {}).get("redact"))
+    if not isinstance(rec, dict):
+        return RedactConfig()
+    known = {f.name for f in fields(RedactConfig)}
+    return RedactConfig(**{k: v for k, v in rec.items() if k in known})
 
 
 def redact_text(text: str | None) -> str | None:

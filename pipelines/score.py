@@ -299,8 +299,8 @@ def _kept_relation(con: Any, cfg: ScoreConfig, work: Path, summary: ScoreSummary
     con.execute(f"COPY (SELECT DISTINCT trajectory_id, {_priority(int(cfg.surface.seed))} AS prio FROM kept_trajectories) "
                 f"TO {path} (FORMAT parquet)")
     kept = f"read_parquet({path})"
-    summary.skipped_dropped = con.sql(
-        f"SELECT count(*) FROM trajectories WHERE trajectory_id NOT IN (SELECT trajectory_id FROM {kept})"
+    summary.skipped_dropped = con.sql(  # not those with no turn at all: nothing dropped them
+        f"SELECT count(*) FROM trajectories WHERE num_turns > 0 AND trajectory_id NOT IN (SELECT trajectory_id FROM {kept})"
     ).fetchall()[0][0]
     return kept
 
@@ -623,6 +623,12 @@ def _score(corpus: Corpus, con: Any, work: Path, config: ScoreConfig, progress: 
         rows = pq.ParquetFile(side_path(corpus, TABLE)).metadata.num_rows
         surface_cfg = old_cfg.get("surface", asdict(config.surface))
         summary.carried.append("surface")
+        if old_cfg.get("surface_fingerprint") not in (None, config.surface.fingerprint()):  # e.g. --seed: not applied
+            now = orjson.loads(orjson.dumps(asdict(config.surface), default=str))  # as recorded: lists, not tuples
+            asked = {k: v for k, v in now.items() if surface_cfg.get(k, v) != v}
+            echo(f"score: --tier model keeps the surface columns (category, keep) computed with other settings "
+                 f"({', '.join(f'{k} {surface_cfg.get(k)!r}, not {v!r}' for k, v in sorted(asked.items())) or 'other rules'}); "
+                 "--tier surface or both applies this run's")
     if config.tier in ("model", "both"):
         # the verdicts the model tier skips by, read before it runs (a clean or dedup may commit meanwhile)
         kept_from = kept_verdicts(corpus) if config.skip_dropped else "all trajectories"

@@ -37,7 +37,13 @@ import pyarrow as pa
 
 from pipelines.export import SplitConfig, group_key, split_of
 from pipelines.query import connect, views
-from pipelines.redact import RENDERED_TRAJECTORY_TEXTS, RENDERED_TURN_TEXTS, redact_fields
+from pipelines.redact import (
+    RENDERED_TRAJECTORY_TEXTS,
+    RENDERED_TURN_TEXTS,
+    Redactor,
+    recorded_config,
+    redact_fields,
+)
 from pipelines.render import Group, RenderConfig, conversation
 from pipelines.side import side_info
 from pipelines.store import Corpus
@@ -216,24 +222,26 @@ def select_queries(corpus_dir: Path | str, cfg: QueryConfig = QueryConfig(),
 
 
 def load_queries(corpus_dir: Path | str, queries: list[Query], cfg: QueryConfig = QueryConfig(),
-                 con: duckdb.DuckDBPyConnection | None = None) -> list[Query]:
+                 con: duckdb.DuckDBPyConnection | None = None, redactor: Redactor | None = None) -> list[Query]:
     """Fill in the texts of the queries: the world-model conversation of each trajectory
-    (`pipelines.render`, the export stage's form), redacted, cut at the target turn."""
+    (`pipelines.render`, the export stage's form), redacted (`redactor`, default: with the settings
+    clean was given, `redact.recorded_config`), cut at the target turn."""
     if not queries:
         return queries
+    redactor = redactor or Redactor(recorded_config(Corpus(corpus_dir)))
     con = con or connect(corpus_dir)
     have = views(con)
     base = "kept_turns" if "kept_turns" in have else "turns"
     tids = sorted({q.trajectory_id for q in queries})
     con.register("_wl_q", pa.table({"trajectory_id": pa.array(tids, pa.string())}))
-    trajs = {r["trajectory_id"]: redact_fields(r, RENDERED_TRAJECTORY_TEXTS) for r in _arrow(con.sql(
+    trajs = {r["trajectory_id"]: redact_fields(r, RENDERED_TRAJECTORY_TEXTS, redactor) for r in _arrow(con.sql(
         "SELECT trajectory_id, domain, task, action_space, initial_state FROM trajectories "
         "SEMI JOIN _wl_q USING (trajectory_id)")).to_pylist()}
     turns: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for r in _arrow(con.sql(
             f"SELECT trajectory_id, turn_index, kind, action, tool_name, tool_args, thought, observation, observation_kind, "
             f"exit_code, is_error FROM {base} SEMI JOIN _wl_q USING (trajectory_id) ORDER BY trajectory_id, turn_index")).to_pylist():
-        turns[r["trajectory_id"]].append(redact_fields(r, RENDERED_TURN_TEXTS))
+        turns[r["trajectory_id"]].append(redact_fields(r, RENDERED_TURN_TEXTS, redactor))
     for q in queries:
         ts = turns[q.trajectory_id]
         conv = conversation(trajs[q.trajectory_id], ts, cfg.render)

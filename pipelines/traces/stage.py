@@ -49,7 +49,7 @@ import pyarrow.parquet as pq
 
 from collectors.policies import EndpointError
 from pipelines.query import connect
-from pipelines.redact import redact_text
+from pipelines.redact import Redactor, recorded_config
 from pipelines.render import Conversation, messages
 from pipelines.side import corpus_state, write_side_table
 from pipelines.sources import sha256_file
@@ -263,7 +263,8 @@ def traces(
                             judge=judge_model)
     state = corpus_state(corpus)
 
-    queries = load_queries(corpus.root, sel.queries, config.queries, con)
+    redactor = Redactor(recorded_config(corpus))  # as clean was told (`--ip-addresses`), as export does
+    queries = load_queries(corpus.root, sel.queries, config.queries, con, redactor)
     summary.weighting, summary.eligible, summary.excluded_split = sel.weighting, sel.candidates, sel.excluded_split
     summary.queries, summary.candidates = len(queries), len(queries) * config.k
     if progress:
@@ -311,7 +312,7 @@ def traces(
                     else:
                         assert p.reasoning is not None and p.prediction is not None
                         c["ok"] = True
-                        c["reasoning"], c["prediction"] = redact_text(p.reasoning), redact_text(p.prediction)
+                        c["reasoning"], c["prediction"] = redactor(p.reasoning), redactor(p.prediction)
                         v = verify(q.domain, c["prediction"], q.observation, q.exit_code, q.is_error, dict(config.verifiers))
                         c["verifier"], c["verifier_score"], c["components"] = v.verifier, v.score, v.components
                         c["score"] = v.score

@@ -318,3 +318,43 @@ def test_the_table_fingerprint_follows_what_it_holds(corpus: Path, tiny_model_di
     assert not export(corpus, tmp_path / "x", small_config(), tokenizer=tok, progress=False, echo=lambda m: None).up_to_date
     again = score(corpus, ScoreConfig(tier="surface", max_tokens=500), progress=False)
     assert again.carried == ["model"] and again.fingerprint == model.fingerprint
+
+
+def test_a_model_tier_run_says_which_surface_settings_it_did_not_apply(corpus: Path, tiny_model_dir: Path) -> None:
+    """`--tier model --seed 5` over surface columns drawn with seed 0 keeps them (the keep draw is the
+    surface tier's): said, not silent; the fingerprint on record is the table's, seed 0's."""
+    from pipelines.score_model import ModelScoreConfig
+
+    score(corpus, ScoreConfig(tier="surface"), progress=False)
+    keep = run_query(corpus, "SELECT sum(keep::INT), sum(keep_draw) FROM turn_scores")[1]
+    said: list[str] = []
+    s = score(corpus, ScoreConfig(tier="model", surface=SurfaceConfig(seed=5), max_tokens=300,
+                                  model=ModelScoreConfig(model=str(tiny_model_dir), dtype="float32")),
+              progress=False, echo=said.append)
+    assert s.carried == ["surface"]
+    assert run_query(corpus, "SELECT sum(keep::INT), sum(keep_draw) FROM turn_scores")[1] == keep
+    assert [m for m in said if not m.startswith("score: model tier capped")] == [
+        "score: --tier model keeps the surface columns (category, keep) computed with other settings "
+        "(seed 0, not 5); --tier surface or both applies this run's"]
+    said.clear()
+    score(corpus, ScoreConfig(tier="model", max_tokens=300, model=ModelScoreConfig(model=str(tiny_model_dir), dtype="float32")),
+          progress=False, echo=said.append)
+    assert [m for m in said if not m.startswith("score: model tier capped")] == []  # the same settings: nothing to say
+
+
+def test_a_trajectory_without_turns_is_not_counted_as_dropped(tmp_path: Path, tiny_model_dir: Path) -> None:
+    import orjson
+
+    from pipelines.ingest import IngestConfig, ingest
+    from pipelines.score_model import ModelScoreConfig
+
+    call = {"role": "assistant", "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "bash", "arguments": "{}"}}]}
+    f = tmp_path / "chat.jsonl"
+    f.write_bytes(b"".join(orjson.dumps(x) + b"\n" for x in [
+        {"messages": [{"role": "system", "content": "sys only"}, {"role": "user", "content": "hello there"}]},
+        {"messages": [{"role": "user", "content": "list"}, call, {"role": "tool", "tool_call_id": "c1", "content": "a b"}]}]))
+    corpus = tmp_path / "c"
+    ingest([f], corpus, IngestConfig(workers=1, domain_override="terminal"), progress=False)
+    s = score(corpus, ScoreConfig(tier="both", model=ModelScoreConfig(model=str(tiny_model_dir), dtype="float32")),
+              progress=False)
+    assert (s.skipped_dropped, s.model_turns) == (0, 1)  # neither clean nor dedup ran: nothing dropped
