@@ -1199,3 +1199,36 @@ def test_a_sequence_too_short_for_the_template_is_refused(corpus: Path, tok: ex.
                                          r"hold any text$"):
         export(corpus, tmp_path / "x", small_config(seq_len=63), tokenizer=tok, progress=False)
     assert not (tmp_path / "x" / "manifest.json").exists()
+
+
+def test_export_redacts_with_the_settings_clean_was_given(tmp_path: Path, tok: ex.ExportTokenizer) -> None:
+    """`clean --ip-addresses` says export will redact IP addresses: export does (it redacted with the
+    defaults, which keep them, and scanned every text again since the scan's settings differed)."""
+    from pipelines.clean import CleanConfig, clean
+    from pipelines.ingest import IngestConfig, ingest
+    from pipelines.redact import RedactConfig, recorded_config
+
+    f = tmp_path / "chat.jsonl"
+    call = {"role": "assistant", "tool_calls": [{"id": "c1", "type": "function",
+                                                 "function": {"name": "bash", "arguments": '{"cmd": "ssh 93.184.216.34"}'}}]}
+    f.write_bytes(b"".join(orjson.dumps({"messages": [{"role": "user", "content": f"task {i}: reach the host"}, call,
+                                                      {"role": "tool", "tool_call_id": "c1",
+                                                       "content": f"connected to 93.184.216.34 port 22 ({i})"}]}) + b"\n"
+                           for i in range(3)))
+    corpus = tmp_path / "c"
+    ingest([f], corpus, IngestConfig(workers=1, domain_override="terminal"), progress=False)
+
+    def exported_text(out: Path) -> str:
+        return "\n".join(m["content"] for p in sorted(out.glob("chat/*/*.jsonl.zst")) for r in fmt.read_chat(p)
+                         for m in r["messages"])
+
+    cfg = small_config(formats=("chat",), split=ex.SplitConfig(validation=0, test=0))
+    assert recorded_config(Corpus(corpus)) == RedactConfig()
+    export(corpus, tmp_path / "before", cfg, tokenizer=tok, progress=False, echo=lambda m: None)
+    assert "93.184.216.34" in exported_text(tmp_path / "before")  # the defaults keep IP addresses
+    clean(corpus, CleanConfig(min_turns=0, redact=RedactConfig(ip_addresses=True)), progress=False)
+    assert recorded_config(Corpus(corpus)) == RedactConfig(ip_addresses=True)
+    s = export(corpus, tmp_path / "after", cfg, tokenizer=tok, progress=False, echo=lambda m: None)
+    text = exported_text(tmp_path / "after")
+    assert "93.184.216.34" not in text and text.count("<PII:ip_address>") == 6
+    assert s.redaction_scan and s.redactions == {"ip_address": 9}  # action, tool arguments and observation, 3 times
