@@ -112,8 +112,11 @@ def discover(paths: Iterable[Path], source_prefix: str | None = None, root: Path
         path = Path(path)
         if path.is_dir():
             yield from _walk(path, source_prefix, root if root is not None else path.parent, set(skipped), corpora)
-        elif path.exists():
+        elif path.is_file():
             yield InputUnit(path, _display(path, source_prefix, root))
+        elif (what := _what_is(path)) is not None:  # a pipe (`/dev/stdin`, `<(...)`): read once, it could not be
+            # hashed and then read again; as in a folder, a quarantine row says what it is, and nothing is opened
+            yield InputUnit(path, _display(path, source_prefix, root), not_a_file=what)
         else:
             raise FileNotFoundError(f"input {path} does not exist")
 
@@ -172,12 +175,16 @@ def _what_is(p: Path) -> str | None:
         return f"an entry that cannot be examined ({e.strerror})"
     if stat.S_ISLNK(mode):
         try:
-            p.stat()
+            target = p.stat().st_mode
         except OSError as e:
             return "a symbolic link in a loop" if e.errno == errno.ELOOP else f"a symbolic link to {os.readlink(p)!r}, which does not exist"
-        return "a symbolic link to something that is neither a file nor a folder"
-    for test, what in ((stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISSOCK, "a socket"),
-                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")):
+        return f"a symbolic link to {_kind(target)}"
+    return _kind(mode)
+
+
+def _kind(mode: int) -> str:
+    for test, what in ((stat.S_ISFIFO, "a named pipe (FIFO)"),
+                       (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")):
         if test(mode):
             return what
     return "neither a file nor a folder"
@@ -214,7 +221,8 @@ def read_unit(
         raise ValueError(f"--domain {domain_override!r} is not one of {list(DOMAINS)}")
     ctx = ImportContext(unit.source, sha256, domain_override, unit.path, limits)
     if unit.not_a_file is not None:
-        yield _q(ctx, "$", "not_a_file", f"{unit.source}: {unit.not_a_file}; only files and folders are read"), None
+        hint = " (write a pipe's content to a file first: `... > traces.jsonl`)" if "pipe" in unit.not_a_file else ""
+        yield _q(ctx, "$", "not_a_file", f"{unit.source}: {unit.not_a_file}; only files and folders are read{hint}"), None
         return
     if unit.is_dir:
         assert unit.importer is not None

@@ -392,9 +392,32 @@ def test_folder_entries_that_are_not_files_are_counted_and_quarantined(tmp_path:
         (f"{d / 'dangling.json'}: a symbolic link to {str(tmp_path / 'gone.json')!r}, which does not exist; "
          "only files and folders are read",),
         (f"{d / 'loop.json'}: a symbolic link in a loop; only files and folders are read",),
-        (f"{d / 'pipe.jsonl'}: a named pipe (FIFO); only files and folders are read",)]
+        (f"{d / 'pipe.jsonl'}: a named pipe (FIFO); only files and folders are read (write a pipe's content to a file "
+         "first: `... > traces.jsonl`)",)]
     again = ingest([d], tmp_path / "c", IngestConfig(workers=1), progress=False)
     assert (again.new_inputs, again.skipped_inputs) == (0, 4)
+
+
+def test_a_pipe_given_as_an_input_is_quarantined_and_poisons_nothing(tmp_path: Path) -> None:
+    """`worldline ingest /dev/stdin` (or `<(...)`, a FIFO): hashing read the pipe to its end, reading it again
+    found nothing, and the row was keyed by the content's sha256, so the real file was then skipped as
+    already ingested. A pipe is a not_a_file row (nothing opened), and the file imports after it."""
+    import subprocess
+    import sys
+
+    f = tmp_path / "chat.jsonl"
+    f.write_bytes(_chat_line(1) + _chat_line(2))
+    corpus = tmp_path / "c"
+    r = subprocess.run(f"cat {f} | {sys.executable} -m pipelines.cli ingest /dev/stdin --out {corpus} --quiet",
+                       shell=True, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 3, r.stderr
+    [(detail,)] = run_query(corpus, "SELECT detail FROM quarantine")[1]
+    assert detail.startswith("/dev/stdin: a symbolic link to a named pipe (FIFO); only files and folders are read")
+    os.mkfifo(tmp_path / "fifo")
+    s = ingest([tmp_path / "fifo"], corpus, IngestConfig(workers=1), progress=False)  # never opened: no hang
+    assert (s.quarantined, s.reasons) == (1, {"not_a_file": 1})
+    s = ingest([f], corpus, IngestConfig(workers=1), progress=False)
+    assert (s.new_inputs, s.trajectories) == (1, 2)
 
 
 def test_a_corpus_inside_its_inputs_is_not_read_as_input(inbox: Path, tmp_path: Path, capsys) -> None:
