@@ -41,7 +41,7 @@ from pipelines.sources import (
     stream_problem,
 )
 from pipelines.store import is_corpus_dir
-from schemas.records import QuarantineRecord, RecordError, Trajectory
+from schemas.records import QuarantineRecord, RecordError, Trajectory, digest
 from schemas.tables import DOMAINS
 
 DEFAULT_LIMITS = ReadLimits()
@@ -679,7 +679,10 @@ def _read_tar(stream: IO[bytes], ctx: ImportContext, limits: ReadLimits) -> Iter
         for r in rejected:
             yield _q(ctx, f"member:{r.member}", r.reason, r.detail), None
         for unit in discover([tmp], source_prefix=ctx.source, root=tmp):
-            yield from read_unit(unit, unit.sha256(), limits, ctx.domain_override)
+            # a member's identity is the archive's and its place in it (not its own content's: the same file as
+            # an input of its own, in another archive or twice in this one would give the same trajectory ids)
+            member = digest(ctx.input_sha256, "tar member", unit.path.relative_to(tmp).as_posix())
+            yield from read_unit(unit, member, limits, ctx.domain_override)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

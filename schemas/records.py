@@ -61,7 +61,8 @@ _EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 
 def trajectory_id(source_format: str, record_digest: str) -> str:
     """Stable id from the format and the record's digest. An imported record's digest is its input's
-    sha256 and its locator (`ImportContext.record_digest`): the same input gives the same ids wherever
+    sha256 and its locator (`ImportContext.record_digest`; a tar member's input is the archive's sha256
+    and the member's path): the same input gives the same ids wherever
     it lies or whatever it is called, and an edited input gives all its records new ids (the records
     are not re-serialised to hash them one by one; dedup finds equal content across inputs)."""
     return digest(source_format, record_digest)[:32]

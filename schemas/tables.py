@@ -49,7 +49,7 @@ TS = pa.timestamp("us", tz="UTC")
 
 TRAJECTORIES = pa.schema(
     [
-        _f("trajectory_id", pa.string(), "stable id: hash of source format and record digest (imported: the input file's sha256 and the record's locator in it; collected: run, session and spec)", False),
+        _f("trajectory_id", pa.string(), "stable id: hash of source format and record digest (imported: the input file's sha256 and the record's locator in it, for a tar member the archive's sha256 and the member's path; collected: run, session and spec)", False),
         _f("schema_version", pa.string(), "schema version the row was written with", False),
         _f("domain", pa.string(), "one of " + ", ".join(DOMAINS), False),
         _f("source_format", pa.string(), "importer format name, e.g. `swe-agent`", False),

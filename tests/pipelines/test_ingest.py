@@ -276,6 +276,34 @@ def test_a_truncated_tar_gz_keeps_the_members_before_the_cut(tmp_path: Path) -> 
         "a.jsonl", "a.jsonl", "b.jsonl"]
 
 
+def test_a_file_in_a_tar_and_out_of_it_gives_distinct_ids(tmp_path: Path) -> None:
+    """A member's ids come from the archive and its place in it: the same file as an input of its own, in
+    another archive, or twice in one archive gave the same trajectory ids (the unique-id contract failed)."""
+    from pipelines.contracts import run_contracts
+
+    data = _chat_line(1) + _chat_line(2)
+    (tmp_path / "x.jsonl").write_bytes(data)
+
+    def tar(name: str, members: list[str]) -> Path:
+        with tarfile.open(tmp_path / name, "w") as t:
+            for m in members:
+                info = tarfile.TarInfo(m)
+                info.size = len(data)
+                t.addfile(info, io.BytesIO(data))
+        return tmp_path / name
+
+    corpus = tmp_path / "c"
+    for inputs in ([tmp_path / "x.jsonl"], [tar("one.tar", ["x.jsonl"])], [tar("two.tar", ["a/x.jsonl", "b/x.jsonl"])]):
+        s = ingest(inputs, corpus, IngestConfig(workers=1), progress=False)
+        assert (s.new_inputs, s.trajectories, s.quarantined) == (1, 2 * (1 + (inputs[0].name == "two.tar")), 0)
+    assert _q(corpus, "SELECT count(*), count(DISTINCT trajectory_id) FROM trajectories") == [(8, 8)]
+    assert {r.name: r.passed for r in run_contracts(corpus)}["unique_trajectory_id"]
+    again = ingest([tmp_path / "two.tar"], tmp_path / "c2", IngestConfig(workers=1), progress=False)  # stable
+    assert _q(tmp_path / "c2", "SELECT trajectory_id FROM trajectories ORDER BY 1") == \
+        _q(corpus, "SELECT trajectory_id FROM trajectories WHERE source LIKE '%two.tar!%' ORDER BY 1")
+    assert again.trajectories == 4
+
+
 def test_tar_member_escaping_the_archive(tmp_path: Path, sample: Path) -> None:
     tar_path = tmp_path / "traces.tar.gz"
     with tarfile.open(tar_path, "w:gz") as tar:
