@@ -243,7 +243,12 @@ def _jsonable(v: Any) -> Any:
         return [_jsonable(x) for x in v]
     if isinstance(v, dict):
         return {str(k): _jsonable(x) for k, x in v.items()}
+    if type(v) is int and not _INT64_MIN <= v <= _UINT64_MAX:  # HUGEINT: a JSON number still, past orjson's 64 bits
+        return orjson.Fragment(str(v))
     return v
+
+
+_INT64_MIN, _UINT64_MAX = -(1 << 63), (1 << 64) - 1
 
 
 def _csv_cell(v: Any) -> Any:

@@ -27,6 +27,13 @@ def test_formats(tmp_path: Path, sample: Path) -> None:
     # a table shows what a terminal would act on (a carriage return rewrote the row, U+202E reversed it)
     table = render(cols, rows, "table").splitlines()
     assert table[2].split(" │ ")[4].rstrip() == r"x\r\ny\u0000\u202ez"
+    # integers past 64 bits (HUGEINT sums) stay JSON numbers (orjson refused them: a traceback after `[`)
+    big = 2**70 + 3
+    for fmt in ("json", "csv"):
+        buf = io.StringIO()
+        write_query(tmp_path / "c", f"SELECT {big}::HUGEINT AS h, [{big}::HUGEINT, 1] AS l", fmt, out=buf)
+        assert buf.getvalue() == ('[{"h":1180591620717411303427,"l":[1180591620717411303427,1]}]\n' if fmt == "json" else
+                                  'h,l\n1180591620717411303427,"[1180591620717411303427,1]"\n')
 
 
 
