@@ -135,10 +135,14 @@ def connect(corpus_dir: Path | str, con: duckdb.DuckDBPyConnection | None = None
     blind: dict[str, str] = {}  # damaged side tables whose columns are not known: message
     if side.is_dir():
         entries = None
-        for d in sorted(p for p in side.iterdir() if p.is_dir() and any(p.rglob("*.parquet"))):
-            glob = str(d / "**" / "*.parquet").replace("'", "''")
+        for d in sorted(p for p in side.iterdir() if p.is_dir()):
+            # the files listed, not a glob pattern: a corpus path may hold `[` or `*`, which a pattern would read as such
+            files = sorted(f for f in d.rglob("*.parquet") if not f.name.startswith("."))
+            if not files:
+                continue
             try:
-                con.execute(f"CREATE OR REPLACE VIEW {d.name} AS SELECT * FROM read_parquet('{glob}', hive_partitioning=false, union_by_name=true)")
+                con.execute(f"CREATE OR REPLACE VIEW {d.name} AS SELECT * FROM read_parquet({parquet_list(files)}, "
+                            "hive_partitioning=false, union_by_name=true)")
             except duckdb.Error as e:
                 entries = corpus.manifest().get("side", {}) if entries is None else entries
                 if (message := _damaged_side_view(con, d, entries.get(d.name) or {}, e)) is not None:

@@ -121,3 +121,18 @@ def test_a_killed_runs_work_folder_is_removed_by_the_next_run(tmp_path: Path) ->
             if p.poll() is None:
                 p.send_signal(signal.SIGKILL)
                 p.wait()
+
+
+def test_a_corpus_path_with_glob_characters_reads_its_side_tables(tmp_path: Path, sample: Path) -> None:
+    """Side-table views read their files from a glob pattern: under `cg[1]` it matched nothing and every
+    side table read as damaged (`run worldline clean again`, which did not help)."""
+    from pipelines.clean import clean
+
+    corpus = tmp_path / "cg[1]*" / "corpus"
+    ingest([sample / "intercode"], corpus, progress=False)
+    clean(corpus, progress=False)
+    n = run_query(corpus, "SELECT count(*) FROM cleaning")[1][0][0]
+    assert n > 0
+    assert run_query(corpus, "SELECT count(*) FROM kept_trajectories")[1][0][0] == \
+        run_query(corpus, "SELECT count(*) FROM trajectories")[1][0][0] - run_query(
+            corpus, "SELECT count(DISTINCT trajectory_id) FROM cleaning WHERE turn_index IS NULL")[1][0][0]
