@@ -1666,6 +1666,7 @@ def _run(opened: _Opened, cfg: ExportConfig, tok: ExportTokenizer, root: Path, s
     meta = {"worldline.export": EXPORT_FORMAT, "worldline.seq_len": str(cfg.seq_len)}
     writers = {s: _SplitWriter(s, root, cfg, tok.vocab_size, summary.splits[s], meta) for s in SPLITS}
     bar = CountProgress("export", total, "trajectories", progress, first_at_once=False)
+    bar(opened.counts["no_turns"], 0)  # in the total (kept), never read (no turns)
     eval_out: dict[str, list[bytes]] = defaultdict(list)
     assign: dict[str, list[Any]] = defaultdict(list)
     seen_groups: dict[str, str] = {}

@@ -7,7 +7,8 @@
   cluster is lost, none is kept twice) — with one more column, `counts_for_training`:
   false for a turn of a shared prefix that another kept trajectory is trained on
   (`shared_prefixes`), true otherwise. Context turns are kept; only the loss counts once.
-- `kept_trajectories`: the rows of `trajectories` that keep at least one turn by the same rules.
+- `kept_trajectories`: the rows of `trajectories` that keep at least one turn by the same rules, and
+  those with no turn at all that no stage dropped whole (cleaning's `too_few_turns` does, by default).
 
 Each part applies only when its side table exists, so the views are useful after `clean` alone; before
 any of them ran, every turn and trajectory is kept (the views exist from the first ingest, so a query
@@ -59,5 +60,7 @@ def define_derived_views(con: duckdb.DuckDBPyConnection, side_tables: Iterable[s
         joins.append(f"LEFT JOIN {owners} sp USING (trajectory_id, turn_index)")
         counts = "coalesce(sp.counts_for_training, true)"
     con.execute(f"CREATE OR REPLACE VIEW kept_turns AS SELECT u.*, {counts} AS counts_for_training FROM turns u {' '.join(joins)}")
+    # a trajectory with turns is kept while one of them is; one with none was never judged by turns (cleaning's
+    # too_few_turns drops it, when asked to): kept until a stage drops it, as the views promise
     con.execute(f"CREATE OR REPLACE VIEW kept_trajectories AS SELECT t.* FROM trajectories t {' '.join(traj_joins)} "
-                "SEMI JOIN (SELECT DISTINCT trajectory_id FROM kept_turns) k USING (trajectory_id)")
+                "WHERE t.num_turns = 0 OR t.trajectory_id IN (SELECT trajectory_id FROM kept_turns)")

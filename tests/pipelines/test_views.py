@@ -148,3 +148,27 @@ def test_kept_views_exist_before_any_stage(tmp_path: Path, sample: Path) -> None
         con.sql("SELECT count(*), count(*) FROM turns").fetchall()
     assert con.sql("SELECT count(*) FROM kept_trajectories").fetchall() == \
         con.sql("SELECT count(*) FROM trajectories WHERE num_turns > 0").fetchall()
+
+
+def test_a_trajectory_without_turns_is_kept_until_a_stage_drops_it(tmp_path: Path) -> None:
+    """Before any stage ran every trajectory is kept, one with no turns too (the view required a kept
+    turn); cleaning's too_few_turns drops it, and with --min-turns 0 it stays."""
+    from pipelines.clean import CleanConfig
+
+    call = {"role": "assistant", "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "bash", "arguments": "{}"}}]}
+    f = tmp_path / "chat.jsonl"
+    f.write_text("\n".join(json.dumps(x) for x in [
+        {"messages": [{"role": "user", "content": "only a task"}]},
+        {"messages": [{"role": "user", "content": "list"}, call, {"role": "tool", "tool_call_id": "c1", "content": "a"},
+                      call, {"role": "tool", "tool_call_id": "c1", "content": "b"}]}]) + "\n")
+    corpus = tmp_path / "c"
+    ingest([f], corpus, IngestConfig(workers=1, domain_override="terminal"), progress=False)
+
+    def kept() -> list[tuple]:
+        return run_query(corpus, "SELECT num_turns FROM kept_trajectories ORDER BY 1")[1]
+
+    assert kept() == [(0,), (2,)]
+    clean(corpus, CleanConfig(min_turns=0), progress=False)
+    assert kept() == [(0,), (2,)]
+    clean(corpus, progress=False)  # --min-turns 2
+    assert kept() == [(2,)]
