@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import math
 import os
 import sys
 from pathlib import Path
@@ -25,6 +26,9 @@ def _cmd_ingest(a: argparse.Namespace) -> int:
     from pipelines.ingest import IngestConfig, ingest
     from pipelines.sources import MiB, ReadLimits
 
+    for option, mb in (("--max-record-mb", a.max_record_mb), ("--task-mb", a.task_mb)):
+        if not math.isfinite(mb):  # a number of bytes (the range is checked where it is used)
+            raise ValueError(f"{option} must be a finite number of MB (got {mb:g})")
     limits = ReadLimits(max_record_bytes=int(a.max_record_mb * MiB))
     cfg = IngestConfig(domain_override=a.domain, workers=a.workers, limits=limits,
                        task_bytes=int(a.task_mb * MiB))
@@ -252,7 +256,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("report", help="write a self-contained HTML report of the corpus")
     s.add_argument("corpus", type=Path)
-    s.add_argument("--out", type=Path, help="HTML file, or a folder to write report.html in (default: report.html beside the corpus)")
+    # a string: `--out reports/` names a folder even before it exists (Path drops the slash)
+    s.add_argument("--out", help="HTML file, or a folder to write report.html in (an existing one, or a name ending "
+                                 "in /; default: report.html beside the corpus)")
     s.set_defaults(func=_cmd_report)
 
     s = sub.add_parser("score", help="per-turn information scores and loss masks (side table turn_scores)")

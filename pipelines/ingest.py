@@ -256,6 +256,9 @@ def ingest(
     corpora: list[Path] = []
     units = list(discover(paths, skip=[corpus.root], corpora=corpora))  # not its own output, if among the inputs
     summary.corpora_skipped = [str(c) for c in corpora]
+    # the corpus's own report (`worldline report`'s default place, beside it) when the corpus lies in an input
+    # folder: output, as the corpus is, so skipped as the corpus is (a report made since would be a new input each time)
+    units = [u for u in units if not is_corpus_report(u.path, corpus.root)]
     if not units and corpora:  # every input a corpus: an empty corpus written would look like a result
         raise CorpusError(f"nothing to ingest: {', '.join(map(str, corpora[:5]))}{' ...' if len(corpora) > 5 else ''} "
                           f"{'is a Worldline corpus' if len(corpora) == 1 else 'are Worldline corpora'}, not traces; "
@@ -281,6 +284,22 @@ def ingest(
     if pool is not None:
         pool.shutdown()
     return result
+
+
+def is_corpus_report(path: Path, corpus_root: Path) -> bool:
+    """Whether `path` is the report `worldline report` writes beside the corpus by default."""
+    if path.name != "report.html" or not path.is_file():  # not a pipe of that name: opening it would block
+        return False
+    try:
+        if path.resolve() != corpus_root.resolve().parent / "report.html":
+            return False
+        with open(path, "rb") as f:
+            return REPORT_TITLE.encode() in f.read(4096)
+    except (OSError, RuntimeError):  # RuntimeError: a symbolic link in a loop (`resolve`)
+        return False
+
+
+REPORT_TITLE = "<title>Worldline corpus report</title>"
 
 
 def stop_pool(pool: ProcessPoolExecutor) -> None:

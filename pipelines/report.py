@@ -20,6 +20,7 @@ from collectors.browser.report import section_browser
 from collectors.mcp_report import section_mcp
 from pipelines.dedup_report import section_cleaning, section_dedup
 from pipelines.export_report import section_export
+from pipelines.ingest import REPORT_TITLE
 from pipelines.query import connect
 from pipelines.report_html import query_bars, query_table, table_html
 from pipelines.score_report import section_scores
@@ -59,7 +60,8 @@ def section_lengths(con: duckdb.DuckDBPyConnection) -> str:
 
 
 def section_errors(con: duckdb.DuckDBPyConnection) -> str:
-    cols, rows = query_table(con, "SELECT source, locator, reason, detail FROM quarantine ORDER BY source, locator LIMIT 200")
+    cols, rows = query_table(con, "SELECT source, locator, reason, detail FROM quarantine ORDER BY source, locator LIMIT 50")
+    total = con.sql("SELECT count(*) FROM quarantine").fetchall()[0][0]
     return (
         "<h2>Errors and quarantine</h2>"
         + query_bars(con, "Error rate per domain (% of turns with is_error)", """
@@ -71,7 +73,7 @@ def section_errors(con: duckdb.DuckDBPyConnection) -> str:
             SELECT 'all', round(100.0 * (SELECT count(*) FROM quarantine) /
                    nullif((SELECT count(*) FROM trajectories) + (SELECT count(*) FROM quarantine), 0), 2)""", "%")
         + "<h3>Quarantined records</h3>"
-        + table_html(cols, rows)
+        + table_html(cols, rows, total=total)
     )
 
 
@@ -99,14 +101,16 @@ def build_report(corpus_dir: Path | str) -> str:
         f"generated {dt.datetime.now(dt.UTC).strftime('%Y-%m-%d %H:%M UTC')}</p>"
     )
     body = "".join(section(con) for section in SECTIONS)
-    return f"<!doctype html><html><head><meta charset=utf-8><title>Worldline corpus report</title><style>{_CSS}</style></head><body>{head}{body}</body></html>"
+    # the title tells ingest the file is this report, if it lies in an input folder (`is_corpus_report`)
+    return f"<!doctype html><html><head><meta charset=utf-8>{REPORT_TITLE}<style>{_CSS}</style></head><body>{head}{body}</body></html>"
 
 
 def write_report(corpus_dir: Path | str, out: Path | str | None = None) -> Path:
-    """Write the report to `out` (a file, or a directory to hold `report.html`; default: `report.html`
-    beside the corpus), never into the corpus."""
+    """Write the report to `out` (a file, or a directory to hold `report.html`: one that exists, or a name
+    ending in `/`; default: `report.html` beside the corpus), never into the corpus."""
+    folder = isinstance(out, str) and out.endswith(("/", os.sep))  # `reports/`: a folder, made if missing
     out = Path(corpus_dir).resolve().parent / "report.html" if out is None else Path(out)
-    if out.is_dir():
+    if folder or out.is_dir():
         out = out / "report.html"
     refuse_output_in_corpus(out, corpus_dir, "report --out")
     html_text = build_report(corpus_dir)

@@ -29,13 +29,15 @@ def bar_chart(title: str, labels: list[str], values: list[float], unit: str = ""
     return f"<figure><figcaption>{html.escape(title)}</figcaption>{''.join(parts)}</figure>"
 
 
-def table_html(columns: list[str], rows: list[tuple], limit: int = 50) -> str:
+def table_html(columns: list[str], rows: list[tuple], limit: int = 50, total: int | None = None) -> str:
+    """The first `limit` rows; `total`: how many there are, when `rows` holds only the first of them."""
     head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
     body = "".join(
         "<tr>" + "".join(f"<td>{html.escape('NULL' if v is None else str(v)[:200])}</td>" for v in r) + "</tr>"
         for r in rows[:limit]
     )
-    more = f"<p class=note>{len(rows) - limit} more rows not shown</p>" if len(rows) > limit else ""
+    left = (len(rows) if total is None else total) - min(len(rows), limit)
+    more = f"<p class=note>{left:,} more rows not shown</p>" if left > 0 else ""
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{more}"
 
 

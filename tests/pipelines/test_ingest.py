@@ -553,6 +553,8 @@ def test_inputs_inside_the_corpus_and_bad_options_are_refused(tmp_path: Path, sa
     assert not (d / "manifest.json").exists()
     for args, message in [(["--max-record-mb", "0"], "--max-record-mb must be positive (got 0 MB)"),
                           (["--max-record-mb", "-1"], "--max-record-mb must be positive (got -1 MB)"),
+                          (["--max-record-mb", "inf"], "--max-record-mb must be a finite number of MB (got inf)"),
+                          (["--task-mb", "nan"], "--task-mb must be a finite number of MB (got nan)"),
                           (["--workers", "-1"], "--workers must be 0 (automatic) or more (got -1)")]:
         assert main(["ingest", str(d), "--out", str(tmp_path / "c"), *args]) == 1
         assert capsys.readouterr().err == f"worldline ingest: error: {message}\n"
@@ -585,6 +587,22 @@ def test_inputs_that_are_only_corpora_are_an_error_and_write_nothing(tmp_path: P
     assert capsys.readouterr().err == (f"worldline ingest: error: nothing to ingest: {old} is a Worldline corpus, not traces; "
                                        "`worldline query` reads a corpus, and `collect mcp --replay` replays one\n")
     assert not (tmp_path / "c").exists()
+
+
+def test_the_corpus_report_beside_a_corpus_in_its_input_folder_is_not_read(tmp_path: Path, sample: Path) -> None:
+    """`worldline report` writes beside the corpus: with the corpus inside its input folder, the report was
+    read as an input (unknown_format, exit 3), a new one after every report."""
+    from pipelines.report import write_report
+
+    inbox = tmp_path / "in"
+    shutil.copytree(sample / "intercode", inbox / "intercode")
+    corpus = inbox / "corpus"
+    assert ingest([inbox], corpus, IngestConfig(workers=1), progress=False).quarantined == 0
+    assert write_report(corpus) == inbox / "report.html"
+    s = ingest([inbox], corpus, IngestConfig(workers=1), progress=False)
+    assert (s.inputs, s.new_inputs, s.quarantined) == (3, 0, 0)
+    (inbox / "notes.html").write_text("<html>mine</html>")  # any other file is still an input
+    assert ingest([inbox], corpus, IngestConfig(workers=1), progress=False).reasons == {"unknown_format": 1}
 
 
 def test_a_corpus_among_the_inputs_is_not_read_and_is_named(tmp_path: Path, sample: Path, capsys) -> None:
