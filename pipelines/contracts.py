@@ -52,7 +52,11 @@ def schema_valid(corpus: Corpus) -> ContractResult:
             if not got.remove_metadata().equals(schema.remove_metadata()):
                 bad_files.append(f"{f.relative_to(corpus.root)}: schema differs from `{table}`")
     side = corpus.root / "side"
-    stages = {name: e.get("stage") for name, e in corpus.manifest().get("side", {}).items()}
+    entries = corpus.manifest().get("side", {})
+    stages = {name: e.get("stage") for name, e in entries.items()}
+    for name, e in sorted(entries.items()):  # recorded but gone: the views would read the corpus as if it never ran
+        if e.get("path") and not (corpus.root / e["path"]).exists():
+            bad_files.append(f"{e['path']}: side table {name} is recorded but missing; rerun `worldline {e.get('stage') or name}`")
     for f in sorted(side.glob("*/*.parquet")) if side.is_dir() else []:
         try:  # the stages' side tables: readable (their columns are each stage's own)
             pq.read_schema(f)

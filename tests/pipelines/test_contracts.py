@@ -143,3 +143,22 @@ def test_collection_contracts_on_unreadable_trajectories(tmp_path: Path, sample:
     (r,) = run_collection_contracts(corpus)
     assert (r.name, r.passed) == ("collection_contracts", False)
     assert r.metadata["error"].startswith("InvalidInputException: ") and "too small to be a Parquet file" in r.metadata["error"]
+
+
+def test_a_side_table_recorded_but_missing_fails_schema_valid(sample: Path, tmp_path: Path) -> None:
+    """Its folder deleted, the views read the corpus as if dedup never ran (kept_* keep the duplicates):
+    every check passed."""
+    import shutil
+
+    from pipelines.contracts import run_contracts
+    from pipelines.dedup import dedup
+    from pipelines.ingest import IngestConfig, ingest
+
+    corpus = tmp_path / "c"
+    ingest([sample / "intercode"], corpus, IngestConfig(workers=1), progress=False)
+    dedup(corpus, progress=False)
+    assert all(r.passed for r in run_contracts(corpus))
+    shutil.rmtree(corpus / "side" / "duplicates")
+    [schema] = [r for r in run_contracts(corpus) if r.name == "schema_valid"]
+    assert not schema.passed and schema.metadata["bad_files"] == [
+        "side/duplicates/data.parquet: side table duplicates is recorded but missing; rerun `worldline dedup`"]
