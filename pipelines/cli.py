@@ -79,7 +79,7 @@ def _cmd_stats(a: argparse.Namespace) -> int:
 
 
 def _cmd_check(a: argparse.Namespace) -> int:
-    from pipelines.contracts import run_collection_contracts, run_contracts
+    from pipelines.contracts import run_collection_contracts, run_contracts, run_stage_contracts
 
     def show(results: list) -> bool:
         for r in results:
@@ -90,7 +90,8 @@ def _cmd_check(a: argparse.Namespace) -> int:
                         print(f"      {k}: {v}")
         return all(r.passed for r in results)
 
-    ok = show(run_contracts(a.corpus, a.max_quarantine_rate))  # printed before the collectors' are computed
+    ok = show(run_contracts(a.corpus, a.max_quarantine_rate))  # printed before the others are computed
+    ok = show(run_stage_contracts(a.corpus)) and ok
     ok = show(run_collection_contracts(a.corpus)) and ok
     for out in a.export:  # what `worldline export` wrote from this corpus: files and checksums, masks, splits
         from pipelines.export_contracts import run_export_contracts
@@ -241,8 +242,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("corpus", type=Path)
     s.set_defaults(func=_cmd_stats)
 
-    s = sub.add_parser("check", help="data contracts: schema, counts, quarantine rate, unique ids, checksums; "
-                                     "and the live collectors' contracts over the data they recorded")
+    s = sub.add_parser("check", help="data contracts: schema, counts, quarantine rate, unique ids, checksums; those of "
+                                     "clean, dedup and score where they ran; the live collectors' over the data they "
+                                     "recorded; and --export / --traces outputs")
     s.add_argument("corpus", type=Path)
     s.add_argument("--max-quarantine-rate", type=float, default=0.25,
                    help="the quarantine contracts fail when more than this share of the input records was quarantined, "

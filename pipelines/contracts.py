@@ -255,6 +255,26 @@ def run_contracts(corpus_dir: Path | str, max_quarantine_rate: float = 0.25,
     return run_named(contracts, corpus)
 
 
+def run_stage_contracts(corpus_dir: Path | str) -> list[ContractResult]:
+    """The contracts of the stages that ran on the corpus (their side tables exist): clean's, dedup's and
+    score's, as their Dagster asset checks run them. Verdicts that a later ingest made stale fail (clean,
+    dedup) or warn (score), naming the stage to rerun."""
+    from pipelines.clean_contracts import CLEAN_CONTRACTS, DEDUP_CONTRACTS
+    from pipelines.score import score_contracts
+    from pipelines.side import side_entries
+
+    corpus = Corpus(corpus_dir).require()
+    have = side_entries(corpus)
+    out: list[ContractResult] = []
+    if "cleaning" in have:
+        out += run_named(CLEAN_CONTRACTS, corpus)
+    if "duplicates" in have:
+        out += run_named(DEDUP_CONTRACTS, corpus)
+    if "turn_scores" in have:
+        out += score_contracts(corpus.root)
+    return out
+
+
 # source format -> (module, function) of its collector's contracts; imported only for data the corpus holds
 COLLECTION_CONTRACTS = {
     "mcp-live": ("collectors.mcp.contracts", "run_mcp_contracts"),

@@ -162,3 +162,21 @@ def test_a_side_table_recorded_but_missing_fails_schema_valid(sample: Path, tmp_
     [schema] = [r for r in run_contracts(corpus) if r.name == "schema_valid"]
     assert not schema.passed and schema.metadata["bad_files"] == [
         "side/duplicates/data.parquet: side table duplicates is recorded but missing; rerun `worldline dedup`"]
+
+
+def test_check_runs_the_contracts_of_the_stages_that_ran(sample: Path, tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    from pipelines.clean import clean
+    from pipelines.cli import main
+    from pipelines.ingest import IngestConfig, ingest
+
+    corpus = tmp_path / "c"
+    ingest([sample / "intercode"], corpus, IngestConfig(workers=1), progress=False)
+    assert main(["check", str(corpus)]) == 0
+    assert "cleaning_every_trajectory_judged" not in capsys.readouterr().out  # clean has not run
+    clean(corpus, progress=False)
+    assert main(["check", str(corpus)]) == 0
+    assert "PASS  cleaning_every_trajectory_judged" in capsys.readouterr().out
+    ingest([sample / "tau-bench"], corpus, IngestConfig(workers=1), progress=False)  # the verdicts are now stale
+    assert main(["check", str(corpus)]) == 1
+    assert "FAIL  cleaning_every_trajectory_judged" in capsys.readouterr().out
