@@ -5,9 +5,9 @@ Side tables written (each atomically, see `pipelines.side`):
 
 - `cleaning` (`trajectory_id`, `turn_index`, `reason`, `detail`): one row per verdict; `turn_index`
   is null when the whole trajectory is dropped. Trajectory reasons: `too_few_turns`,
-  `action_outside_space`, `env_captcha`, `env_http_error`, `env_sandbox_crash`,
-  `eval_contamination` (environment failures count only before the first turn a collector perturbed
-  on purpose, a `perturbation` label: the fault and what it leaves on screen are kept). Turn reasons (only judged in trajectories that survive whole):
+  `action_outside_space`, `env_captcha`, `env_http_error`, `env_sandbox_crash` (these three count only
+  before the first turn a collector perturbed on purpose, a `perturbation` label: the fault and what it
+  leaves on screen are kept), `eval_contamination`. Turn reasons (only judged in trajectories that survive whole):
   `retry_cycle` (a malformed action the harness rejected, or a failed action re-issued verbatim
   with the same failure: output and exit code — the retry that follows and the state it leads to are kept; the skipped
   turn changed nothing), `gui_no_change` (a GUI action after which the screen is canonically the

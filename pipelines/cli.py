@@ -283,7 +283,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("corpus", type=Path)
     s.add_argument("--min-turns", type=int, default=2,
                    help="fewer environment turns than this, counted after the turns clean drops, drops a trajectory")
-    s.add_argument("--eval-set", type=Path, help="JSON / JSON-lines evaluation set to decontaminate against")
+    s.add_argument("--eval-set", type=Path, help="JSON / JSON-lines evaluation set (a file, or a folder of them) to "
+                                                 "decontaminate against")
     s.add_argument("--ngram", type=int, default=8, help="decontamination n-gram length (words)")
     s.add_argument("--min-overlap", type=float, default=0.5, help="share of an eval item's n-grams that flags a trajectory")
     s.add_argument("--ip-addresses", action="store_true", help="also count public IP addresses as PII")

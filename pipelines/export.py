@@ -11,7 +11,8 @@ state; each action a user message, each observation an assistant message):
   `turn_scores.loss_mask` is true (turns without a score row: `unscored`; no `turn_scores` table:
   every environment turn) and that `kept_turns.counts_for_training` does not give to another
   trajectory (shared prefixes; within each split, so every split trains a shared prefix once:
-  `split_prefix_owners`); system prompt, actions, thoughts and chat-template text are context;
+  `split_prefix_owners`); system prompt, actions, chat-template text (and thoughts, rendered only with
+  `RenderConfig.include_thoughts`, off by default) are context;
 - every text is redacted (`pipelines.redact`) before it is rendered, always. When `clean`'s side
   table `redactions` is current (same corpus batches, rules and settings: `scan_usable`), only
   the texts it lists are passed through the redactor; the others are known to hold nothing it

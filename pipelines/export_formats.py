@@ -14,8 +14,8 @@ rows are the reader's unit of shuffling. Read with `datasets.load_dataset("parqu
 Polars, DuckDB or `pipelines.loader`.
 
 **Chat JSONL.zst** (`chat/<split>/part-NNNNN.jsonl.zst`): one JSON object per document:
-`{"id", "trajectory_id", "window", "copy", "domain", "source_format", "num_tokens", "truncated",
-"messages": [{"role", "content", "train"}]}`. `train` is true on an assistant message (an
+`{"id", "trajectory_id", "window", "copy", "split", "domain", "source_format", "num_tokens",
+"num_loss_tokens", "truncated", "messages": [{"role", "content", "train"}]}`. `train` is true on an assistant message (an
 observation) whose tokens carry loss. Rendering `messages` through the export's chat template
 reproduces the document's tokens exactly, with each message's content encoded as text
 (`pipelines.render.render`): a special token's string inside a content (an observation that

@@ -45,7 +45,14 @@ from pipelines.query import connect, parquet_list, spill_workspace, sql_str, vie
 from pipelines.render import cut_bound
 from pipelines.score_model import MODEL_FIELDS, MODEL_SCHEMA, Plan  # no torch at import time
 from pipelines.score_surface import CATEGORIES, SURFACE_FIELDS, SURFACE_SCHEMA, SurfaceConfig, score_surface
-from pipelines.side import SideTableWriter, corpus_state, side_fingerprints, side_path, side_schema
+from pipelines.side import (
+    SideTableWriter,
+    corpus_state,
+    side_fingerprints,
+    side_path,
+    side_schema,
+    stale_side_tables,
+)
 from pipelines.store import Corpus
 from schemas.options import check_memory_limit
 from schemas.tables import side_table_schema
@@ -578,6 +585,9 @@ def score(
     manifest = corpus.require_manifest()  # one state: the views and the state recorded
     state = corpus_state(corpus, manifest)
     committed = corpus.committed_files(manifest)
+    if config.tier != "surface" and config.skip_dropped:  # the model tier skips what cleaning and dedup drop
+        for name, why in stale_side_tables(corpus, ("cleaning", "duplicates")).items():
+            echo(f"score: side table {name} is stale: {why} (the model tier skips by it as it is)")
     con = connect(corpus.root, committed=committed)
     try:
         with spill_workspace(con, corpus.root, "score", config.memory_limit) as work:

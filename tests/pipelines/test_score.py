@@ -358,3 +358,19 @@ def test_a_trajectory_without_turns_is_not_counted_as_dropped(tmp_path: Path, ti
     s = score(corpus, ScoreConfig(tier="both", model=ModelScoreConfig(model=str(tiny_model_dir), dtype="float32")),
               progress=False)
     assert (s.skipped_dropped, s.model_turns) == (0, 1)  # neither clean nor dedup ran: nothing dropped
+
+
+def test_the_model_tier_says_when_the_verdicts_it_skips_by_are_stale(corpus: Path, tiny_model_dir: Path) -> None:
+    from pipelines.clean import clean
+    from pipelines.ingest import IngestConfig, ingest
+    from pipelines.score_model import ModelScoreConfig
+
+    clean(corpus, progress=False)
+    ingest([ROOT / "data" / "sample" / "corpus" / "tau-bench"], corpus, IngestConfig(workers=1), progress=False)
+    said: list[str] = []
+    score(corpus, ScoreConfig(tier="surface"), progress=False, echo=said.append)
+    assert said == []  # the surface tier does not read them
+    score(corpus, ScoreConfig(model=ModelScoreConfig(model=str(tiny_model_dir), dtype="float32"), max_tokens=200),
+          progress=False, echo=said.append)
+    assert said[0] == ("score: side table cleaning is stale: computed before the corpus last changed; rerun "
+                       "`worldline clean` (the model tier skips by it as it is)")
