@@ -511,7 +511,16 @@ def run_task(job: Job, session: Session, seed: int = 0, stop: threading.Event | 
                                 exit_code=r.exit_code))
             i += 1
         if died is None and outcome is None:  # the policy finished: judge the result
-            results = _check(sb, task.checks)
+            if pl.two_phase and task.checks:
+                # judged with the real tools (`run_batch`: checks are not perturbed): the actions' image may lack
+                # the binary a check uses (missing_binary), so the work dir is judged from the set-up image
+                check_sb = res.sandbox(replace(setup_cfg, work_volume=vol, work_read_only=False), f"{hint}-check")
+                try:
+                    results = _check(check_sb, task.checks)
+                finally:
+                    check_sb.close()
+            else:
+                results = _check(sb, task.checks)
             meta["checks"] = results
             if results:
                 reward = sum(c["passed"] for c in results) / len(results)

@@ -42,6 +42,7 @@ import base64
 import codecs
 import hashlib
 import io
+import re
 import secrets
 import tarfile
 import threading
@@ -69,8 +70,10 @@ PATH = "/run/wl/shim:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bi
 # `timeout -k 1 T /bin/bash -c -- COMMAND bash`, exactly what an agent running `bash -c` gets
 # (messages like "bash: line 1: foo: command not found", `$0` is bash, no positional
 # parameters), with BASH_ENV pointing at _RC, which that shell reads first. Then it writes end
-# markers: the nonce on stdout, then on stderr the nonce, exit code, cwd, a work-dir listing, the
-# md5 of files whose ctime moved, and `<nonce>-end`. The server's own stderr is /dev/null (the
+# markers: the nonce on stdout, then on stderr the nonce and a report (exit code, cwd, a work-dir
+# listing, the md5 of files whose ctime moved) in base64 lines tagged `<nonce>.<i>:`, each one atomic
+# write (a background job writing to stderr meanwhile cannot split one; its bytes between them are its
+# output), then `<nonce>-end <lines>`. The server's own stderr is /dev/null (the
 # markers and the action's stderr use a copy of the real one, fd 4), so bash's reports about
 # its children ("wl-server: line 30: 8 Killed  /usr/bin/timeout ...", when `timeout -k` or the
 # output cap SIGKILLs an action) never reach the recorded output. Only absolute paths and
@@ -136,6 +139,8 @@ while IFS=' ' read -r nonce t trunc mode wd cmd; do
     /usr/bin/chmod -R u+rwX -- "$wd" /tmp /home/agent /dev/shm
     /usr/bin/rm -rf -- "$wd"/* /tmp/* /home/agent/* /dev/shm/* /run/wl/shim/* /run/wl/py /run/wl/chk.* /run/wl/env.*
     for f in /run/wl/*; do case ${f##*/} in rc|cwd|mark|changed|shim) ;; *) /usr/bin/rm -rf -- "$f" ;; esac; done
+    # System V IPC objects and POSIX message queues outlive their processes: the agent's go too
+    /usr/bin/ipcrm -a 2>/dev/null; /usr/bin/rm -f -- /dev/mqueue/* 2>/dev/null
     while read -r m f; do /usr/bin/chmod -- "$m" "$f"; done <<< "$modes"
     left=("$wd"/* /tmp/* /home/agent/* /dev/shm/*)
     shopt -u dotglob nullglob
@@ -161,14 +166,23 @@ while IFS=' ' read -r nonce t trunc mode wd cmd; do
       (( ${#lines[@]} )) && [[ ${lines[-1]} == '# wl-state-ok' ]] && st=$out
     fi
   fi
-  printf '\n%s\n' "$nonce"
-  printf '\n%s\nrc=%s\ncwd=%s\0' "$nonce" "$rc" "$(< /run/wl/cwd)" >&4  # NUL: a path may hold newlines
-  : > /run/wl/changed
-  /usr/bin/find "$wd" -mindepth 1 -xdev -name .git -prune -o -printf '%y %s %T@ %m %P\0' \
-    -type f -cnewer /run/wl/mark -size -1025k -fprint0 /run/wl/changed >&4
-  printf '\n%s-md5\n' "$nonce" >&4
-  [[ -s /run/wl/changed ]] && /usr/bin/xargs -0 /usr/bin/md5sum -z -- < /run/wl/changed >&4
-  printf '\n%s-end\n' "$nonce" >&4
+  # the markers are single lines: bash's printf writes each line at once (stdout is line-buffered), so a
+  # marker with a newline before it would be two writes, and a background job's line could fall between
+  printf '%s\n' "$nonce"
+  {
+    printf 'rc=%s\ncwd=%s\0' "$rc" "$(< /run/wl/cwd)"  # NUL: a path may hold newlines
+    : > /run/wl/changed
+    /usr/bin/find "$wd" -mindepth 1 -xdev -name .git -prune -o -printf '%y %s %T@ %m %P\0' \
+      -type f -cnewer /run/wl/mark -size -1025k -fprint0 /run/wl/changed
+    printf '\n%s-md5\n' "$nonce"
+    [[ -s /run/wl/changed ]] && /usr/bin/xargs -0 /usr/bin/md5sum -z -- < /run/wl/changed
+  } > /run/wl/report
+  # a background job the action left may write to this stream at any time: the report goes as lines that
+  # each carry the nonce and are each one write of under PIPE_BUF bytes, which no other write can split
+  printf '%s\n' "$nonce" >&4
+  n=0
+  while IFS= read -r l; do printf '%s.%d:%s\n' "$nonce" "$n" "$l" >&4; n=$((n + 1)); done < <(/usr/bin/base64 -w 3000 /run/wl/report)
+  printf '%s-end %d\n' "$nonce" "$n" >&4
 done
 """
 # What start() sends: the _RC text as a variable, then the server.
@@ -275,6 +289,44 @@ class ActionResult:
 
 def _decode(b: bytes) -> str:
     return b.decode("utf-8", "replace")
+
+
+class _Report:
+    """The server's report on stderr after its marker: base64 lines tagged `<nonce>.<i>:`, then
+    `<nonce>-end <n>`. Each is one write the server makes (under PIPE_BUF, so whole); a background
+    job's output may arrive between them, also in the middle of a line of its own, and is kept apart."""
+
+    def __init__(self, nonce: str):
+        self.buf = bytearray()
+        self.end_mark = f"{nonce}-end ".encode()
+        self.tag = re.compile(re.escape(nonce.encode()) + rb"(?:\.(\d+):([A-Za-z0-9+/=]*)|-end (\d+))\n")
+        self.lines: dict[int, bytes] = {}
+        self.other = b""
+        self.ending = False  # the end line has begun to arrive
+
+    def feed(self, d: bytes) -> bool:
+        """Take stderr bytes; True once the end line (and so every line before it) has come."""
+        n0 = len(self.buf)
+        self.buf += d
+        self.ending = self.ending or self.buf.find(self.end_mark, max(0, n0 - len(self.end_mark))) >= 0
+        if not self.ending:
+            return False  # parsed only once the end line is here (a background job may write much meanwhile)
+        end = next((m for m in self.tag.finditer(self.buf) if m.group(3) is not None), None)
+        if end is None:  # its newline is in the next bytes (one write, but it may span two frames)
+            return False
+        found = {int(m.group(1)): m.group(2) for m in self.tag.finditer(self.buf, 0, end.start()) if m.group(1)}
+        if len(found) < int(end.group(3)):
+            raise ValueError(f"the sandbox's report lost lines: {sorted(found)} of {end.group(3)}")
+        self.lines = found
+        other, last = bytearray(), 0
+        for m in self.tag.finditer(self.buf, 0, end.end()):
+            other += self.buf[last:m.start()]
+            last = m.end()
+        self.other = bytes(other + self.buf[last:])
+        return True
+
+    def text(self) -> bytes:
+        return base64.b64decode(b"".join(self.lines[i] for i in sorted(self.lines)))
 
 
 class _Output:
@@ -486,14 +538,13 @@ class Sandbox:
         # judged with the real tools: no perturbation wrappers (slow/hanging commands, clock skew)
         lines = [f"cd / || exit 90; export PATH={PATH.removeprefix(STATE_DIR + '/shim:')}; unset PYTHONPATH WL_CLOCK_OFFSET_S"]
         for i, c in enumerate(commands):
+            # the result as one line, one write (a background job the actions left may write to stdout meanwhile)
             lines.append(f"( cd {wd} && eval \"$(printf %b '{_escape(c)}')\" ) > {STATE_DIR}/chk.{i} 2>/dev/null </dev/null; "
-                         f"printf '@@{tok} %d %d ' {i} $?; /usr/bin/base64 -w0 {STATE_DIR}/chk.{i}; echo")
+                         f"__rc=$?; printf '@@{tok} %d %d %s\\n' {i} $__rc \"$(/usr/bin/base64 -w0 {STATE_DIR}/chk.{i})\"")
         r = self.run("\n".join(lines), timeout_s=timeout_s * max(1, len(commands)), harness=True)
         got: dict[int, tuple[int, str]] = {}
-        for line in r.stdout.splitlines():
-            if line.startswith(f"@@{tok} "):
-                _, i, rc, *b64 = line.split(" ", 3)
-                got[int(i)] = (int(rc), base64.b64decode(b64[0] if b64 else "").decode("utf-8", "replace"))
+        for m in re.finditer(rf"@@{tok} (\d+) (\d+) ([A-Za-z0-9+/=]*)\n", r.stdout):  # anywhere: after another's bytes
+            got[int(m.group(1))] = (int(m.group(2)), base64.b64decode(m.group(3)).decode("utf-8", "replace"))
         return [got.get(i, (r.exit_code if r.exit_code else -1, "")) for i in range(len(commands))]
 
     def state_reason(self) -> str:
@@ -617,9 +668,8 @@ class Sandbox:
             self._raw.sendall(line.encode())
         except OSError as e:
             raise ContainerDied(f"cannot send the action: {e}; {self.state_reason()}") from e
-        out, err = _Output(f"\n{nonce}\n".encode()), _Output(f"\n{nonce}\n".encode())
-        err_end = f"\n{nonce}-end\n".encode()
-        meta = bytearray()  # stderr past its marker: exit code, cwd, listing, md5s
+        out, err = _Output(f"{nonce}\n".encode()), _Output(f"{nonce}\n".encode())
+        report = _Report(nonce)  # stderr past its marker: the report's tagged lines, and a background job's bytes
         meta_done = False
         order: list[list[int]] = []  # [stream, end offset of its output so far], in arrival order
         later: list[tuple[int, bytes]] = []  # bytes past the markers (a background job's): the next action's
@@ -643,14 +693,10 @@ class Sandbox:
             elif st != 2 or meta_done:
                 later.append((st, d))
                 return
-            n0 = len(meta)
-            meta.extend(d)
-            k = meta.find(err_end, max(0, n0 - len(err_end) + 1))
-            if k >= 0:
+            if report.feed(d):
                 meta_done = True
-                if len(meta) > k + len(err_end):
-                    later.append((2, bytes(meta[k + len(err_end):])))
-                del meta[k:]
+                if report.other:  # a background job's stderr, around the report's lines: the next action's
+                    later.append((2, report.other))
 
         queued, self._frames = self._frames, []
         for st, d in queued:  # output of background jobs that arrived between actions
@@ -682,7 +728,7 @@ class Sandbox:
         self._frames = later
         duration = time.monotonic() - t0
         stdout, stderr, combined = _texts(order, out.kept, err.kept)
-        head, _, md5s = bytes(meta).partition(f"\n{nonce}-md5\n".encode())
+        head, _, md5s = report.text().partition(f"\n{nonce}-md5\n".encode())
         rc_line, _, rest = head.partition(b"\n")
         rc = int(rc_line.removeprefix(b"rc="))
         cwd_field, _, listing_text = rest.partition(b"\0")

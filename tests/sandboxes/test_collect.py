@@ -80,9 +80,9 @@ def test_each_perturbation_really_changes_the_sandbox(images, tmp_path: Path) ->
     jobs = [Job(t, P(p)) for p in ("disk_full", "read_only_fs", "permission_denied", "missing_binary:binary=grep",
                                    "slow_command:binary=grep,delay_s=1", "timeout:binary=grep", "truncated_output:bytes=20")]
     jobs += [Job(TASKS["python-memory-squares"], P("oom_kill")), Job(TASKS["net-fetch-mirror"], P("network_unreachable")),
-             Job(TASKS["os-date-report"], P("clock_skew:offset_s=-94608000")), Job(t)]
+             Job(TASKS["os-date-report"], P("clock_skew:offset_s=-94608000")), Job(t), Job(t, P("missing_binary:binary=cat"))]
     s = collect(jobs, out, workers=2, seed=7, echo=lambda m: None)
-    assert (s.trajectories, s.quarantined) == (11, 0)
+    assert (s.trajectories, s.quarantined) == (12, 0)
     assert _left_by_this_process() == {"containers": 0, "networks": 0, "volumes": 0}
     base = _turns(out, "text-count-errors")
     assert [r[1:4] for r in base] == [(
@@ -116,7 +116,11 @@ def test_each_perturbation_really_changes_the_sandbox(images, tmp_path: Path) ->
     skew = _turns(out, "os-date-report@clock_skew:offset_s=-94608000")
     then = (datetime.now(UTC) - timedelta(seconds=94608000)).strftime("%Y-%m-%d")
     assert skew[2][1] == f"{then}\n{then}\n1\n"
-    assert run_query(out, "SELECT count(*) FROM turns WHERE perturbation IS NOT NULL")[1] == [(28,)]
+    assert run_query(out, "SELECT count(*) FROM turns WHERE perturbation IS NOT NULL")[1] == [(31,)]
+    # the check `cat count.txt` judges the result with the real cat, which the actions' image lacks
+    [(outcome, checks)] = run_query(out, """SELECT outcome, json_extract_string(metadata, '$.checks') FROM trajectories
+                                          WHERE native_id = 'text-count-errors@missing_binary:binary=cat'""")[1]
+    assert outcome == "success", checks
     meta = run_query(out, "SELECT metadata FROM trajectories WHERE native_id = 'text-count-errors@disk_full'")[1][0][0]
     assert json.loads(meta)["perturbation"] == {"name": "disk_full", "params": {"free_kb": 0, "seed": 7, "size_kb": 4096}}
 

@@ -83,6 +83,17 @@ def test_reset_returns_to_a_fresh_state(sb: Sandbox) -> None:
     assert (r.stdout, sb.uses) == ("/work\n/home/agent:\n\n/tmp:\n\n/work:\n0\n", 1)
 
 
+def test_reset_removes_ipc_objects(sb: Sandbox) -> None:
+    """Shared memory, semaphores and message queues outlive the processes that made them: the next
+    trajectory on the container saw the previous one's."""
+    made = sb.run("ipcmk -M 4096 && ipcmk -S 1 && ipcmk -Q && touch /dev/mqueue/leak; ipcs -m -s -q | grep -c agent; "
+                  "ls /dev/mqueue")
+    assert made.exit_code == 0 and made.stdout.endswith("3\nleak\n"), made.combined
+    sb.reset()
+    r = sb.run("ipcs -m -s -q | grep -c agent; ls -A /dev/mqueue")
+    assert r.stdout == "0\n", r.combined
+
+
 def test_reset_undoes_what_the_agent_made_read_only(sb: Sandbox) -> None:
     """A directory made read-only (chmod 555) kept its files through `rm -rf`, `chmod 555 /work ~`
     survived, and a file left in /run/wl stayed: the next trajectory on the container saw the

@@ -84,3 +84,22 @@ def test_a_working_directory_whose_name_holds_a_newline(sb: Sandbox) -> None:
     assert (r.exit_code, r.cwd) == (0, "/work/x\ny")
     assert sorted(c["path"] for c in r.created) == ["x\ny", "x\ny/f"]
     assert sb.run("pwd").stdout == "/work/x\ny\n"  # the next action starts there
+
+
+def test_a_background_job_writing_to_stderr_during_the_report(sb: Sandbox) -> None:
+    """The end-of-action report shares stderr with the action: a background job's lines landed inside it,
+    losing the job's output and file hashes, or ending the trajectory (`invalid literal for int()`)."""
+    r1 = sb.run("touch f1 f2 f3; (for i in $(seq 3000); do echo log line $i >&2; done) &")
+    r2 = sb.run("sleep 1; echo next")
+    r3 = sb.run("echo after")
+    assert r1.exit_code == r2.exit_code == r3.exit_code == 0 and r2.stdout == "next\n" and r3.stdout == "after\n"
+    assert {c["path"]: c["md5"] for c in r1.created} == {f: "d41d8cd98f00b204e9800998ecf8427e" for f in ("f1", "f2", "f3")}
+    lines = (r1.stderr + r2.stderr + r3.stderr).splitlines()  # every line, once, in order, wherever it arrived
+    assert lines == [f"log line {i}" for i in range(1, 3001)]
+
+
+def test_checks_are_read_whatever_a_background_job_prints(sb: Sandbox) -> None:
+    """A check's result line was found only at the start of a line: a background job's dots before it
+    made the check read as failed (-1)."""
+    sb.run("echo ok > result.txt; (for i in $(seq 300); do printf .; sleep 0.005; done) &")
+    assert sb.run_batch(["cat result.txt", "test -f nothing-here"]) == [(0, "ok\n"), (1, "")]
