@@ -102,7 +102,7 @@ def _cmd_check(a: argparse.Namespace) -> int:
         from pipelines.traces.checks import check_traces
 
         print(f"traces {out}:")
-        ok = show(check_traces(out)) and ok
+        ok = show(check_traces(out, corpus=a.corpus)) and ok
     return 0 if ok else 1
 
 

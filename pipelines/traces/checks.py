@@ -30,8 +30,9 @@ def read_sft_jsonl(path: Path | str) -> list[dict[str, Any]]:
 
 
 class _Out:
-    def __init__(self, out: Path):
+    def __init__(self, out: Path, corpus: Path | None = None):
         self.out = out
+        self.corpus = corpus  # the corpus the output came from, when the caller knows it (`worldline check`)
         self.manifest = orjson.loads((out / "manifest.json").read_bytes())
         self.sft = pq.read_table(out / "sft.parquet").to_pylist()
         self.cands = pq.read_table(out / "candidates.parquet").to_pylist()
@@ -92,8 +93,11 @@ def check_splits(o: _Out) -> CheckResult:
     allowed = set(qcfg["query_splits"])
     bad = [q["query_id"] for q in o.queries if q["split"] not in allowed]
     meta: dict[str, Any] = {"query_splits": sorted(allowed)}
-    corpus = Path(o.manifest["corpus"])
-    if (corpus / "manifest.json").exists():
+    corpus = o.corpus or Path(o.manifest["corpus"])
+    if not (corpus / "manifest.json").exists():  # the splits cannot be recomputed: not a pass by default
+        bad.append(f"the corpus {corpus} is not there to recompute the splits from; check with `worldline check CORPUS "
+                   "--traces DIR`")
+    else:
         from pipelines.export import SplitConfig
         from pipelines.query import connect
         from pipelines.traces.queries import trajectory_splits
@@ -139,11 +143,12 @@ TRACE_CHECKS: dict[str, Callable[..., CheckResult]] = {
 }
 
 
-def check_traces(out_dir: Path | str, min_retention: float = 0.0) -> list[CheckResult]:
-    """Run every check over an output directory (a missing or unreadable output fails them all)."""
+def check_traces(out_dir: Path | str, min_retention: float = 0.0, corpus: Path | str | None = None) -> list[CheckResult]:
+    """Run every check over an output directory (a missing or unreadable output fails them all); `corpus`:
+    where the output came from (default: the path its manifest records)."""
     out = Path(out_dir)
     try:
-        o = _Out(out)
+        o = _Out(out, Path(corpus) if corpus is not None else None)
     except (OSError, orjson.JSONDecodeError) as e:
         return [CheckResult(n, False, (fn.__doc__ or n).strip(), {"error": f"{out}: {e}"}) for n, fn in TRACE_CHECKS.items()]
     return run_named({**TRACE_CHECKS, "retention_floor": lambda x: check_retention(x, min_retention)}, o)

@@ -173,6 +173,8 @@ class EndpointClient:
                         wait = float(ra)
                     except ValueError:
                         wait = None
+                    if wait is not None and not wait >= 0:  # negative or NaN: not a wait; back off as usual
+                        wait = None
             except _NotJson as e:
                 err = EndpointError(f"{e} (after {attempt + 1} attempts)")
             except http.client.HTTPException as e:  # IncompleteRead, a broken status line

@@ -137,7 +137,9 @@ def trajectory_splits(corpus_dir: Path | str, con: duckdb.DuckDBPyConnection, sp
             split = SplitConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in s.items()})
         source = "export_assignments (+ the export's SplitConfig for the rest)"
     out: dict[str, str] = {}
-    for r in _arrow(con.sql(f"SELECT trajectory_id, task, source FROM {traj_view}")).to_pylist():
+    # the columns the split groups by (the export's `group_by`, any trajectory column), as export reads them
+    cols = ", ".join(dict.fromkeys(["trajectory_id", *(f'"{c}"' for c in split.group_by)]))
+    for r in _arrow(con.sql(f"SELECT {cols} FROM {traj_view}")).to_pylist():
         tid = r["trajectory_id"]
         out[tid] = recorded.get(tid) or split_of(group_key(r, split), split)
     return out, source

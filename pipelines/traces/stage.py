@@ -35,6 +35,7 @@ import hashlib
 import math
 import os
 import shutil
+import sqlite3
 import sys
 import time
 from collections import Counter, defaultdict
@@ -255,11 +256,13 @@ def traces(
     sel = select_queries(corpus.root, config.queries, con)
     if not sel.queries:  # before anything is written: an empty SFT set would look like a finished run
         raise ValueError(_no_queries(con, config.queries, sel.candidates))
+    _refuse_foreign_out(out)
     created = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
     judge_model = judge.model if (judge is not None and config.judge is not None) else None
     fp = config.fingerprint(generator.model, judge_model or "")
-    summary = TracesSummary(corpus=str(corpus.root), out=str(out), fingerprint=fp, generator=generator.model,
+    # absolute: the manifest's corpus is where `no_eval_split_queries` recomputes the splits, from any directory
+    summary = TracesSummary(corpus=str(corpus.root.resolve()), out=str(out), fingerprint=fp, generator=generator.model,
                             judge=judge_model)
     state = corpus_state(corpus)
 
@@ -271,7 +274,13 @@ def traces(
         echo(f"traces: {len(queries)} queries from {sel.candidates} eligible turns in {len(sel.strata)} strata; "
              f"{summary.candidates} candidates")
 
-    cache = GenerationCache(config.cache_path or out / "cache.sqlite")
+    try:
+        cache = GenerationCache(config.cache_path or out / "cache.sqlite")
+    except (sqlite3.Error, OSError) as e:  # `--cache` a folder, or somewhere unwritable: nothing of use written
+        if created:
+            shutil.rmtree(out, ignore_errors=True)
+        raise ValueError(f"traces --cache {config.cache_path or out / 'cache.sqlite'}: cannot open it as a "
+                         f"SQLite file ({e})") from None
     try:
         plan = []
         for q in queries:
@@ -371,6 +380,20 @@ def traces(
     if config.write_side_table:
         _write_side(corpus, qrows, config, fp, state, summary, generator.model)
     return summary
+
+
+def _refuse_foreign_out(out: Path) -> None:
+    """`--out` holding another tool's manifest (an export's, a corpus): writing ours over it would lose it."""
+    m = out / "manifest.json"
+    if not m.exists():
+        return
+    try:
+        fmt = orjson.loads(m.read_bytes()).get("format")
+    except (orjson.JSONDecodeError, AttributeError, OSError):
+        fmt = None
+    if fmt != SFT_FORMAT:
+        raise ValueError(f"traces --out {out}: its manifest.json is not a traces output's (format {fmt!r}); "
+                         "choose a new or empty directory, or an earlier traces --out")
 
 
 def _nothing_generated(generator: Generator, results: dict[str, dict[str, Any]], stats: Any) -> str:

@@ -40,7 +40,7 @@ from pipelines.traces.generate import (
 )
 from pipelines.traces.prompts import PromptLimits
 from pipelines.traces.queries import QueryConfig
-from pipelines.traces.stage import JudgeConfig, TracesConfig, traces
+from pipelines.traces.stage import SFT_FORMAT, JudgeConfig, TracesConfig, traces
 from pipelines.traces.verify import verify
 
 THREADS = int(os.environ.get("WORLDLINE_TEST_THREADS", "1"))  # 1: the CPU is shared; more threads spin
@@ -188,6 +188,12 @@ def test_whole_stage_against_loopback_server(server, corpus: Path, tmp_path: Pat
     assert {f: sha256_file(out / f) for f in sha} == sha
     side = connect(corpus).sql("SELECT count(*), count(*) FILTER (WHERE kept) FROM traces").fetchall()[0]
     assert side == (3, len(sft))
+    # the manifest names the corpus absolutely; where it is not, the split check says so, never a silent pass
+    assert json.loads((out / "manifest.json").read_text())["corpus"] == str(corpus.resolve())
+    [split_check] = [r for r in check_traces(out, corpus=tmp_path / "moved") if r.name == "no_eval_split_queries"]
+    assert not split_check.passed and split_check.metadata["bad"] == [
+        f"the corpus {tmp_path / 'moved'} is not there to recompute the splits from; check with `worldline check CORPUS "
+        "--traces DIR`"]
 
 
 def test_client_retries_only_transient_errors(server) -> None:
@@ -333,11 +339,12 @@ def test_unreachable_endpoint_fails_and_writes_nothing(small: Path, tmp_path: Pa
     assert not (small / "side" / "traces").exists()  # and the corpus records no run
     # an existing output directory (an earlier run's) is left as it was
     out.mkdir()
-    (out / "manifest.json").write_text("{}")
+    earlier = json.dumps({"format": SFT_FORMAT})
+    (out / "manifest.json").write_text(earlier)
     with pytest.raises(EndpointError, match="no candidate could be generated: all 4 requests"):
         traces(small, out, EndpointGenerator(NOWHERE, "x", retries=0), TracesConfig(queries=QueryConfig(max_queries=1)),
                progress=False)
-    assert sorted(p.name for p in out.iterdir()) == ["cache.sqlite", "manifest.json"] and (out / "manifest.json").read_text() == "{}"
+    assert sorted(p.name for p in out.iterdir()) == ["cache.sqlite", "manifest.json"] and (out / "manifest.json").read_text() == earlier
     # a new output directory with the cache elsewhere (shared, and not empty) holds nothing of use: removed
     shared = tmp_path / "shared.sqlite"
     c = GenerationCache(shared)
@@ -420,3 +427,58 @@ def test_loading_the_local_model_prints_no_bar(capfd: pytest.CaptureFixture[str]
     """`traces --quiet` with `--endpoint local` prints only its summary: not transformers' loading bar."""
     LocalEngine(EngineConfig(max_batch=1, threads=THREADS)).setup()
     assert "Loading weights" not in capfd.readouterr().err
+
+
+def test_out_holding_another_tools_manifest_and_a_cache_that_cannot_open_are_refused(small: Path, tmp_path: Path) -> None:
+    """An export's folder as --out had its manifest.json overwritten; --cache naming a folder was a
+    traceback that left an empty --out behind."""
+    from pipelines.traces.stage import TracesConfig
+
+    gen = EndpointGenerator(NOWHERE, "x", retries=0)
+    export_dir = tmp_path / "export"
+    export_dir.mkdir()
+    (export_dir / "manifest.json").write_text('{"format": "worldline-export-1", "splits": {}}')
+    before = (export_dir / "manifest.json").read_bytes()
+    with pytest.raises(ValueError, match=r"^traces --out .*export: its manifest.json is not a traces output's "
+                                         r"\(format 'worldline-export-1'\); choose a new or empty directory"):
+        traces(small, export_dir, gen, progress=False)
+    assert (export_dir / "manifest.json").read_bytes() == before
+    with pytest.raises(ValueError, match=r"^traces --cache .*: cannot open it as a SQLite file"):
+        traces(small, tmp_path / "t", gen, TracesConfig(cache_path=str(tmp_path)), progress=False)
+    assert not (tmp_path / "t").exists()
+
+
+def test_a_negative_retry_after_backs_off_as_usual() -> None:
+    """`Retry-After: -1` made `time.sleep` raise, which ended the whole run."""
+    import http.server
+    import threading
+
+    calls = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 - the server's name for it
+            calls.append(1)
+            self.rfile.read(int(self.headers["Content-Length"]))
+            if len(calls) == 1:
+                self.send_response(429)
+                self.send_header("Retry-After", "-1")
+                self.end_headers()
+                return
+            body = b'{"choices": [{"message": {"content": "ok"}, "finish_reason": "stop"}]}'
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *a: object) -> None:
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        client = EndpointClient(f"http://127.0.0.1:{srv.server_port}/v1", retries=2, backoff_s=0.01)
+        assert client.post("chat/completions", {"model": "m", "messages": []})["choices"][0]["message"]["content"] == "ok"
+        assert len(calls) == 2 and client.stats["retries"] == 1
+    finally:
+        srv.shutdown()

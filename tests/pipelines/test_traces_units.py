@@ -287,3 +287,16 @@ def test_no_rejected_in_sft_compares_within_a_query() -> None:
     own = {**rejected, "query_id": "q2", "candidate": 1}
     r = check_no_rejected(SimpleNamespace(cands=[own, kept], sft=sft))
     assert not r.passed and r.metadata["problems"] == ["q2: a rejected candidate's text is in the SFT set"]
+
+
+def test_the_computed_split_groups_by_the_exports_columns(tmp_path: Path, sample: Path) -> None:
+    """A trajectory the export did not assign gets the split of the export's SplitConfig: its `group_by`
+    may name any trajectory column (only task and source were read, so `domain` fell back to one split
+    per trajectory, and eval-split turns became queries)."""
+    from pipelines.traces.queries import trajectory_splits
+
+    corpus = tmp_path / "c"
+    ingest([sample / "intercode"], corpus, progress=False)
+    cfg = SplitConfig(validation=0, test=0.5, group_by=("domain",))
+    splits, _ = trajectory_splits(corpus, connect(corpus), cfg)
+    assert len(splits) == 124 and set(splits.values()) == {split_of(group_key({"domain": "terminal"}, cfg), cfg)}
