@@ -37,7 +37,7 @@ from sandboxes.sandbox import Limits, Sandbox, SandboxConfig
 # Commands the harness itself runs by absolute path (sandboxes/sandbox.py: action marks, listings,
 # reset, truncation; the fill below): removing or wrapping them would break the recording, not the
 # agent's environment. A test checks every such path in those modules is listed.
-HARNESS_BINARIES = frozenset({"bash", "sh", "timeout", "find", "xargs", "md5sum", "head", "base64", "tar", "sleep", "date",
+HARNESS_BINARIES = frozenset({"bash", "sh", "timeout", "find", "xargs", "md5sum", "head", "base64", "tar", "sleep", "date", "ipcrm",
                               "touch", "rm", "dd", "truncate", "chmod", "stat"})
 REMOVABLE = ("python3", "git", "make", "grep", "sed", "awk", "sort", "uniq", "wc", "cut", "tr", "diff", "patch",
              "jq", "bc", "gzip", "curl", "file", "tail", "ls", "cat", "cp", "mv", "mkdir", "ps", "du", "df")
