@@ -108,10 +108,6 @@ class ScoreConfig:
 
         return self.model if self.model is not None else ModelScoreConfig()
 
-    def fingerprint(self) -> str:
-        d = {"surface": self.surface.fingerprint(), "policy": self.policy.fingerprint(), "max_tokens": self.max_tokens,
-             "skip_dropped": self.skip_dropped}
-        return hashlib.sha256(repr(sorted(d.items())).encode()).hexdigest()[:16]
 
 
 def turn_scores_schema() -> pa.Schema:
