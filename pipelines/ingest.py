@@ -293,13 +293,12 @@ def is_corpus_report(path: Path, corpus_root: Path) -> bool:
     try:
         if path.resolve() != corpus_root.resolve().parent / "report.html":
             return False
+        from pipelines.report_html import REPORT_TITLE
+
         with open(path, "rb") as f:
             return REPORT_TITLE.encode() in f.read(4096)
     except (OSError, RuntimeError):  # RuntimeError: a symbolic link in a loop (`resolve`)
         return False
-
-
-REPORT_TITLE = "<title>Worldline corpus report</title>"
 
 
 def stop_pool(pool: ProcessPoolExecutor) -> None:

@@ -20,9 +20,8 @@ from collectors.browser.report import section_browser
 from collectors.mcp_report import section_mcp
 from pipelines.dedup_report import section_cleaning, section_dedup
 from pipelines.export_report import section_export
-from pipelines.ingest import REPORT_TITLE
 from pipelines.query import connect
-from pipelines.report_html import query_bars, query_table, table_html
+from pipelines.report_html import REPORT_TITLE, query_bars, query_table, table_html
 from pipelines.score_report import section_scores
 from pipelines.store import Corpus, refuse_output_in_corpus
 from pipelines.traces_report import section_traces

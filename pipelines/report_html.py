@@ -7,6 +7,7 @@ import html
 
 import duckdb
 
+REPORT_TITLE = "<title>Worldline corpus report</title>"  # also how ingest knows a corpus's own report
 PALETTE = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7"]
 
 
