@@ -140,4 +140,6 @@ def traces_checks(context: dg.AssetCheckExecutionContext, corpus: CorpusResource
         out = Path(str(mat.metadata["sft"].value)).parent
         if "min_retention" in mat.metadata:
             floor = float(mat.metadata["min_retention"].value)
-    yield from only_selected(context, (check_result(r, thinking_traces.key) for r in check_traces(out, floor)))
+    # the corpus this deployment reads, not only the path the output's manifest recorded (it may have moved)
+    results = check_traces(out, floor, corpus=corpus.root)
+    yield from only_selected(context, (check_result(r, thinking_traces.key) for r in results))

@@ -259,6 +259,8 @@ def test_dagster_asset_checks_and_report(server, corpus: Path, tmp_path: Path) -
     assert "thinking_traces" in {k.to_user_string() for k in defs.resolve_asset_graph().get_all_asset_keys()}
     out = tmp_path / "dagster-traces"
 
+    instance = dg.DagsterInstance.ephemeral()
+
     def run(**config: object) -> dg.ExecuteInProcessResult:
         return dg.materialize(
             [thinking_traces, traces_checks],
@@ -267,7 +269,7 @@ def test_dagster_asset_checks_and_report(server, corpus: Path, tmp_path: Path) -
             run_config={"ops": {"thinking_traces": {"config": {
                 "out": str(out), "k": 1, "max_queries": 1, "max_tokens": 8, "max_target_chars": 200,
                 "history_turns": 1, "cache": str(tmp_path / "gen-cache.sqlite"), **config}}}},
-            instance=dg.DagsterInstance.ephemeral())
+            instance=instance)
 
     res = run(threshold=0.0)
     assert res.success
@@ -275,6 +277,15 @@ def test_dagster_asset_checks_and_report(server, corpus: Path, tmp_path: Path) -
     assert (md["queries"], md["candidates"], md["generated"] + md["from_cache"]) == (1, 1, 1)
     assert md["sft"] == str(out / "sft.parquet")
     assert (tmp_path / "gen-cache.sqlite").is_file() and not (out / "cache.sqlite").exists()  # the run config's cache
+    evals = {e.check_name: e.passed for e in res.get_asset_check_evaluations()}
+    assert evals == dict.fromkeys(TRACE_CHECKS, True)
+    # the checks read the deployment's corpus, not only the path the output's manifest recorded
+    manifest = json.loads((out / "manifest.json").read_text())
+    (out / "manifest.json").write_text(json.dumps({**manifest, "corpus": str(tmp_path / "moved")}))
+    res = dg.materialize([thinking_traces, traces_checks], selection=dg.AssetSelection.checks_for_assets(thinking_traces),
+                         resources={"corpus": CorpusResource(root=str(corpus), inbox=str(tmp_path / "inbox")),
+                                    "traces_endpoint": TracesEndpointResource(base_url=url, model="smollm2")},
+                         instance=instance)
     evals = {e.check_name: e.passed for e in res.get_asset_check_evaluations()}
     assert evals == dict.fromkeys(TRACE_CHECKS, True)
     # the run config's retention floor reaches the check (it was left at 0: the check could not fail)
