@@ -300,3 +300,34 @@ def test_the_computed_split_groups_by_the_exports_columns(tmp_path: Path, sample
     cfg = SplitConfig(validation=0, test=0.5, group_by=("domain",))
     splits, _ = trajectory_splits(corpus, connect(corpus), cfg)
     assert len(splits) == 124 and set(splits.values()) == {split_of(group_key({"domain": "terminal"}, cfg), cfg)}
+
+
+def test_query_texts_are_redacted_as_clean_was_told(tmp_path: Path) -> None:
+    """`clean --ip-addresses` says what export and traces redact: the query texts hide the address
+    after it, and keep it before (the defaults keep IP addresses)."""
+    import orjson
+
+    from pipelines.clean import CleanConfig
+    from pipelines.ingest import IngestConfig
+    from pipelines.redact import RedactConfig
+    from pipelines.traces.queries import Query
+
+    f = tmp_path / "chat.jsonl"
+    call = {"role": "assistant", "tool_calls": [{"id": "c1", "type": "function",
+                                                 "function": {"name": "bash", "arguments": '{"cmd": "ssh 93.184.216.34"}'}}]}
+    f.write_bytes(orjson.dumps({"messages": [{"role": "user", "content": "reach the host"}, call,
+                                             {"role": "tool", "tool_call_id": "c1",
+                                              "content": "connected to 93.184.216.34 port 22"}]}) + b"\n")
+    corpus = tmp_path / "c"
+    ingest([f], corpus, IngestConfig(workers=1, domain_override="terminal"), progress=False)
+    [tid] = [r[0] for r in connect(corpus).sql("SELECT trajectory_id FROM trajectories").fetchall()]
+
+    def texts() -> str:
+        [q] = load_queries(corpus, [Query("q", tid, 0, "terminal", "openai_chat", "train", "all", None, 1.0, 0)])
+        return "\n".join([q.system, q.user, q.observation])
+
+    before = texts()
+    assert "93.184.216.34" in before and "<PII:ip_address>" not in before
+    clean(corpus, CleanConfig(min_turns=0, redact=RedactConfig(ip_addresses=True)), progress=False)
+    after = texts()
+    assert "93.184.216.34" not in after and after.count("<PII:ip_address>") == 2  # the command and its output
