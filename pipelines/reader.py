@@ -182,8 +182,11 @@ def _what_is(p: Path) -> str | None:
     return _kind(mode)
 
 
+_FIFO = "a named pipe (FIFO)"
+
+
 def _kind(mode: int) -> str:
-    for test, what in ((stat.S_ISFIFO, "a named pipe (FIFO)"),
+    for test, what in ((stat.S_ISFIFO, _FIFO),
                        (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")):
         if test(mode):
             return what
@@ -221,7 +224,8 @@ def read_unit(
         raise ValueError(f"--domain {domain_override!r} is not one of {list(DOMAINS)}")
     ctx = ImportContext(unit.source, sha256, domain_override, unit.path, limits)
     if unit.not_a_file is not None:
-        hint = " (write a pipe's content to a file first: `... > traces.jsonl`)" if "pipe" in unit.not_a_file else ""
+        # a pipe, or a link to one (never a dangling link whose target's name says "pipe")
+        hint = " (write a pipe's content to a file first: `... > traces.jsonl`)" if unit.not_a_file.endswith(_FIFO) else ""
         yield _q(ctx, "$", "not_a_file", f"{unit.source}: {unit.not_a_file}; only files and folders are read{hint}"), None
         return
     if unit.is_dir:

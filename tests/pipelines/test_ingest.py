@@ -414,16 +414,21 @@ def test_folder_entries_that_are_not_files_are_counted_and_quarantined(tmp_path:
     (d / "dangling.json").symlink_to(tmp_path / "gone.json")
     (d / "loop.json").symlink_to(d / "loop.json")
     os.mkfifo(d / "pipe.jsonl")
+    (d / "to-pipe.jsonl").symlink_to(d / "pipe.jsonl")
+    (d / "old.json").symlink_to(tmp_path / "pipe-dumps" / "old.json")  # dangling: no pipe hint for its target's name
     s = ingest([d], tmp_path / "c", IngestConfig(workers=1), progress=False)
-    assert (s.inputs, s.records, s.trajectories, s.quarantined, s.reasons) == (4, 4, 1, 3, {"not_a_file": 3})
+    assert (s.inputs, s.records, s.trajectories, s.quarantined, s.reasons) == (6, 6, 1, 5, {"not_a_file": 5})
+    hint = " (write a pipe's content to a file first: `... > traces.jsonl`)"
     assert sorted(run_query(tmp_path / "c", "SELECT detail FROM quarantine")[1]) == [
         (f"{d / 'dangling.json'}: a symbolic link to {str(tmp_path / 'gone.json')!r}, which does not exist; "
          "only files and folders are read",),
         (f"{d / 'loop.json'}: a symbolic link in a loop; only files and folders are read",),
-        (f"{d / 'pipe.jsonl'}: a named pipe (FIFO); only files and folders are read (write a pipe's content to a file "
-         "first: `... > traces.jsonl`)",)]
+        (f"{d / 'old.json'}: a symbolic link to {str(tmp_path / 'pipe-dumps' / 'old.json')!r}, which does not exist; "
+         "only files and folders are read",),
+        (f"{d / 'pipe.jsonl'}: a named pipe (FIFO); only files and folders are read{hint}",),
+        (f"{d / 'to-pipe.jsonl'}: a symbolic link to a named pipe (FIFO); only files and folders are read{hint}",)]
     again = ingest([d], tmp_path / "c", IngestConfig(workers=1), progress=False)
-    assert (again.new_inputs, again.skipped_inputs) == (0, 4)
+    assert (again.new_inputs, again.skipped_inputs) == (0, 6)
 
 
 def test_a_pipe_given_as_an_input_is_quarantined_and_poisons_nothing(tmp_path: Path) -> None:
