@@ -703,7 +703,7 @@ class Sandbox:
             feed(st, d)
         deadline = t0 + timeout + 10.0
         killed = capped = False
-        first: float | None = None
+        first: float | None = 0.0 if out.kept or err.kept else None  # seconds to the action's first output
         while out.size is None or not meta_done:
             if not capped and (out.over() or err.over()):
                 capped = True
@@ -721,12 +721,14 @@ class Sandbox:
                 raise ContainerDied(f"lost the sandbox connection ({e}); {self.state_reason()}") from e
             if new is None:
                 raise ContainerDied(f"the container stopped during the action; {self.state_reason()}")
-            if new and first is None:
-                first = time.monotonic() - t0
             for st, d in new:
                 feed(st, d)
+            if first is None and (out.kept or err.kept):  # the command's output, not the server's markers and report
+                first = time.monotonic() - t0
         self._frames = later
         duration = time.monotonic() - t0
+        if not out.size and not err.size:  # kept held a marker's first bytes, split across frames
+            first = None
         stdout, stderr, combined = _texts(order, out.kept, err.kept)
         head, _, md5s = report.text().partition(f"\n{nonce}-md5\n".encode())
         rc_line, _, rest = head.partition(b"\n")

@@ -138,3 +138,18 @@ def test_truncated_output_always_belongs_to_its_own_action(images) -> None:
         r = sb.run("sleep 30 & echo hi", timeout_s=10)  # shorter than the cut, pipe still open
         assert (r.stdout, r.exit_code) == ("hi\n", 0) and r.duration_s < 1.5
         assert sb.run("echo next").stdout == "next\n"
+
+
+def test_first_output_is_the_commands_output_not_the_end_of_action_report(sb: Sandbox) -> None:
+    # a silent command has no first output (it was the arrival of the server's end-of-action report)
+    r = sb.run("sleep 0.3")
+    assert (r.stdout, r.stderr, r.first_output_s) == ("", "", None)
+    r = sb.run("echo now; sleep 0.5; echo later >&2")
+    assert r.first_output_s is not None and r.first_output_s < 0.4 <= r.duration_s
+    r = sb.run("sleep 0.5; echo late >&2")
+    assert r.first_output_s is not None and 0.5 <= r.first_output_s <= r.duration_s
+    # output a background job wrote between actions is there at once
+    assert sb.run("(sleep 0.2; echo early) &").stdout == ""
+    time.sleep(0.5)
+    r = sb.run("sleep 0.3")
+    assert r.stdout == "early\n" and r.first_output_s is not None and r.first_output_s < 0.1 < 0.3 <= r.duration_s
