@@ -420,7 +420,7 @@ def run_task(job: Job, session: Session, seed: int = 0, stop: threading.Event | 
     turns: list[Turn] = []
     history: list[Step] = []
     meta: dict[str, Any] = {"task_id": task.id, "spec": str(task.path), "spec_digest": task.digest, "image": task.image,
-                            "policy": getattr(policy, "name", type(policy).__name__), "session": session.id,
+                            "image_tag": base.image, "policy": getattr(policy, "name", type(policy).__name__), "session": session.id,
                             "perturbation": None if pl.label is None else {"name": pl.label, "params": pl.params},
                             **job.extra_meta}
     outcome, reward, died = None, None, None
@@ -685,17 +685,17 @@ def _identity(native_id: str, spec_digest: str | None, image: str | None, policy
 
 def job_identity(job: Job, seed: int = 0) -> str | None:
     """What makes a job the same job: its key (task id, or the replayed trajectory, and the
-    perturbation), the task spec's digest, the image recipe, the perturbation's resolved
-    parameters (the seed among them) and the policy with its model. None when its policy cannot
-    be made (the run reports that)."""
+    perturbation), the task spec's digest, the image (its tag: a hash of the recipe's files, so an
+    edited recipe makes new jobs), the perturbation's resolved parameters (the seed among them) and
+    the policy with its model. None when its policy cannot be made (the run reports that)."""
     try:
-        _, pl = _plan(job, seed)
+        base, pl = _plan(job, seed)
         policy = job.policy_factory(job.task) if job.policy_factory else scripted(job.task)
     except Exception:  # noqa: BLE001
         return None
     model = getattr(policy, "model", None)
     pert = None if pl.label is None else json.loads(dumps({"name": pl.label, "params": pl.params}) or "null")
-    return _identity(job.key, job.task.digest, job.task.image, getattr(policy, "name", type(policy).__name__),
+    return _identity(job.key, job.task.digest, base.image, getattr(policy, "name", type(policy).__name__),
                      model if isinstance(model, str) else None, pert)
 
 
@@ -726,7 +726,7 @@ def collected_jobs(out: Path | str, keys: Iterable[str]) -> set[str]:
             continue
         if policy_error(outcome, m) is not None:
             continue
-        found.add(_identity(native_id, m.get("spec_digest"), m.get("image"), m.get("policy"), model, m.get("perturbation")))
+        found.add(_identity(native_id, m.get("spec_digest"), m.get("image_tag"), m.get("policy"), model, m.get("perturbation")))
     return found
 
 

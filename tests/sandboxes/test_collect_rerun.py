@@ -1,6 +1,6 @@
 """Collecting into a corpus that already holds the jobs' trajectories is a no-op (rerun-safe, like
 `worldline ingest`); `--again` collects them anew. A job is its task (id and spec digest), image,
-perturbation with its parameters (the seed among them) and policy."""
+perturbation with its parameters (the seed among them) and policy; its image is the recipe's tag."""
 
 from __future__ import annotations
 
@@ -63,6 +63,17 @@ def test_rerun_skips_what_is_collected_and_again_collects_anew(images, tmp_path:
     assert _rows(out) == [("git-find-commit", "success", 2), ("git-find-commit@read_only_fs", "failure", 2),
                           ("text-csv-sum", "success", 2), ("text-csv-sum@read_only_fs", "failure", 2)]
     assert all(r.passed for r in run_contracts(out)), [r.line() for r in run_contracts(out) if not r.passed]
+
+    # an edited image recipe (another tag) makes new jobs: the old trajectories are of another environment
+    from sandboxes import images
+    from sandboxes.collect import Job, collected_jobs, job_identity
+    from sandboxes.tasks import load_tasks
+
+    jobs = [Job(t) for t in load_tasks(TASKS_DIR) if t.id in ONLY.split(",")]
+    assert {job_identity(j) for j in jobs} <= collected_jobs(out, [j.key for j in jobs])
+    tag = images.image_tag
+    monkeypatch.setattr(images, "image_tag", lambda name: tag(name).rsplit(":", 1)[0] + ":0123456789abcdef")
+    assert not {job_identity(j) for j in jobs} & collected_jobs(out, [j.key for j in jobs])
 
 
 def test_rerun_of_the_dagster_asset_is_a_no_op(images, tmp_path: Path) -> None:
