@@ -2,8 +2,9 @@
 
 Kept apart from `pipelines.cli` (which only registers it) so the main parser stays small; nothing
 heavy is imported until the command runs. The API key is read from the environment variable named
-by `--api-key-env` (default `WORLDLINE_TRACES_API_KEY`, then `OPENAI_API_KEY`), never from the
-command line, and is recorded nowhere.
+by `--api-key-env` (which must then be set: a key meant for one endpoint is not sent to another by a
+fallback), by default `WORLDLINE_TRACES_API_KEY`, then `OPENAI_API_KEY`; never from the command line,
+and it is recorded nowhere.
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ def add_arguments(s: argparse.ArgumentParser) -> None:
                    help="model name at the endpoint (with --endpoint local: `smollm2`, a .gguf or a HF directory); "
                         "default: $WORLDLINE_TRACES_MODEL")
     s.add_argument("-k", type=int, default=4, help="candidates per query")
-    s.add_argument("--api-key-env", default="WORLDLINE_TRACES_API_KEY", help="environment variable holding the key")
+    s.add_argument("--api-key-env", help="environment variable holding the key (default: WORLDLINE_TRACES_API_KEY, "
+                   "then OPENAI_API_KEY); one named here must be set, no other is tried")
     s.add_argument("--max-queries", type=int, default=1000, help="turns to ask about")
     s.add_argument("--domains", default="", help="comma-separated domains (default: all)")
     s.add_argument("--balance", default="domain,source_format", help="strata to balance queries across (empty: none)")
@@ -81,7 +83,8 @@ def _generator(endpoint: str, model: str, a: argparse.Namespace):  # noqa: ANN20
 
         check_client_options(a.concurrency, a.rps, a.timeout, a.retries)
         return LocalGenerator(LocalEngine(EngineConfig(model=model, max_batch=a.concurrency, threads=a.threads)))
-    return EndpointGenerator(endpoint, model, os.environ.get(a.api_key_env) or None, a.concurrency, a.rps, a.timeout, a.retries)
+    key = os.environ.get(a.api_key_env) if a.api_key_env else None  # None: the generator's default variables
+    return EndpointGenerator(endpoint, model, key, a.concurrency, a.rps, a.timeout, a.retries)
 
 
 def run(a: argparse.Namespace) -> int:
@@ -94,6 +97,8 @@ def run(a: argparse.Namespace) -> int:
     if not a.endpoint or not a.model:
         raise ValueError("traces needs --endpoint URL (or `local`) and --model NAME, "
                          "or WORLDLINE_TRACES_BASE_URL and WORLDLINE_TRACES_MODEL")
+    if a.api_key_env and not os.environ.get(a.api_key_env):  # never fall back to another variable's key
+        raise ValueError(f"--api-key-env {a.api_key_env}: that environment variable is not set (or is empty)")
     judge_options = {"weight": a.judge_weight, "max_tokens": a.judge_max_tokens, "required": a.judge_required or None}
     judge = JudgeConfig(**{k: v for k, v in judge_options.items() if v is not None})  # the defaults are JudgeConfig's
     # any judge option given, even at its default value, without --judge is refused

@@ -320,6 +320,28 @@ def test_judge_options_without_judge_are_refused(small: Path, tmp_path: Path, ca
     assert not out.exists()
 
 
+def test_a_named_api_key_variable_must_be_set(small: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--api-key-env VAR` with VAR unset fell back to OPENAI_API_KEY: a key sent to an endpoint it was not for."""
+    import argparse
+
+    from pipelines.traces.cli import _generator
+
+    monkeypatch.setenv("OPENAI_API_KEY", "openai-key")
+    monkeypatch.delenv("WORLDLINE_TRACES_API_KEY", raising=False)
+    monkeypatch.delenv("OTHER_KEY", raising=False)
+    out = tmp_path / "traces"
+    args = ["traces", str(small), "--out", str(out), "--endpoint", NOWHERE, "--model", "x", "--quiet"]
+    assert main([*args, "--api-key-env", "OTHER_KEY"]) == 1
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "worldline traces: error: --api-key-env OTHER_KEY: that environment variable is not set (or is empty)"]
+    assert not out.exists()
+    opts = argparse.Namespace(api_key_env="OTHER_KEY", concurrency=1, rps=None, timeout=5.0, retries=0)
+    monkeypatch.setenv("OTHER_KEY", "other-key")
+    assert _generator(NOWHERE, "x", opts).api_key == "other-key"
+    assert _generator(NOWHERE, "x", argparse.Namespace(**{**vars(opts), "api_key_env": None})).api_key == "openai-key"
+
+
 def test_dagster_judge_settings_without_judge_are_refused(small: Path, tmp_path: Path) -> None:
     import dagster as dg
 
