@@ -309,8 +309,10 @@ def _kept_relation(con: Any, cfg: ScoreConfig, work: Path, summary: ScoreSummary
 
 
 def _model_total(con: Any, kept: str | None) -> int:
-    skip = f"WHERE tr.trajectory_id IN (SELECT trajectory_id FROM {kept})" if kept else ""
-    return con.sql(f"SELECT count(*) FROM trajectories tr {skip}").fetchall()[0][0]
+    """The trajectories the model tier would score: those with turns (`_prioritized`'s), kept ones only with `kept`."""
+    skip = f"AND tr.trajectory_id IN (SELECT trajectory_id FROM {kept})" if kept else ""
+    return con.sql(f"SELECT count(*) FROM trajectories tr WHERE EXISTS (SELECT 1 FROM turns u "
+                   f"WHERE u.trajectory_id = tr.trajectory_id) {skip}").fetchall()[0][0]
 
 
 _COUNTED = {"model_tokens": "real_tokens", "windowed_trajectories": "windows", "uncond_shared": "uncond_shared",

@@ -186,6 +186,29 @@ def test_model_tier_skips_trajectories_cleaning_drops(corpus: Path, tiny_model_d
     assert rows == (0, True)
 
 
+def test_a_trajectory_without_turns_is_not_counted_as_left_unscored(tmp_path: Path, tiny_model_dir: Path) -> None:
+    """The model tier's total counted a trajectory with no turns (nothing to score): a cap that cut nothing
+    said "capped ... 1 of 2 trajectories scored"."""
+    import json
+
+    from pipelines.ingest import IngestConfig, ingest
+    from pipelines.score_model import ModelScoreConfig
+
+    call = {"id": "c", "type": "function", "function": {"name": "bash", "arguments": json.dumps({"cmd": "ls"})}}
+    (tmp_path / "in.jsonl").write_text("\n".join(json.dumps({"messages": m}) for m in [
+        [{"role": "user", "content": "hi"}],
+        [{"role": "user", "content": "list"}, {"role": "assistant", "content": "", "tool_calls": [call]},
+         {"role": "tool", "tool_call_id": "c", "content": "a.txt"}]]) + "\n")
+    root = tmp_path / "corpus"
+    ingest([tmp_path / "in.jsonl"], root, IngestConfig(domain_override="terminal"), progress=False)
+    assert sorted(run_query(root, "SELECT num_turns FROM trajectories")[1]) == [(0,), (1,)]
+    said: list[str] = []
+    s = score(root, ScoreConfig(max_tokens=100_000, model=ModelScoreConfig(model=str(tiny_model_dir), dtype="float32")),
+              progress=False, echo=said.append)
+    assert (s.model_trajectories, s.model_trajectories_total, s.passed_over) == (1, 1, 0)
+    assert not [m for m in said if "capped" in m], said
+
+
 def test_the_token_cap_passes_over_a_trajectory_too_large_and_fills_up(tmp_path: Path, tiny_model_dir: Path) -> None:
     """Under `--max-tokens`, the sample used to end at the first trajectory that did not fit: one
     large trajectory early in the md5 order left the small ones after it unscored."""
