@@ -2,9 +2,11 @@
 
 The sensor only requests inputs (files, and directories a directory format claims) it has seen
 unchanged (every file's size and mtime) on two consecutive ticks *and* that are older than the
-settle time, so a file still being written is never ingested. The run is given exactly those
-inputs (run config), and its key is derived from them, so a partition is re-run when new inputs
-arrive in it, and never twice for the same ones.
+settle time, so a file still being written is never ingested. A run is given exactly the settled
+inputs of its partition not requested before (run config), and its key is derived from them: a
+partition is re-run when new inputs arrive in it, and no input is requested twice (the cursor keeps
+the requested inputs that are still in the inbox; one moved out is forgotten, and the others are
+not requested again because of it).
 """
 
 
@@ -31,17 +33,19 @@ ingest_job = dg.define_asset_job(
 def inbox_requests(corpus: CorpusResource, cursor: str | None, known_sources: list[str],
                    log: Callable[[str], None] | None = None) -> dg.SensorResult:
     """Core of the sensor, separated so tests can drive it tick by tick."""
-    state = json.loads(cursor) if cursor else {"seen": {}, "requested": []}
-    seen_before: dict[str, str] = state["seen"]
-    requested = set(state["requested"])
+    state = json.loads(cursor) if cursor else {}
+    seen_before: dict[str, str] = state.get("seen", {})
+    requested = set(state.get("requested_inputs", []))  # `path|signature` keys (a cursor before them: none)
     now_seen: dict[str, str] = {}
+    present: set[str] = set()
     groups: dict[tuple[str, str], list[str]] = defaultdict(list)
     future: list[str] = []
     errors: list[str] = []
     for i in scan(corpus.inbox_path, corpus.settle_seconds, on_future=lambda p: future.append(str(p)),
                   on_error=lambda source, e: errors.append(f"{source}: {e}")):
         now_seen[str(i.path)] = i.signature
-        if seen_before.get(str(i.path)) == i.signature:  # unchanged since the previous tick
+        present.add(i.key)
+        if seen_before.get(str(i.path)) == i.signature and i.key not in requested:  # unchanged since the previous tick
             groups[(i.source, i.day)].append(i.key)
     if future and log is not None:
         log(f"{len(future)} inbox inputs are modified in the future (a clock off?) and wait until then: {future[0]}")
@@ -56,15 +60,13 @@ def inbox_requests(corpus: CorpusResource, cursor: str | None, known_sources: li
         keys.sort()
         digest = hashlib.sha256("\n".join(keys).encode("utf-8", "surrogateescape")).hexdigest()[:16]
         run_key = f"{source}|{day}|{digest}"
-        if run_key in requested:
-            continue
-        requested.add(run_key)
+        requested.update(keys)
         run_requests.append(dg.RunRequest(
             run_key=run_key, partition_key=key(source, day), tags={"worldline/inputs": str(len(keys))},
             run_config={"ops": {"ingested_traces": {"config": {"inputs": keys}}}}))
     new_sources = [s for s in sources(corpus.inbox_path) if s not in known_sources]
     dyn = [SOURCES.build_add_request(new_sources)] if new_sources else []
-    cursor_out = json.dumps({"seen": now_seen, "requested": sorted(requested)[-5000:]})
+    cursor_out = json.dumps({"seen": now_seen, "requested_inputs": sorted(requested & present)})
     return dg.SensorResult(run_requests=run_requests, dynamic_partitions_requests=dyn, cursor=cursor_out)
 
 

@@ -163,9 +163,23 @@ def test_sensor_waits_for_settled_files_and_adds_sources(setup, tmp_path: Path, 
     r3 = inbox_requests(corpus, r2.cursor, known_sources=["swe", "newsrc"])
     assert r3.run_requests == []  # changed since the last tick
     r4 = inbox_requests(corpus, r3.cursor, known_sources=["swe", "newsrc"])
-    assert [json.loads(rq.tags["worldline/inputs"]) for rq in r4.run_requests] == [7]
+    # the settled file alone: the six before it were requested already
+    [[only]] = [rq.run_config["ops"]["ingested_traces"]["config"]["inputs"] for rq in r4.run_requests]
+    assert only.startswith(f"{growing}|")
     r5 = inbox_requests(corpus, r4.cursor, known_sources=["swe", "newsrc"])
-    assert r5.run_requests == []  # same files: same run key, never requested twice
+    assert r5.run_requests == []  # same files: never requested twice
+    # an input moved out of the inbox requests nothing again (the partition's digest changed: the others were)
+    moved = sorted((inbox / "swe").iterdir())[0]
+    moved.rename(tmp_path / moved.name)
+    r6 = inbox_requests(corpus, r5.cursor, known_sources=["swe", "newsrc"])
+    assert r6.run_requests == []
+    # a changed input is a new one, once settled
+    with open(growing, "ab") as f:
+        f.write(b"\n")
+    os.utime(growing, (EPOCH, EPOCH))
+    r7 = inbox_requests(corpus, r6.cursor, known_sources=["swe", "newsrc"])
+    r8 = inbox_requests(corpus, r7.cursor, known_sources=["swe", "newsrc"])
+    assert (r7.run_requests, [rq.tags["worldline/inputs"] for rq in r8.run_requests]) == ([], ["1"])
 
 
 def test_the_batch_check_judges_its_own_runs_batch(setup, sample: Path, tmp_path: Path,
