@@ -13,7 +13,6 @@ from dagster_project.partitions import SOURCE_DAY
 from dagster_project.resources import CorpusResource
 from pipelines.inbox import inputs_for
 from pipelines.report import write_report
-from pipelines.sources import display_name
 from pipelines.stats import ingest_overview
 
 # Collection assets retry (transient I/O, a busy corpus lock); derived assets do not.
@@ -100,9 +99,7 @@ def ingested_traces(context: dg.AssetExecutionContext, corpus: CorpusResource,
     with no_retry_for_settings((ValueError,)):  # an inbox input that left meanwhile is retried (re-listed)
         summary = corpus.ingest(files)
     context.log.info(summary.render())
-    # the corpus stores a source path as text (`display_name`: bytes of a non-UTF-8 file name as
-    # `\xff` escapes); the raw name's lone surrogates would match nothing and DuckDB refuses them
-    overview = ingest_overview(corpus.root, [display_name(str(f)) for f in files])
+    overview = ingest_overview(corpus.root, summary.batch_id)  # this run's rows only
     query = f'worldline query {corpus.root} "SELECT * FROM trajectories WHERE source LIKE \'%/{source}/%\' LIMIT 20"'
     return dg.MaterializeResult(
         metadata={

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import duckdb
+
 from pipelines.query import connect, render
 
 
@@ -50,25 +52,40 @@ def render_stats(corpus_dir: Path | str) -> str:
     return "\n\n".join(parts)
 
 
-def ingest_overview(corpus_dir: Path | str, sources: list[str], examples: int = 5) -> dict[str, tuple[list[str], list[tuple]]]:
-    """What one ingest run added (by the `source` paths it read): counts per domain and source,
-    quarantine reasons and example turns — the run metadata shown in the Dagster UI."""
-    con = connect(corpus_dir)
-    con.execute("CREATE OR REPLACE TEMP TABLE _run_sources AS SELECT unnest(?::VARCHAR[]) AS source", [sources])
-    # archive members are stored as `archive!member`
-    match = "(t.source IN (SELECT source FROM _run_sources) OR split_part(t.source, '!', 1) IN (SELECT source FROM _run_sources))"
+def ingest_overview(corpus_dir: Path | str, batch_id: str | None, examples: int = 5) -> dict[str, tuple[list[str], list[tuple]]]:
+    """What one ingest run added (its batch's own Parquet parts, so neither earlier runs' rows of the
+    same inputs nor another path's): counts per domain and source, quarantine reasons and example
+    turns — the run metadata shown in the Dagster UI. No batch (nothing new): no rows."""
+    from pipelines.store import Corpus
+
+    files: dict[str, list[str]] = {"trajectories": [], "turns": [], "quarantine": []}
+    if batch_id is not None:
+        corpus = Corpus(corpus_dir)
+        for b in corpus.manifest()["batches"]:
+            if b["id"] == batch_id:
+                for f in b["files"]:
+                    if f["table"] in files:
+                        files[f["table"]].append(str(corpus.root / f["path"]))
     queries = {
-        "by_domain_source": f"""SELECT t.domain, t.source_format, count(*) AS trajectories, sum(t.num_turns) AS turns
-                               FROM trajectories t WHERE {match} GROUP BY ALL ORDER BY ALL""",
-        "quarantine_reasons": f"""SELECT t.reason, count(*) AS records, any_value(t.detail) AS example
-                                 FROM quarantine t WHERE {match} GROUP BY ALL ORDER BY records DESC""",
-        "example_turns": f"""SELECT u.trajectory_id, u.turn_index, u.domain, left(u.action, 80) AS action,
-                                    left(u.observation, 120) AS observation, u.exit_code
-                             FROM turns u JOIN trajectories t USING (trajectory_id)
-                             WHERE {match} AND u.kind = 'env' ORDER BY hash(u.trajectory_id, u.turn_index) LIMIT {int(examples)}""",
+        "by_domain_source": ("trajectories", """SELECT domain, source_format, count(*) AS trajectories, sum(num_turns) AS turns
+                                               FROM {} GROUP BY ALL ORDER BY ALL"""),
+        "quarantine_reasons": ("quarantine", """SELECT reason, count(*) AS records, any_value(detail) AS example
+                                               FROM {} GROUP BY ALL ORDER BY records DESC"""),
+        "example_turns": ("turns", f"""SELECT trajectory_id, turn_index, domain, left(action, 80) AS action,
+                                         left(observation, 120) AS observation, exit_code
+                                  FROM {{}} WHERE kind = 'env' ORDER BY hash(trajectory_id, turn_index) LIMIT {int(examples)}"""),
     }
+    con = duckdb.connect()
     out = {}
-    for name, sql in queries.items():
-        rel = con.sql(sql)
-        out[name] = (list(rel.columns), rel.fetchall())
+    for name, (table, sql) in queries.items():
+        if files[table]:
+            rel = con.read_parquet(files[table]).query("part", sql.format("part"))
+            out[name] = (list(rel.columns), rel.fetchall())
+        else:  # the batch wrote no such part (or there is no batch)
+            out[name] = (OVERVIEW_COLUMNS[name], [])
     return out
+
+
+OVERVIEW_COLUMNS = {"by_domain_source": ["domain", "source_format", "trajectories", "turns"],
+                    "quarantine_reasons": ["reason", "records", "example"],
+                    "example_turns": ["trajectory_id", "turn_index", "domain", "action", "observation", "exit_code"]}

@@ -91,11 +91,17 @@ def test_partition_materializes_with_checks_and_metadata(setup) -> None:
     evals = {e.check_name: e.passed for e in res.get_asset_check_evaluations()}
     assert evals == {"schema_valid": True, "counts_reconcile": True, "quarantine_rate": True,
                      "latest_batch_quarantine_rate": True, "unique_trajectory_id": True, "manifest_checksums": True}
+    # the same partition again adds nothing, and its overview shows nothing (it showed the rows of the first run)
+    again = dg.materialize([ingested_traces], partition_key=key("swe", DAY), resources={"corpus": corpus}, instance=instance)
+    md1 = {k: v.value for k, v in again.asset_materializations_for_node("ingested_traces")[0].metadata.items()}
+    assert (md1["new_inputs"], md1["accepted"], md1["batch"]) == (0, 0, "none (nothing new)")
+    assert [md1[k] for k in ("by_domain_and_source", "quarantine_reasons", "example_turns")] == ["_none_"] * 3
     # the next day's partition holds only pydicom
     res2 = dg.materialize([ingested_traces], partition_key=key("swe", "2026-11-02"),
                           resources={"corpus": corpus}, instance=instance)
     md2 = {k: v.value for k, v in res2.asset_materializations_for_node("ingested_traces")[0].metadata.items()}
     assert (md2["inputs"], md2["accepted"], md2["turns"]) == (1, 1, 12)
+    assert md2["by_domain_and_source"].splitlines()[2:] == ["| swe | swe-agent | 1 | 12 |"]
     rep = dg.materialize([corpus_report], resources={"corpus": corpus}, instance=instance)
     path = Path(rep.asset_materializations_for_node("corpus_report")[0].metadata["path"].value)
     html = path.read_text()
