@@ -12,6 +12,8 @@ from dagster_project.resources import CorpusResource, beam_wanted
 from pipelines.score import TABLE, ScoreConfig, score, score_contracts
 from pipelines.score_surface import SurfaceConfig
 
+MODEL_TIER_SETTINGS = ("model", "device", "dtype", "max_tokens", "max_batch_tokens", "max_context")
+
 
 class ScoringModelResource(dg.ConfigurableResource):
     """The causal LM of the model tier and the scoring settings. `model` is `smollm2` (from the
@@ -33,6 +35,11 @@ class ScoringModelResource(dg.ConfigurableResource):
     _scorer: object = PrivateAttr(default=None)
 
     def score_config(self) -> ScoreConfig:
+        if self.tier == "surface":  # as the CLI: the model tier's settings would do nothing, so say so
+            defaults = type(self).model_fields
+            given = [n for n in MODEL_TIER_SETTINGS if getattr(self, n) != defaults[n].default]
+            if given:
+                raise ValueError(f"scoring_model: {', '.join(given)} apply only to the model tier; tier surface runs no model")
         model = None
         if self.tier != "surface":
             from pipelines.score_model import ModelScoreConfig

@@ -25,6 +25,17 @@ def corpus(tmp_path: Path) -> CorpusResource:
     return CorpusResource(root=str(out), inbox=str(tmp_path / "inbox"), settle_seconds=0)
 
 
+def test_model_settings_with_the_surface_tier_are_refused(corpus: CorpusResource) -> None:
+    """They were ignored (the CLI refuses them): a run that was meant to cap or load a model scored the surface alone."""
+    res = dg.materialize([turn_scores], raise_on_error=False, resources={
+        "corpus": corpus, "scoring_model": ScoringModelResource(tier="surface", model="/no/such/model.gguf", max_tokens=100)})
+    assert not res.success
+    [failure] = [e for e in res.all_events if e.is_step_failure]
+    assert ("scoring_model: model, max_tokens apply only to the model tier; tier surface runs no model"
+            in failure.step_failure_data.error.cause.message)
+    assert side_info(Corpus(corpus.root), "turn_scores") is None
+
+
 def test_surface_tier_materializes_with_checks(corpus: CorpusResource) -> None:
     res = dg.materialize([turn_scores, turn_scores_checks], resources={
         "corpus": corpus, "scoring_model": ScoringModelResource(tier="surface")})
