@@ -180,3 +180,31 @@ def test_check_runs_the_contracts_of_the_stages_that_ran(sample: Path, tmp_path:
     ingest([sample / "tau-bench"], corpus, IngestConfig(workers=1), progress=False)  # the verdicts are now stale
     assert main(["check", str(corpus)]) == 1
     assert "FAIL  cleaning_every_trajectory_judged" in capsys.readouterr().out
+
+
+def test_a_stale_score_warns_and_a_warning_does_not_fail_check(sample: Path, tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """Turns ingested after `score` have no rows yet (export trains them unscored): check exited 1
+    on the cover check, and on any warning, where the docs say a stale score only warns."""
+    from pipelines.cli import main
+    from pipelines.ingest import IngestConfig, ingest
+    from pipelines.score import ScoreConfig, score
+
+    corpus = tmp_path / "c"
+    ingest([sample / "intercode"], corpus, IngestConfig(workers=1), progress=False)
+    score(corpus, ScoreConfig(tier="surface"), progress=False)
+    assert main(["check", str(corpus)]) == 0
+    assert "PASS  turn_scores_cover_turns" in capsys.readouterr().out
+    ingest([sample / "tau-bench"], corpus, IngestConfig(workers=1), progress=False)
+    assert main(["check", str(corpus)]) == 0
+    out = capsys.readouterr().out
+    assert "WARN  turn_scores_cover_turns: exactly one turn_scores row per turn (turns added since score ran have none yet)" in out
+    assert "WARN  turn_scores_current" in out and "FAIL" not in out
+    # a row lost with the corpus unchanged is broken, not stale
+    score(corpus, ScoreConfig(tier="surface"), progress=False)
+    import pyarrow.parquet as pq
+
+    p = corpus / "side" / "turn_scores" / "data.parquet"
+    pq.write_table(pq.read_table(p).slice(1), p)
+    assert main(["check", str(corpus)]) == 1
+    assert "FAIL  turn_scores_cover_turns" in capsys.readouterr().out
