@@ -76,9 +76,17 @@ EXIT_INTERRUPTED = 130
 def run_session_command(name: str, run: Callable[[], SessionSummary], unavailable: type[Exception]) -> int:
     """A session collector's command: `run()` the collection and print its summary. Exit codes: 0 every
     session ran to its end, 3 some could not (listed), 1 `unavailable` (what drives the sessions is
-    missing: the message says what to install or start), 130 interrupted (finished sessions are written)."""
+    missing: the message says what to install or start), 130 interrupted by SIGINT or SIGTERM (`timeout`,
+    a job scheduler): the finished sessions are written, as the other collectors do."""
+    import signal
     import sys
+    import threading
 
+    def stop(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    main = threading.current_thread() is threading.main_thread()  # only there can a handler be set
+    old = signal.signal(signal.SIGTERM, stop) if main else None  # the default ends the process, nothing written
     try:
         summary = run()
     except unavailable as e:
@@ -87,6 +95,9 @@ def run_session_command(name: str, run: Callable[[], SessionSummary], unavailabl
     except KeyboardInterrupt:
         print(f"worldline {name}: interrupted (finished sessions are written)", file=sys.stderr)
         return EXIT_INTERRUPTED
+    finally:
+        if main:
+            signal.signal(signal.SIGTERM, old if old is not None else signal.SIG_DFL)
     print(summary.render())
     return EXIT_SOME_FAILED if summary.failed else 0
 

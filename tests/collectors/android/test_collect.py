@@ -162,3 +162,32 @@ def test_the_screen_is_read_once_it_settles(device: FakeDevice, tmp_path: Path, 
     log = device.log()
     assert log[log.index("shell input keyevent KEYCODE_BACK") + 1:] == [DUMP, DUMP, DUMP]
     assert _turns(out)["album/leave-app#0"][0][2] == recorded_screen("f7b58d")
+
+
+def test_sigterm_ends_the_run_as_ctrl_c_does_keeping_finished_sessions(device: FakeDevice, tmp_path: Path) -> None:
+    """SIGTERM (`timeout`, a scheduler) killed `collect android` (exit 143) with nothing written, where
+    Ctrl-C exits 130 with the finished sessions in the corpus, as the README says of every collector."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "c"
+    proc = subprocess.Popen([sys.executable, "-m", "pipelines.cli", "collect", "android", "--out", str(out), "--repeat", "30",
+                             "--settle", "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGTERM, signal.SIG_DFL))
+    assert proc.stderr is not None
+    progress = []
+    deadline = time.monotonic() + 120
+    while len(progress) < 2 and time.monotonic() < deadline:  # two sessions finished
+        line = proc.stderr.readline()
+        assert line, f"the run ended early: {proc.wait()} {proc.stdout.read() if proc.stdout else ''}"
+        if line.startswith("["):
+            progress.append(line)
+    os.kill(proc.pid, signal.SIGTERM)
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, (stdout, stderr)
+    assert "worldline collect android: interrupted (finished sessions are written)" in stderr
+    n = run_query(out, "SELECT count(*) FROM trajectories")[1][0][0]
+    assert 2 <= n < 90
