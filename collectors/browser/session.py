@@ -94,6 +94,9 @@ class FaultPlan:
     @classmethod
     def parse(cls, text: str | None, rate: float | None, seed: int) -> FaultPlan:
         kinds = fault_kinds(text, FAULT_KINDS)
+        if not kinds and rate:  # as `collect mcp`: a rate alone would run with no faults, silently
+            raise ValueError(f"--fault-rate {rate} without --faults: a rate with no fault kinds injects nothing; "
+                             f"name them with --faults KIND,... or --faults all (known: {', '.join(sorted(FAULT_KINDS))})")
         return cls(kinds, 0.25 if rate is None else rate, seed) if kinds else cls(seed=seed)
 
     def as_dict(self) -> dict[str, Any]:

@@ -112,6 +112,11 @@ def test_fault_options_read_as_mcp_reads_them() -> None:
     from collectors.browser.session import FaultPlan
 
     assert FaultPlan.parse("all", None, 3) == FaultPlan(("http_error",), 0.25, 3)
-    assert FaultPlan.parse("none", 0.5, 3) == FaultPlan.parse("", None, 3) == FaultPlan((), 0.25, 3)
+    assert FaultPlan.parse("none", None, 3) == FaultPlan.parse("", 0, 3) == FaultPlan((), 0.25, 3)
+    # a rate with no kinds ran with no faults and exited 0; `collect mcp` refuses it, and so does this
+    for kinds in ("none", "", None):
+        with pytest.raises(ValueError, match=r"^--fault-rate 0.5 without --faults: a rate with no fault kinds injects "
+                                             r"nothing; name them with --faults KIND,... or --faults all \(known: http_error\)$"):
+            FaultPlan.parse(kinds, 0.5, 3)
     with pytest.raises(ValueError, match=r"unknown browser fault kind\(s\) \['latency'\]; known: \['http_error'\]"):
         FaultPlan.parse("http_error,latency", None, 0)
