@@ -15,9 +15,9 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
-from collectors.browser.session import BrowserSession, FaultPlan, StepResult, Tab
+from collectors.browser.session import BrowserDied, BrowserSession, FaultPlan, StepResult, Tab
 from collectors.browser.spec import (
     ACTION_SPACE,
     Session,
@@ -117,7 +117,8 @@ def record(browser: BrowserSession, spec: SiteSpec, session: Session, rep: int, 
             failure = _agent_turns(tab, policy, f"{session.task}\n\n{initial}", turns)
         for i, step in enumerate(session.steps if policy is None else []):
             ref = tab.resolve(step) if step.do != "goto" else None
-            if step.do != "goto" and ref is None:
+            # the page is missing its target, or is an injected 503 (a step's own `ref` would act on the error page)
+            if step.do != "goto" and (ref is None or (tab.status or 0) >= 500):
                 if not _reload(tab, turns, f"step:{i}"):
                     gave_up = f"step {i}: {MAX_RELOADS} reloads of {tab.page.url} were answered 503"
                     break
@@ -201,7 +202,11 @@ def _judge(session: Session, tab: Tab) -> str:
         return "unjudged"
     try:
         text = tab.page.inner_text("body")
-    except Exception:  # noqa: BLE001 - a page that does not answer: judged on the tree it last showed
+    except Exception as x:  # noqa: BLE001 - a page that does not answer: judged on the tree it last showed
+        if not tab.alive():
+            raise BrowserDied(f"chromium died: {str(x).splitlines()[0] if str(x) else type(x).__name__}") from None
         text = tab.snapshot
-    ok = (e.path is None or urlsplit(tab.page.url).path == e.path) and (e.text is None or e.text in text)
+    # the url is percent-encoded (`/my%20page.html`), the spec's path as written (`/my page.html`)
+    ok = ((e.path is None or unquote(urlsplit(tab.page.url).path) == unquote(e.path))
+          and (e.text is None or e.text in text))
     return "success" if ok else "failure"

@@ -9,11 +9,11 @@ network and every run sees the same site."""
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import importlib.metadata
 import json
 import mimetypes
 import os
-import random
 import re
 import time
 from dataclasses import dataclass
@@ -45,12 +45,17 @@ _UNAVAILABLE = (b"<!doctype html><html><head><title>503 Service Unavailable</tit
 _NOT_FOUND = (b"<!doctype html><html><head><title>404 Not Found</title></head><body><h1>Not Found</h1>"
               b"<p>The requested page was not found on this server.</p></body></html>")
 _LINE = re.compile(r'^\s*- ([a-z][a-z-]*)(?: ("(?:[^"\\]|\\.)*"))?((?: \[[^\]]*\])*)')
-_QUOTED = re.compile(r"^(\s*)- '((?:[^']|'')*)':?$")
+_QUOTED = re.compile(r"^(\s*)- '((?:[^']|'')*)'(?::.*)?$")  # `- 'textbox "Note: x" [ref=e4]': typed text
 _REF_ATTR = re.compile(r"\[ref=([^\]]+)\]")
 
 
 class BrowserUnavailable(RuntimeError):
     """chromium or Playwright is missing; the message says what to install."""
+
+
+class BrowserDied(RuntimeError):
+    """chromium went away during a session: not the page's answer to an action, so no turn records it
+    (the session ends as `browser_error`; the next one starts chromium again)."""
 
 
 def chromium_path() -> Path:
@@ -77,8 +82,9 @@ def find_ref(snapshot: str, target: Target) -> str | None:
 
 @dataclass
 class FaultPlan:
-    """Which faults a run injects and how often: drawn per page load of the site during an action,
-    from a generator seeded by (seed, spec, session, repetition), so a rerun injects the same ones."""
+    """Which faults a run injects and how often: drawn per page load of the site during an action (until
+    its page has loaded), each draw a hash of (seed, spec, session with its repetition, action, url,
+    which load of that url in the action), so a rerun injects the same ones (`Tab._draw`)."""
 
     kinds: tuple[str, ...] = ()
     rate: float = 0.25
@@ -194,7 +200,9 @@ class Tab:
     def __init__(self, browser: Any, spec: SiteSpec, faults: FaultPlan, key: str):
         self.spec = spec
         self.faults = faults
-        self.rng = random.Random(f"{faults.seed}/{spec.name}/{key}")
+        self.key = key
+        self.actions = 0  # actions so far: with the url and its loads within the action, what a fault draw is of
+        self._loads: dict[str, int] = {}  # page loads of each url in this action
         self.blocked: list[str] = []
         self.not_found: list[str] = []
         self._acting = False
@@ -236,8 +244,7 @@ class Tab:
         path = unquote(urlsplit(url).path) or "/"
         if path.endswith("/"):
             path += "index.html"
-        if (page_load and self._acting and "http_error" in self.faults.kinds
-                and self.rng.random() < self.faults.rate):
+        if page_load and self._acting and "http_error" in self.faults.kinds and self._draw(url) < self.faults.rate:
             self._fault = "http_error"
             self.status = 503
             route.fulfill(status=503, body=_UNAVAILABLE, content_type="text/html; charset=utf-8")
@@ -254,6 +261,21 @@ class Tab:
         ctype = mimetypes.guess_type(path)[0] or "application/octet-stream"
         route.fulfill(status=200, body=body, content_type=ctype + ("; charset=utf-8" if ctype.startswith("text/")
                                                                    or ctype.endswith("javascript") else ""))
+
+    def _draw(self, url: str) -> float:
+        """A uniform draw for this page load, a function of (seed, site, session, action, url, which
+        load of that url in the action): not of the order in which loads reached the router, so a page
+        that navigates by script cannot shift the faults of the rest of the session."""
+        n = self._loads[url] = self._loads.get(url, 0) + 1
+        h = hashlib.sha256(f"{self.faults.seed}\0{self.spec.name}\0{self.key}\0{self.actions}\0{url}\0{n}".encode())
+        return int.from_bytes(h.digest()[:8], "big") / 2.0**64
+
+    def alive(self) -> bool:
+        """Whether chromium is still there (a page error is then the page's own)."""
+        try:
+            return bool(self.context.browser is None or self.context.browser.is_connected())
+        except Exception:  # noqa: BLE001 - a driver that went with the browser
+            return False
 
     def _front(self) -> Any:
         """The page the agent sees: the newest tab the site opened that is still open, else the current
@@ -283,6 +305,8 @@ class Tab:
             snapshot = page.aria_snapshot(mode="ai")
             title = page.title()
         except Exception as e:  # noqa: BLE001 - the page's answer, as any other
+            if not self.alive():
+                raise BrowserDied(f"chromium died: {_first_line(e)}") from None
             snapshot, title = "", ""
             error = (f"{error}; " if error else "") + f"the page did not answer: {_first_line(e)}"
         self.snapshot, url = snapshot, page.url
@@ -308,10 +332,15 @@ class Tab:
         t0 = time.monotonic()
         action, tool, args = _call(step, ref, self.spec.origin)
         error = None
-        self._acting, self._fault = True, None
+        self.actions += 1
+        self._acting, self._fault, self._loads = True, None, {}
         try:
-            if step.do == "goto":
-                self.page.goto(self.spec.origin + step.url if step.url.startswith("/") else step.url)
+            url = self.spec.origin + step.url if step.do == "goto" and step.url.startswith("/") else step.url
+            if step.do == "goto" and urlsplit(url).scheme not in ("http", "https"):
+                # chrome://, data:, file: never reach the site's routing: the browser itself would answer
+                error = f"only the site's http(s) pages can be opened, not {url[:100]!r}"
+            elif step.do == "goto":
+                self.page.goto(url)
             else:
                 loc = self.page.locator(f"aria-ref={ref}")
                 if loc.count() == 0:
@@ -329,10 +358,14 @@ class Tab:
                 elif step.do == "uncheck":
                     loc.uncheck()
         except Exception as e:  # noqa: BLE001 - Playwright's errors are the environment's answer to the action
+            if not self.alive():
+                self._acting = False
+                raise BrowserDied(f"chromium died: {_first_line(e)}") from None
             error = _first_line(e)
+        try:  # the page loads the action set off are the action's, until the page has loaded
+            obs, url, title, error = self.observe(error)
         finally:
             self._acting = False
-        obs, url, title, error = self.observe(error)
         return StepResult(action, tool, args, obs, url, title, self.status, error, started, round(time.monotonic() - t0, 6),
                           self._fault)
 

@@ -268,3 +268,115 @@ def test_chromium_that_will_not_start_again_says_why(tmp_path: Path, monkeypatch
     assert (s.sessions, s.restarts, dict(s.outcomes)) == (3, 0, {"success": 1, "browser_error": 2})
     why = f"BrowserUnavailable: chromium died and did not start again: {tmp_path / 'gone-chromium'} is missing"
     assert [f.split(": ", 1)[1][:len(why)] for f in s.failures] == [why, why]
+
+
+def test_chromium_that_dies_mid_session_ends_it_as_a_browser_error(tmp_path: Path, monkeypatch) -> None:
+    """chromium killed between two actions: the next action's error ("Target ... closed") was recorded as
+    the page's answer and the session judged `policy_error` (or `failure`, exit 0); it is a browser_error,
+    with the turns before it, and the next session runs in a new chromium."""
+    from collectors.browser.session import Tab
+
+    real_act, acts = Tab.act, []
+
+    def kill_before_the_third(self, step, ref):  # noqa: ANN001, ANN202
+        acts.append(step)
+        if len(acts) == 3:
+            _kill_chromium()
+        return real_act(self, step, ref)
+
+    monkeypatch.setattr(Tab, "act", kill_before_the_third)
+    out = tmp_path / "c"
+    s = collect(default_specs(), out, only=["order-mugs", "search-socks"])
+    assert (s.sessions, s.failed, s.restarts, dict(s.outcomes)) == (2, 1, 1, {"browser_error": 1, "success": 1})
+    [why] = s.failures
+    assert why.startswith("shop/order-mugs#0: BrowserDied: chromium died: "), why
+    rows = _rows(out, "SELECT native_id, num_turns, outcome FROM trajectories ORDER BY native_id")
+    assert [(r["native_id"].split("@")[0], r["num_turns"], r["outcome"]) for r in rows][0] == ("shop/order-mugs#0", 2, "browser_error")
+    assert not run_query(out, "SELECT count(*) FROM turns WHERE observation LIKE '%has been closed%'")[1][0][0]
+
+
+def _site(tmp_path: Path, steps: str, expect: str = "") -> Path:
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "index.html").write_text('<title>Home</title><a href="b.html">To B</a>')
+    (tmp_path / "site" / "b.html").write_text("<title>B</title><p>page b</p>")
+    (tmp_path / "site" / "my page.html").write_text("<title>Spaced</title><p>spaced</p>")
+    (tmp_path / "site" / "café.html").write_text("<title>Cafe</title><p>accented</p>")
+    spec = tmp_path / "t.yaml"
+    spec.write_text(f"name: t\nsite: site\nsessions:\n  - name: s\n    task: t\n    steps:\n{steps}" + expect)
+    return spec
+
+
+@pytest.mark.parametrize("path", ["/my page.html", "/café.html"])
+def test_the_expected_path_is_compared_decoded(tmp_path: Path, path: str) -> None:
+    """The page's url is percent-encoded (`/my%20page.html`): a session that reached `/my page.html` was judged failure."""
+    spec = _site(tmp_path, f"      - {{do: goto, url: '{path}'}}\n", f"    expect: {{path: '{path}'}}\n")
+    s = collect([spec], tmp_path / "c")
+    assert dict(s.outcomes) == {"success": 1}
+
+
+def test_a_step_with_its_own_ref_reloads_an_injected_503_first(tmp_path: Path) -> None:
+    """A step naming its ref acted on the 503 page (an error turn, "no element with ref"); it reloads
+    the page first, as a step that names a target does."""
+    from collectors.browser.session import Tab
+    from collectors.browser.spec import load_spec
+
+    # refs carry the page load's number: the link is f2e2 on the page the reload (the 2nd load after the start) shows
+    spec = _site(tmp_path, "      - {do: goto, url: /index.html}\n      - {do: click, ref: f2e2}\n")
+
+    def draws(seed: int) -> list[bool]:  # fault or not: the goto (action 1), its reload (2), the click's load (3)
+        tab = Tab.__new__(Tab)
+        tab.faults, tab.spec, tab.key = FaultPlan(("http_error",), 0.5, seed), load_spec(spec), "s#0"
+        out = []
+        for action, url in ((1, "http://t.test/index.html"), (2, "http://t.test/index.html"), (3, "http://t.test/b.html")):
+            tab.actions, tab._loads = action, {}
+            out.append(tab._draw(url) < 0.5)
+        return out
+
+    seed = next(s for s in range(200) if draws(s) == [True, False, False])
+    out = tmp_path / "c"
+    collect([spec], out, faults=FaultPlan(("http_error",), 0.5, seed))
+    rows = run_query(out, "SELECT action, is_error, perturbation, locator FROM turns ORDER BY turn_index")[1]
+    assert rows == [("goto('http://t.test/index.html')", False, "http_error", "step:0"),
+                    ("goto('http://t.test/index.html')", False, None, "step:1:reload0"),
+                    ("click('f2e2')", False, None, "step:1")]
+
+
+def test_only_the_sites_http_pages_can_be_opened(tmp_path: Path) -> None:
+    """chrome:// and data: URLs never reach the routing that blocks other origins: an agent could read
+    chromium's own pages (chrome://version shows the host)."""
+    from collectors.browser.session import BrowserSession
+    from collectors.browser.spec import Step, load_spec
+
+    spec = load_spec(_site(tmp_path, "      - {do: goto, url: /b.html}\n"))
+    with BrowserSession() as browser:
+        tab = browser.tab(spec, FaultPlan(), "s#0")
+        tab.start("/index.html")
+        for url in ("chrome://version", "data:text/html,<p>x</p>", "file:///etc/hostname"):
+            r = tab.act(Step("goto", url=url), None)
+            assert r.error == f"only the site's http(s) pages can be opened, not {url!r}"
+            assert (r.url, r.title) == ("http://t.test/index.html", "Home")
+        tab.close()
+
+
+def test_a_fault_draw_does_not_depend_on_the_loads_before_it() -> None:
+    """Draws came one after another from one stream per session: a page load that a script's timing let in
+    (or not) shifted every fault after it. A draw is now a function of its own load alone."""
+    from collectors.browser.session import Tab
+    from collectors.browser.spec import SiteSpec
+
+    def draws(extra: bool) -> list[float]:
+        tab = Tab.__new__(Tab)
+        tab.faults, tab.key = FaultPlan(("http_error",), 0.5, 3), "s#0"
+        tab.spec = SiteSpec.__new__(SiteSpec)
+        tab.spec.name = "t"
+        got = []
+        for action in (1, 2, 3):
+            tab.actions, tab._loads = action, {}
+            got.append(tab._draw("http://t.test/a.html"))
+            if extra and action == 2:
+                tab._draw("http://t.test/redirected.html")  # a script's navigation, racing the window
+            got.append(tab._draw("http://t.test/a.html"))  # the same url again in the action: its own draw
+        return got
+
+    assert draws(False) == draws(True)
+    assert len(set(draws(False))) == 6 and all(0 <= d < 1 for d in draws(False))

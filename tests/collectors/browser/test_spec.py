@@ -96,6 +96,14 @@ def test_targets_and_refs() -> None:
     - text: x"""
     assert find_ref(quoted, Target("button", "Total: $5")) == "e2"
     assert find_ref(quoted, Target("heading", "It's #1: here")) == "e3"
+    # ... and a quoted line that carries a value (a filled text field): it was never matched
+    filled = """- generic [ref=e1]:
+  - 'textbox "Note: required" [ref=e4]': hello
+  - 'textbox "Promo code: optional" [ref=e5]': "SAVE: 10"
+  - textbox "Plain" [ref=e6]: typed"""
+    assert find_ref(filled, Target("textbox", "Note: required")) == "e4"
+    assert find_ref(filled, Target("textbox", "Promo code: optional")) == "e5"
+    assert find_ref(filled, Target("textbox", "Plain")) == "e6"
 
 
 def test_an_unknown_session_is_refused_before_chromium_starts(tmp_path: Path) -> None:
