@@ -69,6 +69,9 @@ def test_definitions_load() -> None:
     assert parents["turn_scores"] == {"dedup_clusters"}
     assert parents["training_export"] == {"dedup_clusters", "turn_scores"}
     assert parents["thinking_traces"] == {"turn_scores", "training_export"}  # the split is the export's
+    # ... and it needs an LLM endpoint: without one, a full run still writes the report
+    assert parents["corpus_report"] == {"ingested_traces", "mcp_trajectories", "sandbox_trajectories",
+                                        "browser_trajectories", "dedup_clusters", "turn_scores", "training_export"}
     assert {c.name for c in corpus_contracts.check_specs} == {
         "schema_valid", "counts_reconcile", "quarantine_rate", "latest_batch_quarantine_rate", "unique_trajectory_id",
         "manifest_checksums"}
