@@ -34,6 +34,7 @@ left out and counted, so every row written round-trips through the importer.
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from typing import Any
 
 import orjson
@@ -85,20 +86,22 @@ def turn_prompt(k: int, action: str, task: str | None, state: str | None) -> str
 
 
 def eval_rows(traj: dict[str, Any], conv: Conversation, middle: int = 2,
-              render: RenderConfig | None = None) -> tuple[list[dict[str, Any]], int]:
+              render: RenderConfig | None = None, exclude: Collection[int] = ()) -> tuple[list[dict[str, Any]], int]:
     """(rows, rows left out as unparseable) for one held-out trajectory. `traj` and `conv` carry
-    already-redacted text."""
+    already-redacted text. `exclude`: group positions not to evaluate (the training set trains them)."""
     groups = conv.groups
     n = len(groups)
     task, state = traj.get("task"), traj.get("initial_state")
     texts = [task or "", state or ""] + [g.user for g in groups] + [g.observation for g in groups]
     if any(_UNSAFE.search(t) for t in texts):
-        return [], len(evaluated_turns(n, middle))
+        return [], len(set(evaluated_turns(n, middle)).difference(exclude))
     system = system_prompt({"domain": traj.get("domain"), "action_space": traj.get("action_space")}, render or RenderConfig())
     prompts = [turn_prompt(i + 1, g.user, task, state) for i, g in enumerate(groups)]
     responses = [f"{OBS_MARKER}\n{g.observation}" for g in groups]
     rows = []
     for t in evaluated_turns(n, middle):
+        if t in exclude:
+            continue
         rows.append({
             "task": traj["domain"],
             "id": traj["trajectory_id"],

@@ -88,7 +88,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipelines import export_formats as fmt
-from pipelines.evalset import dumps_row, eval_rows
+from pipelines.evalset import dumps_row, eval_rows, evaluated_turns
 from pipelines.pack import Document, Sample, group_lengths, next_window, pack
 from pipelines.procs import die_with_parent
 from pipelines.progress import CountProgress
@@ -129,7 +129,8 @@ from schemas.options import process_count
 from schemas.tables import check_domains
 
 EXPORT_FORMAT = "worldline-export/1"
-EXPORT_CODE_VERSION = "3"  # bump when a change to this module changes what is written (3: trajectories with no turn counted)
+EXPORT_CODE_VERSION = "4"  # bump when a change to this module changes what is written (3: trajectories with no turn
+# counted; 4: a shared prefix that train trains is context only in validation and test, and no eval row)
 SPLITS = ("train", "validation", "test")
 DATA_DIRS = ("parquet", "chat", "megatron", "eval")
 SIDE_TABLES = ("cleaning", "duplicates", "shared_prefixes", "turn_scores")  # what the export reads
@@ -822,6 +823,7 @@ class ExportSummary:
     mix: dict[str, dict[str, dict[str, dict[str, int]]]] = field(default_factory=dict)
     eval_rows: dict[str, int] = field(default_factory=dict)
     eval_unparseable: int = 0
+    eval_seen_in_train: int = 0  # test turns left out of the eval set: a train trajectory trains them (a shared prefix)
     tables_used: list[str] = field(default_factory=list)
     tokenizer: str = ""
     seq_len: int = 0
@@ -875,7 +877,9 @@ class ExportSummary:
                      + (" (the texts clean's scan flagged)" if self.redaction_scan else " (every text scanned)"))
         lines.append(f"  eval set (AgentWorldBench form): {sum(self.eval_rows.values())} rows "
                      + (f"({', '.join(f'{d} {n}' for d, n in sorted(self.eval_rows.items()))})" if self.eval_rows else "")
-                     + (f"; {self.eval_unparseable} left out (content the benchmark parser would misread)" if self.eval_unparseable else ""))
+                     + (f"; {self.eval_unparseable} left out (content the benchmark parser would misread)" if self.eval_unparseable else "")
+                     + (f"; {self.eval_seen_in_train} left out (a prefix shared with a train trajectory, trained there)"
+                        if self.eval_seen_in_train else ""))
         if self.layout:
             where = {"parquet": "parquet/<split>/part-*.parquet (input_ids, labels, loss_mask, position_ids, cu_seqlens)",
                      "chat": "chat/<split>/part-*.jsonl.zst (messages with per-message train flags)",
@@ -908,12 +912,16 @@ def scan_usable(corpus: Corpus, redact: RedactConfig, state: dict[str, Any] | No
 
 
 def split_prefix_owners(con: Any, cfg: ExportConfig) -> pa.Table | None:
-    """Who trains each shared prefix, per split: dedup gives a prefix to one kept trajectory (by
-    rank), whatever split the export then puts it in (or none of its copies, under a mixture
-    weight below 1), so a split could hold the prefix as context only and train it nowhere. Each
-    split gets its own owner among its exported members: dedup's when it is one of them, else the
-    first by trajectory id. Rows (trajectory_id, turn_index, counts) only where that changes
-    `counts_for_training`; None when it cannot (one split, no weights)."""
+    """Who trains each shared prefix: dedup gives a prefix to one kept trajectory (by rank),
+    whatever split the export then puts it in (or none of its copies, under a mixture weight below
+    1), so a split could hold the prefix as context only and train it nowhere. Splits are by task,
+    and runs of different tasks can share a prefix: a prefix that a train member has is trained
+    there alone, and its held-out members hold it as context only (`seen`: their validation loss
+    and the eval set leave it out, since train learnt it); a prefix no train member has gets one
+    owner in each held-out split. The owner within a split: dedup's when it is one of its exported
+    members, else the first by trajectory id. Rows (trajectory_id, turn_index, counts, seen) only
+    where that changes `counts_for_training` or `seen` is true; None when it cannot (one split,
+    no weights)."""
     if cfg.split.validation == 0 and cfg.split.test == 0 and not cfg.domain_weights and not cfg.source_weights:
         return None
     cols = [c for c in cfg.split.group_by if c not in ("trajectory_id", "domain", "source_format")]
@@ -932,11 +940,12 @@ def split_prefix_owners(con: Any, cfg: ExportConfig) -> pa.Table | None:
         WITH m AS (SELECT sp.trajectory_id, sp.turn_index, sp.prefix_hash, sp.counts_for_training, pm.split, pm.exported
                    FROM shared_prefixes sp JOIN _prefix_members pm USING (trajectory_id)
                    SEMI JOIN kept_turns k USING (trajectory_id, turn_index)),
-        r AS (SELECT *, row_number() OVER (PARTITION BY prefix_hash, split
-                                           ORDER BY exported DESC, counts_for_training DESC, trajectory_id) = 1 AS owns
+        r AS (SELECT *, split <> 'train' AND bool_or(split = 'train' AND exported) OVER (PARTITION BY prefix_hash) AS seen,
+                     row_number() OVER (PARTITION BY prefix_hash, split
+                                        ORDER BY exported DESC, counts_for_training DESC, trajectory_id) = 1 AS first
               FROM m)
-        SELECT trajectory_id, turn_index::INTEGER AS turn_index, owns AS counts FROM r
-        WHERE owns <> counts_for_training""").arrow()
+        SELECT trajectory_id, turn_index::INTEGER AS turn_index, first AND NOT seen AS counts, seen FROM r
+        WHERE (first AND NOT seen) <> counts_for_training OR seen""").arrow()
     return t.read_all() if isinstance(t, pa.RecordBatchReader) else t
 
 
@@ -953,9 +962,9 @@ def _trajectory_reader(con: Any, have: set[str], batch: int, scanned: bool = Fal
     # `trajectories`, not `kept_trajectories`: the join with the kept turns already leaves out every
     # trajectory without one, and the view would evaluate `kept_turns` a second time
     counts = "k.counts_for_training" if turns_view == "kept_turns" else "true"
-    owned = ""
+    owned, seen = "", "false"
     if owners:  # `split_prefix_owners`, registered as `_split_owners`
-        counts = "coalesce(o.counts, k.counts_for_training)"
+        counts, seen = "coalesce(o.counts, k.counts_for_training)", "coalesce(o.seen, false)"
         owned = "LEFT JOIN _split_owners o USING (trajectory_id, turn_index)"
     scores, loss, scored = "", "NULL::BOOLEAN", "false"
     if "turn_scores" in have:
@@ -972,7 +981,7 @@ def _trajectory_reader(con: Any, have: set[str], batch: int, scanned: bool = Fal
             SELECT k.trajectory_id,
                    list({{'turn_index': k.turn_index, 'kind': k.kind, 'action': k.action, 'tool_name': k.tool_name,
                           'tool_args': k.tool_args, 'thought': k.thought, 'observation': k.observation, 'exit_code': k.exit_code,
-                          'counts': {counts}, 'loss': {loss}, 'scored': {scored}}} ORDER BY k.turn_index) AS turns
+                          'counts': {counts}, 'loss': {loss}, 'scored': {scored}, 'seen': {seen}}} ORDER BY k.turn_index) AS turns
             FROM {turns_view} k {scores} {owned}
             GROUP BY k.trajectory_id)
         SELECT tr.trajectory_id, tr.domain, tr.source_format, tr.source, tr.task, tr.action_space, tr.initial_state,
@@ -996,6 +1005,7 @@ class _Work:
     copies: int
     key: str  # the split group key (from the raw, unredacted columns)
     full: dict[int, Group] = field(default_factory=dict)  # turn_index -> the group before `cut_for_tokens`
+    seen: frozenset[int] = frozenset()  # turn indices a train trajectory trains (a shared prefix): not eval rows
 
 
 def text_bound(tok: ExportTokenizer, seq_len: int) -> int:
@@ -1183,6 +1193,7 @@ class _BatchResult:
     no_env_turns: int = 0
     eval_rows: list[tuple[str, bytes]] = field(default_factory=list)
     eval_unparseable: int = 0
+    eval_seen_in_train: int = 0
 
 
 def _flagged(row: dict[str, Any]) -> dict[int, set[str]]:
@@ -1255,7 +1266,8 @@ def prepare_rows(rows: list[dict[str, Any]], cfg: ExportConfig, tok: ExportToken
         key = group_key(row, cfg.split)  # from the raw columns: redaction must not move a task
         split = split_of(key, cfg.split)
         conv, full = cut_for_tokens(conv, bound)
-        work.append(_Work(traj, conv, loss, split, copies_of(traj, split, cfg), key, full))
+        seen = frozenset(g.turn_index for g in conv.groups if by_index[g.turn_index].get("seen"))
+        work.append(_Work(traj, conv, loss, split, copies_of(traj, split, cfg), key, full, seen))
     texts, spans = DocumentBuilder(tok, cfg).texts(work)
     # the system prompts a window may have to cut (`DocumentBuilder._cut_systems`), by the byte
     # bound: encoded with the batch, off the critical path when `run` is in a thread
@@ -1275,8 +1287,10 @@ def finish_rows(prep: _Prepared, cfg: ExportConfig, tok: ExportTokenizer) -> _Ba
                                 len(w.conv.groups), sum(d.loss_turns for d in docs)), docs))
         if w.split == "test":  # the benchmark's ground truth: the whole texts, not the cut for encoding
             conv = Conversation(w.conv.system, [w.full.get(g.turn_index, g) for g in w.conv.groups]) if w.full else w.conv
-            rows_, bad = eval_rows(t, conv, cfg.eval_middle_turns, cfg.render)
+            seen = {i for i, g in enumerate(conv.groups) if g.turn_index in w.seen}
+            rows_, bad = eval_rows(t, conv, cfg.eval_middle_turns, cfg.render, exclude=seen)
             res.eval_unparseable += bad
+            res.eval_seen_in_train += len(seen.intersection(evaluated_turns(len(conv.groups), cfg.eval_middle_turns)))
             res.eval_rows += [(t["domain"], dumps_row(r)) for r in rows_]
     res.systems_truncated = builder.systems_truncated
     return res
@@ -1678,6 +1692,7 @@ def _run(opened: _Opened, cfg: ExportConfig, tok: ExportTokenizer, root: Path, s
         redactions.update(res.redactions)
         summary.systems_truncated += res.systems_truncated
         summary.eval_unparseable += res.eval_unparseable
+        summary.eval_seen_in_train += res.eval_seen_in_train
         for domain, line in res.eval_rows:
             eval_out[domain].append(line)
         bar(res.no_env_turns, 0)
@@ -1749,7 +1764,7 @@ def _run(opened: _Opened, cfg: ExportConfig, tok: ExportTokenizer, root: Path, s
         "splits": splits_doc,
         "mix": summary.mix,
         "eval": {"format": "agentworldbench", "files": eval_files, "rows": summary.eval_rows,
-                 "unparseable_left_out": summary.eval_unparseable},
+                 "unparseable_left_out": summary.eval_unparseable, "trained_in_train_left_out": summary.eval_seen_in_train},
         "counts": {k: getattr(summary, k) for k in ("trajectories_total", "dropped_by_cleaning", "duplicates",
                                                    "no_env_turns", "systems_truncated", "unscored_turns", "masked_by_score",
                                                    "shared_prefix_turns")},

@@ -996,9 +996,12 @@ def _prefix_trains(out: Path) -> dict[str, list[bool]]:
     return trains
 
 
-def test_each_split_trains_a_shared_prefix_once(tok: ex.ExportTokenizer, tmp_path: Path) -> None:
+def test_a_shared_prefix_is_trained_once_and_never_evaluated_where_train_trains_it(tok: ex.ExportTokenizer,
+                                                                                   tmp_path: Path) -> None:
     """Dedup gives a shared prefix to one trajectory; when the export put that one in validation or
-    test, the train split held the prefix as context only and never trained on it."""
+    test, the train split held the prefix as context only and never trained on it. And splits are by
+    task: runs of two tasks that share a prefix can land in train and test, and test's copy of the
+    prefix (trained in train) was trained in test too and was the eval set's ground truth."""
     from pipelines.dedup import dedup
     from pipelines.ingest import IngestConfig, ingest
 
@@ -1018,8 +1021,23 @@ def test_each_split_trains_a_shared_prefix_once(tok: ex.ExportTokenizer, tmp_pat
     for tid, flags in trains.items():
         by_pair_split[(pair_of[tid], split_of_tid[tid])].append(flags)
     assert len({s for _, s in by_pair_split}) == 3 and len(by_pair_split) > 40  # some pairs straddle two splits
-    for members in by_pair_split.values():  # in every split, each prefix turn is trained by exactly one member
-        assert [sum(f[i] for f in members) for i in range(3)] == [1, 1, 1]
+    in_train = {p for p, s in by_pair_split if s == "train"}
+    for (pair, split), members in by_pair_split.items():
+        # a prefix is trained by one member of train if it has one, else by one member of each held-out split
+        want = 0 if split != "train" and pair in in_train else 1
+        assert [sum(f[i] for f in members) for i in range(3)] == [want] * 3, (pair, split)
+    # the eval set leaves out test turns that train trains: 6 groups, evaluated 0, 2, 3, 5; the prefix is 0-2
+    rows = [orjson.loads(line) for f in sorted((tmp_path / "out" / "eval").rglob("*.jsonl"))
+            for line in f.read_bytes().splitlines()]
+    turns_of = defaultdict(list)
+    for r in rows:
+        turns_of[r["id"]].append(r["turn_idx"])
+    tests = {tid for tid, s in split_of_tid.items() if s == "test"}
+    assert set(turns_of) == tests
+    straddling = {tid for tid in tests if pair_of[tid] in in_train}
+    assert straddling and all(turns_of[t] == ([4, 6] if t in straddling else [1, 3, 4, 6]) for t in tests), turns_of
+    m = _manifest(tmp_path / "out")
+    assert m["eval"]["trained_in_train_left_out"] == 2 * len(straddling)
 
 
 def test_a_shared_prefix_goes_to_a_member_the_mixture_exports(tok: ex.ExportTokenizer, tmp_path: Path) -> None:
