@@ -45,6 +45,7 @@ from pipelines.decontam import DecontamConfig, EvalIndex, load_eval_set, scan_tr
 from pipelines.progress import StatusLine
 from pipelines.query import connect, spill_workspace, sql_str
 from pipelines.redact import TRAJECTORY_TEXT_COLUMNS, TURN_TEXT_COLUMNS, RedactConfig, Redactor, rules_digest
+from pipelines.render import conversation
 from pipelines.side import corpus_state, remove_side_table, write_side_table
 from pipelines.store import Corpus
 from schemas.options import at_least, check_memory_limit
@@ -178,6 +179,7 @@ class CleanSummary:
     redacted_texts: int = 0
     contaminated: int = 0
     eval_items: int = 0
+    eval_items_too_short: int = 0  # items with too few n-grams to judge (left out of the index)
     seconds: float = 0.0
     fingerprint: str = ""
 
@@ -197,8 +199,10 @@ class CleanSummary:
             lines.append(f"  secrets/PII export will redact: {kinds} (in {self.redacted_texts} texts)")
         else:
             lines.append("  secrets/PII export will redact: none found")
-        if self.eval_items:
-            lines.append(f"  decontamination: {self.contaminated} trajectories overlap {self.eval_items} evaluation items")
+        if self.eval_items or self.eval_items_too_short:
+            lines.append(f"  decontamination: {self.contaminated} trajectories overlap {self.eval_items} evaluation items"
+                         + (f"; {self.eval_items_too_short} items left out, too short to judge (fewer n-grams than "
+                            "--min-item-ngrams)" if self.eval_items_too_short else ""))
         lines.append(f'  see: worldline query {self.corpus} "SELECT reason, count(*) FROM cleaning GROUP BY 1"')
         return "\n".join(lines)
 
@@ -344,18 +348,21 @@ def _trajectory_verdicts(con: duckdb.DuckDBPyConnection, cfg: CleanConfig, summa
 
 def _decontaminate(con: duckdb.DuckDBPyConnection, items: list, cfg: CleanConfig, summary: CleanSummary) -> list:
     index = EvalIndex.build(items, cfg.decontam)
-    summary.eval_items = len(index.ids)
+    summary.eval_items, summary.eval_items_too_short = len(index.ids), index.too_short
     flags = []
+    # each action as export renders it for the eval set (`render.conversation`'s user message): the agent's
+    # messages before it are folded in, and an eval row's action holds them (only `action` missed such rows)
     rel = con.sql("""
         SELECT t.trajectory_id, any_value(t.task) AS task,
-               list(struct_pack(i := u.turn_index, a := u.action) ORDER BY u.turn_index)
-                 FILTER (WHERE u.action IS NOT NULL AND u.kind = 'env') AS actions
+               list(struct_pack(turn_index := u.turn_index, kind := u.kind, action := u.action, tool_name := u.tool_name,
+                                tool_args := u.tool_args, thought := u.thought, observation := '')
+                    ORDER BY u.turn_index) FILTER (WHERE u.turn_index IS NOT NULL) AS turns
         FROM trajectories t LEFT JOIN turns u USING (trajectory_id)
         GROUP BY t.trajectory_id ORDER BY t.trajectory_id""")
     reader = rel.to_arrow_reader(4096)
     for batch in reader:
-        for tid, task, acts in zip(*(batch.column(i).to_pylist() for i in range(3)), strict=True):
-            actions = [(a["i"], a["a"]) for a in acts or []]
+        for tid, task, turns in zip(*(batch.column(i).to_pylist() for i in range(3)), strict=True):
+            actions = [(g.turn_index, g.user) for g in conversation({}, turns or []).groups if g.user]
             flags.extend(scan_trajectory(index, tid, task, actions, cfg.decontam))
     if flags:
         best: dict[str, Any] = {}

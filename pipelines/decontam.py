@@ -33,7 +33,12 @@ import orjson
 from collectors.agentworldbench import split_prompt, unfence
 from schemas.options import at_least
 
-_TOKEN = re.compile(r"[a-z0-9]+")
+# words of any script (letters and digits, `_` a separator as before); Chinese and Japanese, written
+# without spaces, one character per token. `[a-z0-9]+` found no word at all in such text: an item in
+# those scripts was never indexed, a trajectory never matched.
+_CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
+_TOKEN = re.compile(f"[{_CJK}]|[^\\W_{_CJK}]+")
+TOKENS_VERSION = 2  # in the fingerprint: a change to the words changes every verdict
 TEXT_KEYS = ("task", "instruction", "question", "prompt", "problem_statement", "query", "goal", "text", "input")
 ID_KEYS = ("id", "task_id", "instance_id", "question_id", "qid", "_id", "name")
 
@@ -59,6 +64,7 @@ class DecontamConfig:
     def fingerprint(self, eval_digest: str = "") -> str:
         d = asdict(self)
         d["eval_set"] = eval_digest
+        d["tokens"] = TOKENS_VERSION
         return hashlib.sha256(repr(sorted(d.items())).encode()).hexdigest()[:16]
 
 
@@ -194,6 +200,7 @@ class EvalIndex:
     sizes: list[int] = field(default_factory=list)
     ids: list[str] = field(default_factory=list)
     short: set[int] = field(default_factory=set)  # lengths (< n words) of the items found inside longer texts
+    too_short: int = 0  # items left out: fewer n-grams than `min_item_ngrams` (no word at all, by default)
 
     @classmethod
     def build(cls, items: list[EvalItem], config: DecontamConfig) -> EvalIndex:
@@ -201,6 +208,7 @@ class EvalIndex:
         for it in items:
             grams = ngrams(it.text, config.n)
             if len(grams) < config.min_item_ngrams:
+                idx.too_short += 1
                 continue
             k = len(idx.ids)
             idx.ids.append(it.id)

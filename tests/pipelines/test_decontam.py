@@ -134,3 +134,43 @@ def test_an_evaluation_set_without_items_is_an_error(tmp_path: Path, capsys: pyt
     corpus = empty_corpus(tmp_path / "c")
     assert main(["clean", str(corpus), "--eval-set", str(f)]) != 0
     assert "no items in it" in capsys.readouterr().err
+
+
+def test_the_eval_set_of_sessions_with_agent_messages_finds_them(tmp_path: Path) -> None:
+    """An eval row's action holds the agent's messages before it (export folds them into the user
+    message); clean scanned `action` alone and found none of the three runs their rows came from."""
+    words = " ".join(f"word{j}" for j in range(60))
+    lines = []
+    for i in range(3):
+        msgs = [{"role": "user", "content": f"session {i}: inspect the logs"}]
+        for k in range(4):
+            call = {"id": f"c{k}", "type": "function", "function": {"name": "bash", "arguments": orjson.dumps(
+                {"cmd": f"grep -c ERROR log{i}_{k}.txt"}).decode()}}
+            msgs += [{"role": "assistant", "content": f"I will look at part {k} of run {i}: {words}"},  # a message turn
+                     {"role": "assistant", "content": "", "tool_calls": [call]},
+                     {"role": "tool", "tool_call_id": f"c{k}", "content": f"{i * 10 + k}"}]
+        lines.append(orjson.dumps({"messages": msgs}).decode())
+    (tmp_path / "s.jsonl").write_text("\n".join(lines) + "\n")
+    corpus, out = tmp_path / "corpus", tmp_path / "export"
+    ingest([tmp_path / "s.jsonl"], corpus, IngestConfig(workers=1, domain_override="terminal"), progress=False)
+    s = export(corpus, out, ExportConfig(formats=("chat",), seq_len=1024, record_in_corpus=False,
+                                          split=SplitConfig(validation=0, test=1.0)), progress=False)
+    assert s.eval_rows == {"terminal": 12}
+    s = clean(corpus, CleanConfig(min_turns=0, decontam=DecontamConfig(eval_set=str(out / "eval" / "agentworldbench"))),
+              progress=False)
+    assert (s.eval_items, s.contaminated) == (3, 3)
+    assert connect(corpus).sql("SELECT count(*) FROM contamination WHERE trajectory_id = eval_id AND overlap = 1").fetchall() == [(3,)]
+
+
+def test_items_in_scripts_without_latin_letters_are_indexed_and_found() -> None:
+    """`[a-z0-9]+` found no word in Chinese or Russian text: such an item was dropped unannounced and
+    its copy in the corpus never flagged."""
+    cfg = DecontamConfig(n=4)
+    items = [EvalItem("zh", "打开设置应用并开启无线网络然后返回主屏幕"), EvalItem("ru", "откройте настройки и включите беспроводную сеть"),
+             EvalItem("fr", "ouvrez les paramètres et activez le réseau sans fil"), EvalItem("empty", "!!! ---")]
+    idx = EvalIndex.build(items, cfg)
+    assert (idx.ids, idx.too_short) == (["zh", "ru", "fr"], 1)
+    for item in items[:3]:
+        [flag] = scan_trajectory(idx, "t", f"Task: {item.text}.", [], cfg)
+        assert (flag.eval_id, flag.field, flag.overlap) == (item.id, "task", 1.0)
+    assert scan_trajectory(idx, "t", "打开设置应用", [], cfg) == []  # 3 of the item's 17 four-character n-grams
