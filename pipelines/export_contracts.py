@@ -54,7 +54,8 @@ def export_masks(out: Path, corpus: Path | None = None) -> ContractResult:
     check = MASK_CHECKS[fmt]
     bad: list[str] = []
     for split, s in m["splits"].items():
-        tokens, loss = check(out, s["shards"], m["settings"]["seq_len"], bad)
+        extra = {"drop_no_loss": m["settings"].get("drop_no_loss", True)} if fmt == "chat" else {}
+        tokens, loss = check(out, s["shards"], m["settings"]["seq_len"], bad, **extra)
         if (tokens, loss) != (s["tokens"], s["loss_tokens"]):
             bad.append(f"{split}: {tokens} tokens / {loss} loss tokens in the files, manifest says "
                        f"{s['tokens']} / {s['loss_tokens']}")
@@ -117,13 +118,15 @@ def _megatron_masks(out: Path, shards: list[dict[str, Any]], seq_len: int, bad: 
     return tokens, loss
 
 
-def _chat_counts(out: Path, shards: list[dict[str, Any]], seq_len: int, bad: list[str]) -> tuple[int, int]:
+def _chat_counts(out: Path, shards: list[dict[str, Any]], seq_len: int, bad: list[str],
+                 drop_no_loss: bool = True) -> tuple[int, int]:
     from pipelines.export_formats import read_chat
 
     tokens = loss = 0
+    least = 1 if drop_no_loss else 0  # a document without a loss token is left out, unless told to keep it
     for path in _files(shards, "chat"):
         for r in read_chat(out / path):
-            if not 0 < r["num_tokens"] <= seq_len or not 0 < r["num_loss_tokens"] <= r["num_tokens"]:
+            if not 0 < r["num_tokens"] <= seq_len or not least <= r["num_loss_tokens"] <= r["num_tokens"]:
                 bad.append(f"{path} record {r['id']}: {r['num_tokens']} tokens, {r['num_loss_tokens']} loss tokens")
             tokens += r["num_tokens"]
             loss += r["num_loss_tokens"]

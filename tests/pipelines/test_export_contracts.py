@@ -66,6 +66,17 @@ def test_an_export_without_parquet_is_checked_from_its_own_files(formats: tuple[
     assert not masks.passed and "manifest says" in masks.metadata["bad"][0], masks.metadata
 
 
+def test_documents_without_loss_kept_on_purpose_pass(corpus: Path, tok: ExportTokenizer, tmp_path: Path) -> None:
+    """`drop_no_loss=False` keeps documents without a loss token: the chat check refused every one of them."""
+    out = tmp_path / "out"
+    s = export(corpus, out, small_config(formats=("chat",), drop_no_loss=False, seq_len=128), tokenizer=tok, progress=False)
+    from pipelines.export_formats import read_chat
+
+    zero = sum(1 for f in (out / "chat").rglob("*.jsonl.zst") for r in read_chat(f) if r["num_loss_tokens"] == 0)
+    assert zero > 0 and s.tokens > 0
+    assert _results(out, corpus) == ALL_PASS
+
+
 def test_an_eval_row_of_a_training_trajectory_fails(corpus: Path, tok: ExportTokenizer, tmp_path: Path) -> None:
     out = tmp_path / "out"
     export(corpus, out, small_config(split=SplitConfig(validation=0.0, test=0.3)), tokenizer=tok, progress=False)
