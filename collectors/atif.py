@@ -400,6 +400,8 @@ class AtifImporter(Importer):
                 observation = None
             err = next((e for e in (_is_error(r) for r in rs) if e is not None), None)
             code = next((c for c in (_exit_code(r, t) for r, t in zip(rs, contents, strict=True)) if c is not None), None)
+            if err is None and code is not None:  # no flag recorded: a non-zero exit is the failure, as elsewhere
+                err = code != 0
             r_extra = [{"source_call_id": r.get("source_call_id"), **{x: r[x] for x in ("extra", "subagent_trajectory_ref") if r.get(x) is not None}}
                        for r in rs if r.get("extra") is not None or r.get("subagent_trajectory_ref") is not None]
             if r_extra:

@@ -260,6 +260,11 @@ def _action_text(ev: dict, atype: str, tool_name: str | None, tool_args: Any) ->
     return _text(ev.get("message"))
 
 
+def _mcp_is_error(content: str | None) -> bool:
+    result = loose_json(content) if content and content.lstrip().startswith("{") else None
+    return isinstance(result, dict) and result.get("isError") is True
+
+
 def _obs_kind(otype: str, content: str | None, ev: dict) -> str:
     if otype in _OBS_KIND:
         return _OBS_KIND[otype]
@@ -447,6 +452,8 @@ class _Stream:
             or (exit_code is not None and exit_code != 0)
             or _extras(obs).get("error") is True
             or (kind == "file_view" and (content or "").startswith("ERROR:"))
+            # an MCP tool's result, which OpenHands stores as its JSON: an in-band tool error (kind stays tool_result)
+            or (otype == "mcp" and _mcp_is_error(content))
         )
         state = {}
         for key in ("working_dir", "path", "url"):

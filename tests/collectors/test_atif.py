@@ -247,3 +247,23 @@ def test_a_result_naming_a_call_the_step_lacks_is_not_paired(tmp_path: Path) -> 
     p.write_text(json.dumps(doc))
     (t,) = list(read_path(p))
     assert [(u.kind, u.action, u.observation) for u in t.turns] == [("env", "rm -rf build", "output of some other call")]
+
+
+def test_a_non_zero_exit_code_without_a_flag_is_an_error(tmp_path: Path) -> None:
+    """Harbor's mini-swe-agent conversions carry `<returncode>N</returncode>` in the content and no error
+    flag: the exit code was kept and `is_error` left null (every other importer sets it from the code)."""
+    doc = {"schema_version": "ATIF-v1.6", "session_id": "s2",
+           "agent": {"name": "mini-swe-agent", "version": "1.0", "model_name": "m"},
+           "steps": [{"step_id": 1, "source": "user", "message": "Do it"},
+                     {"step_id": 2, "source": "agent", "message": "THOUGHT\n```bash\nls /nope\n```", "observation": {
+                         "results": [{"content": "<returncode>2</returncode>\n<output>\nls: cannot access\n</output>"}]}},
+                     {"step_id": 3, "source": "agent", "message": "run",
+                      "tool_calls": [{"tool_call_id": "a", "function_name": "bash", "arguments": {"command": "false"}}],
+                      "observation": {"results": [{"source_call_id": "a", "content": "", "extra": {"exit_code": 1}}]}},
+                     {"step_id": 4, "source": "agent", "message": "again",
+                      "tool_calls": [{"tool_call_id": "b", "function_name": "bash", "arguments": {"command": "true"}}],
+                      "observation": {"results": [{"source_call_id": "b", "content": "", "extra": {"exit_code": 0}}]}}]}
+    (tmp_path / "trajectory.json").write_text(json.dumps(doc))
+    [t] = list(read_path(tmp_path / "trajectory.json"))
+    assert isinstance(t, Trajectory)
+    assert [(u.exit_code, u.is_error) for u in t.turns] == [(2, True), (1, True), (0, False)]

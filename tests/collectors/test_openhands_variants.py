@@ -329,3 +329,21 @@ def test_v1_observations_of_the_earlier_sdk_shape(tmp_path: Path) -> None:
         "ls", "Command failed", None, True, "error")
     assert json.loads(last.metadata)["output"] == "partial"
     assert_schema_valid([t])
+
+
+def test_a_failed_mcp_tool_call_is_an_error_turn(tmp_path: Path) -> None:
+    """OpenHands (0.38 on) stores an MCP tool's result as its JSON in the observation's content: an
+    `isError: true` result was an ordinary turn (is_error false)."""
+    def mcp(eid: int, url: str, result: dict) -> list[dict]:
+        return [{"id": eid, "timestamp": f"2024-06-01T10:00:0{eid}", "source": "agent", "message": "calling fetch",
+                 "action": "call_tool_mcp", "args": {"name": "fetch", "arguments": {"url": url}, "thought": ""}},
+                {"id": eid + 1, "timestamp": f"2024-06-01T10:00:0{eid + 1}", "source": "agent", "message": "",
+                 "cause": eid, "observation": "mcp", "content": json.dumps(result),
+                 "extras": {"name": "fetch", "arguments": {"url": url}}}]
+    events = [{"id": 0, "timestamp": "2024-06-01T10:00:00", "source": "user", "message": "Fetch two pages",
+               "action": "message", "args": {"content": "Fetch two pages"}},
+              *mcp(1, "http://x", {"isError": True, "content": [{"type": "text", "text": "boom"}]}),
+              *mcp(3, "http://y", {"isError": False, "content": [{"type": "text", "text": "page y"}]})]
+    (tmp_path / "events.json").write_text(json.dumps(events))
+    t = one_trajectory(tmp_path / "events.json")
+    assert [(u.observation_kind, u.is_error) for u in t.turns] == [("tool_result", True), ("tool_result", False)]
