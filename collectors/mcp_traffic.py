@@ -840,8 +840,7 @@ class McpTrafficImporter(Importer):
 
     def convert(self, session: _Session, locator: str, ctx: ImportContext) -> Trajectory:
         init = session.init_result or session.discover_result or {}
-        tools = session.tools or []
-        fingerprint = {**shape.server_fingerprint(init, tools), "transport": session.transport}
+        fingerprint = {**shape.server_fingerprint(init, session.tools), "transport": session.transport}
         initial = shape.initial_state(init, session.resources, session.prompts) if init else None
         client = session.client_info or {}
         return Trajectory(

@@ -8,6 +8,7 @@ intermediate list of dicts or of row tuples.
 from __future__ import annotations
 
 import hashlib
+import json
 import operator
 from dataclasses import dataclass, field, fields
 from datetime import datetime
@@ -38,8 +39,14 @@ def dumps(obj: Any) -> str | None:
 
 def value_json(obj: Any) -> str | None:
     """`dumps` for a decoded JSON value (MCP `arguments`): a string is a value and is quoted, never
-    taken for JSON text."""
-    return None if obj is None else orjson.dumps(obj, option=orjson.OPT_SORT_KEYS, default=str).decode()
+    taken for JSON text. An integer past 64 bits (a JSON Schema `maximum` of 2**128 - 1, a factorial
+    in a tool result), which orjson refuses, is written exactly by the standard library instead."""
+    if obj is None:
+        return None
+    try:
+        return orjson.dumps(obj, option=orjson.OPT_SORT_KEYS, default=str).decode()
+    except TypeError:  # "Integer exceeds 64-bit range"
+        return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
 
 
 def digest(*parts: str | bytes) -> str:

@@ -20,7 +20,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -174,25 +174,36 @@ def plan_jobs(specs: list[ServerSpec], repeat: int = 1, only: list[str] | None =
     return jobs
 
 
-async def probe_tools(spec: ServerSpec, run_id: str) -> list[dict]:
-    """Start the server once, list its tools, stop it (to match replays against them)."""
-    probe = SessionSpec("probe", "", steps=[], policy="scripted")
-    r = await SessionRecorder(spec, probe, ScriptedPolicy([]), faults=FaultConfig(), run_id=run_id).run()
+PROBE = SessionSpec("probe", "list the server's tools to match replays against them", steps=[], policy="scripted")
+
+
+async def probe_tools(spec: ServerSpec, run_id: str) -> tuple[list[dict] | None, SessionResult]:
+    """Start the server once, list its tools, stop it (to match replays against them): (the tools, or
+    None when the server could not be listed, and the probe's session, which then says why)."""
+    r = await SessionRecorder(spec, PROBE, ScriptedPolicy([]), faults=FaultConfig(), run_id=run_id).run()
     if r.outcome != "completed":
-        raise RuntimeError(f"{spec.path}: cannot list tools for replay: {r.outcome}: {r.error}")
-    return orjson.loads(r.trajectory.action_space or "[]")
+        return None, r
+    return orjson.loads(r.trajectory.action_space or "[]"), r
 
 
-def replay_sessions(corpus: Path | str, spec: ServerSpec, tools: list[dict], limit: int | None = None) -> list[SessionSpec]:
+def offered_methods(probe: SessionResult) -> list[str]:
+    """`resources/read` and `prompts/get` when the probed server listed resources and prompts: a
+    trajectory of those alone was replayed on every server, each turn an "Unknown resource" error."""
+    state = orjson.loads(probe.trajectory.initial_state or "{}")
+    return [m for m, key in (("resources/read", "resources"), ("prompts/get", "prompts")) if state.get(key)]
+
+
+def replay_sessions(corpus: Path | str, spec: ServerSpec, tools: list[dict], limit: int | None = None,
+                    offers: Collection[str] = ("resources/read", "prompts/get")) -> list[SessionSpec]:
     """Tool-call sequences from a corpus whose every tool exists on this server, as replay sessions.
 
     Only turns with a structured `tool_name` count (imported traces of any format, or earlier MCP
     recordings); a trajectory is taken only if all of its tool calls name tools the server offers
-    (`resources/read` and `prompts/get` count as offered). A recording of this same spec has its
-    workdir re-pointed at the new session's."""
+    (and `offers`: `resources/read` and `prompts/get`, for a server that lists resources and prompts,
+    `offered_methods`). A recording of this same spec has its workdir re-pointed at the new session's."""
     from pipelines.query import run_query
 
-    names = {str(t.get("name")) for t in tools} | {"resources/read", "prompts/get"}
+    names = {str(t.get("name")) for t in tools} | set(offers)
     _, rows = run_query(corpus, """
         SELECT u.trajectory_id, t.task, t.metadata, u.tool_name, u.tool_args, u.thought, u.action
         FROM turns u JOIN trajectories t USING (trajectory_id)
@@ -341,16 +352,23 @@ async def _run_jobs(specs: list[ServerSpec], planned: list[Job] | None, out: Pat
                     echo: Callable[[str], None] | None, summary: McpSummary, state: dict[str, Any]) -> None:
     run_id = summary.run_id
     t0 = time.perf_counter()
+    failed_probes: list[tuple[Job, SessionResult]] = []
     if planned is None:
         jobs = []
         for spec in specs:
-            tools = await probe_tools(spec, run_id)
-            sessions = replay_sessions(replay_corpus, spec, tools, replay_limit)
+            tools, probe = await probe_tools(spec, run_id)
+            if tools is None:  # recorded as the failed session it is, as without --replay; the other servers go on
+                failed_probes.append((Job(spec, PROBE, 0), probe))
+                if echo:
+                    echo(f"{spec.name}: cannot list its tools for replay: {probe.outcome}: {probe.error}")
+                continue
+            sessions = replay_sessions(replay_corpus, spec, tools, replay_limit, offered_methods(probe))
             if echo:
                 echo(f"{spec.name}: {len(sessions)} replayable trajectories in {replay_corpus}")
             jobs += [Job(spec, s, r) for s in sessions for r in range(repeat)]
     else:
         jobs = planned
+    jobs = [j for j, _ in failed_probes] + jobs
     state["jobs"] = jobs
     running: dict[str, None] = state["running"]  # job keys whose session is under way, in start order
     info = {"collector": "mcp", "faults": faults.as_dict(), "specs": [str(s.path) for s in specs]}
@@ -410,8 +428,10 @@ async def _run_jobs(specs: list[ServerSpec], planned: list[Job] | None, out: Pat
 
     stopped: set[str] = set()
     try:
+        for job, r in failed_probes:
+            await record(job, r)
         async with anyio.create_task_group() as tg:
-            for job in jobs:
+            for job in jobs[len(failed_probes):]:
                 tg.start_soon(worker, job)
     finally:
         with anyio.CancelScope(shield=True):

@@ -123,7 +123,7 @@ class SessionRecorder:
         self.proxy: FaultProxy | None = None
         self.workdir: str | None = None
         self.init_raw: dict[str, Any] = {}
-        self.tools: list[dict] = []
+        self.tools: list[dict] | None = None  # the listing; [] for a server without the tools capability
         self.resources: list[dict] | None = None
         self.prompts: list[dict] | None = None
         self.timings: dict[str, float] = {}
@@ -319,7 +319,8 @@ class SessionRecorder:
         caps = self.init_raw.get("capabilities") or {}
         try:
             with anyio.fail_after(self.call_timeout_s):
-                self.tools = await self._paged(session, "tools", session.list_tools)
+                # a resource- or prompt-only server has no tools to list (asking failed it as connection_closed)
+                self.tools = await self._paged(session, "tools", session.list_tools) if "tools" in caps else []
                 if "resources" in caps:
                     self.resources = await self._paged(session, "resources", session.list_resources)
                 if "prompts" in caps:
@@ -330,7 +331,7 @@ class SessionRecorder:
         except MCPError as e:
             raise await self._connection_failure(e, "tools/list") from None
         if self.proxy:
-            self.proxy.output_schemas = {str(t.get("name")): t.get("outputSchema") for t in self.tools}
+            self.proxy.output_schemas = {str(t.get("name")): t.get("outputSchema") for t in self.tools or []}
 
     async def _paged(self, session: ClientSession, key: str, fn: Any) -> list[dict]:
         items: list[dict] = []
@@ -364,9 +365,9 @@ class SessionRecorder:
         policy = self.policy
         inline = isinstance(policy, ScriptedPolicy)  # no blocking I/O: skip the thread hop
         if inline:
-            policy.reset(self.session.task, self.tools)
+            policy.reset(self.session.task, self.tools or [])
         else:
-            await anyio.to_thread.run_sync(policy.reset, self.session.task, self.tools)
+            await anyio.to_thread.run_sync(policy.reset, self.session.task, self.tools or [])
         history: list[Step] = []
         steps = self.session.steps or []
         while True:

@@ -91,7 +91,7 @@ def _tool_name(tool: Any) -> str:
 
 def action_space(tools: list[dict] | None) -> str | None:
     """The `tools/list` result (all pages) exactly as the server sent it."""
-    return dumps(tools) if tools else None
+    return dumps(tools) if tools is not None else None  # none listed: null; an empty listing: `[]`
 
 
 def _server_info(init_result: dict) -> dict:
@@ -99,13 +99,13 @@ def _server_info(init_result: dict) -> dict:
     return info if isinstance(info, dict) else {}
 
 
-def server_fingerprint(init_result: dict, tools: list[dict]) -> dict[str, Any]:
+def server_fingerprint(init_result: dict, tools: list[dict] | None) -> dict[str, Any]:
     """The fingerprint fields the `initialize` result and the tool listing give; callers add how the
     server was reached (transport, spec, package)."""
     info = _server_info(init_result)
     return {"server_name": info.get("name"), "server_version": info.get("version"),
             "protocol_version": init_result.get("protocolVersion"),
-            "tool_schema_sha256": tool_schema_sha256(tools) if tools else None, "tools": len(tools)}
+            "tool_schema_sha256": tool_schema_sha256(tools) if tools is not None else None, "tools": len(tools or [])}
 
 
 def initial_state(init_result: dict, resources: list[dict] | None, prompts: list[dict] | None) -> dict[str, Any]:

@@ -71,6 +71,9 @@ def obs(turn: dict[str, Any]) -> Any:
 #   hang-call   on a call whose text is "hang": starts a child (in the server's process group), writes
 #               "SERVER_PID CHILD_PID" to `--marker F`, then never answers (sleeps)
 #   crash-mid   on the second call: writes half a JSON-RPC line and a stderr line, exits 9
+#   bigint      a tool schema's `maximum` and a call's structuredContent hold integers past 64 bits
+#   prompts-only  declares only the prompts capability (tools/list: method not found), one prompt
+#   empty-tools   declares tools and prompts, and lists no tool
 TEST_SERVER = r'''
 import json, os, subprocess, sys, time
 arg = lambda k: sys.argv[sys.argv.index(k) + 1] if k in sys.argv else None
@@ -87,11 +90,24 @@ for line in sys.stdin:
     if rid is None:
         continue
     if method == "initialize":
+        caps = {"prompts": {}} if MODE == "prompts-only" else {"tools": {}, "prompts": {}} if MODE == "empty-tools" else {"tools": {}}
         send({"jsonrpc": "2.0", "id": rid, "result": {"protocolVersion": req["params"]["protocolVersion"],
-              "capabilities": {"tools": {}}, "serverInfo": {"name": "test-" + MODE, "version": "0.1"}}})
+              "capabilities": caps, "serverInfo": {"name": "test-" + MODE, "version": "0.1"}}})
+    elif method == "tools/list" and MODE == "prompts-only":
+        send({"jsonrpc": "2.0", "id": rid, "error": {"code": -32601, "message": "Method not found"}})
+    elif method == "tools/list" and MODE == "empty-tools":
+        send({"jsonrpc": "2.0", "id": rid, "result": {"tools": []}})
+    elif method == "tools/list" and MODE == "bigint":
+        sys.stdout.write('{"jsonrpc": "2.0", "id": %d, "result": {"tools": [{"name": "echo", "inputSchema": {"type": "object", '
+                         '"properties": {"text": {"type": "string"}, "n": {"type": "integer", "maximum": %d}}}}]}}\n'
+                         % (rid, 2**128 - 1)); sys.stdout.flush()
     elif method == "tools/list":
         send({"jsonrpc": "2.0", "id": rid, "result": {"tools": [{"name": "echo",
               "inputSchema": {"type": "object", "properties": {"text": {"type": "string"}}}}]}})
+    elif method == "prompts/list":
+        send({"jsonrpc": "2.0", "id": rid, "result": {"prompts": [{"name": "greet"}]}})
+    elif method == "prompts/get":
+        send({"jsonrpc": "2.0", "id": rid, "result": {"messages": [{"role": "user", "content": {"type": "text", "text": "hello"}}]}})
     elif method == "tools/call":
         calls += 1
         text = req["params"].get("arguments", {}).get("text", "")
@@ -105,6 +121,11 @@ for line in sys.stdin:
             sys.stdout.write('{"jsonrpc": "2.0", "id": %d, "res' % rid); sys.stdout.flush()
             sys.stderr.write("test-server: out of memory (simulated)\n"); sys.stderr.flush()
             os._exit(9)
+        if MODE == "bigint":  # 52!, as a big-number tool returns it
+            sys.stdout.write('{"jsonrpc": "2.0", "id": %d, "result": {"content": [{"type": "text", "text": "52!"}], '
+                             '"structuredContent": {"value": %d}}}\n' % (rid, 80658175170943878571660636856403766975289505440883277824000000000000))
+            sys.stdout.flush()
+            continue
         send({"jsonrpc": "2.0", "id": rid, "result": {"content": [{"type": "text", "text": text}], "isError": False}})
     else:
         send({"jsonrpc": "2.0", "id": rid, "error": {"code": -32601, "message": "Method not found"}})
