@@ -280,6 +280,7 @@ def collect(spec_paths: list[Path | str | ServerSpec], out: Path | str, *, fault
     specs: list[ServerSpec] = []
     for p in spec_paths:
         specs += [p] if isinstance(p, ServerSpec) else [load_spec(f) for f in spec_files([p])]
+    _check_latency(specs, faults, call_timeout_s)
     jobs: list[Job] | None = None
     if replay_corpus is None:
         check_sessions(specs, only)
@@ -295,6 +296,19 @@ def collect(spec_paths: list[Path | str | ServerSpec], out: Path | str, *, fault
     if summary.interrupted:
         raise CollectionInterrupted(summary)
     return summary
+
+
+def _check_latency(specs: list[ServerSpec], faults: FaultConfig | None, call_timeout_s: float | None) -> None:
+    """A `latency` fault delays a response, and one delayed past the call's timeout is a timeout instead,
+    recorded under the wrong label: the longest delay must stay under every call timeout."""
+    if faults is None or "latency" not in faults.kinds:
+        return
+    longest = faults.latency_s[1]
+    for spec in specs:
+        timeout = call_timeout_s if call_timeout_s is not None else spec.timeouts.call_s
+        if longest >= timeout:
+            raise ValueError(f"--fault-latency up to {longest:g}s is not under the call timeout of {spec.name} "
+                             f"({timeout:g}s): such a delay is a timeout, not latency; lower it or raise --call-timeout")
 
 
 @contextmanager

@@ -246,6 +246,10 @@ AGENT_ENDPOINT = ("needs an agent endpoint: --agent-base-url and --agent-model, 
     (["--fault-rate", "1"], "--fault-rate 1.0 without --faults: a rate with no fault kinds injects nothing; name them with "
                             "--faults KIND,... or --faults all (known: empty_result, latency, rate_limit, schema_violation, "
                             "server_crash, timeout, tool_error, truncated)"),
+    # a delay past the call's timeout was recorded as `latency` while the client saw a timeout
+    (["--faults", "latency", "--fault-latency", "3,3", "--call-timeout", "2"],
+     "--fault-latency up to 3s is not under the call timeout of bad-ok (2s): such a delay is a timeout, not latency; "
+     "lower it or raise --call-timeout"),
 ])
 def test_cli_rejects_options_before_any_server_starts(args: list[str], message: str, tmp_path: Path,
                                                       capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
