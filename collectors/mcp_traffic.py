@@ -603,6 +603,7 @@ class _Request:
     response: _Wire | None = None
     cancelled: dict | None = None
     unanswered: str | None = None  # why no response came: log_ended, session_ended, cancelled, duplicate_id
+    seq: int = 0  # order among the session's requests
 
 
 def _note(notes: dict[str, list], counts: Counter, key: str, value: dict) -> None:
@@ -620,6 +621,7 @@ class _Session:
     container: str = ""
     requests: list[_Request] = field(default_factory=list)  # turns, in request order
     pending: dict[tuple[str, str], _Request] = field(default_factory=dict)
+    seq: int = 0  # requests seen (`_Request.seq`)
     messages: int = 0
     forms: Counter = field(default_factory=Counter)
     first_at: datetime | None = None
@@ -678,6 +680,9 @@ class _Session:
     def _request(self, w: _Wire) -> None:
         method = w.msg["method"]
         direction = w.direction or ("s2c" if method in _SERVER_METHODS else "c2s")
+        if (not w.direction and method == "ping" and ("c2s", _id_key(w.msg["id"])) in self.pending
+                and ("s2c", _id_key(w.msg["id"])) not in self.pending):
+            direction = "s2c"  # either side may ping: one that reuses a client request's id in flight is the server's
         key = (direction, _id_key(w.msg["id"]))
         old = self.pending.pop(key, None)
         if old is not None:  # the id is still in flight: the earlier request will get no answer of its own
@@ -685,7 +690,8 @@ class _Session:
             self._unanswered(old)
             _note(self.notes, self.note_counts, "duplicate_ids",
                   {"id": w.msg["id"], "first": old.wire.loc, "again": w.loc})
-        req = _Request(w, method, direction, direction == "c2s" and method in shape.TURN_METHODS)
+        self.seq += 1
+        req = _Request(w, method, direction, direction == "c2s" and method in shape.TURN_METHODS, seq=self.seq)
         self.pending[key] = req
         if req.turn:
             self.requests.append(req)
@@ -717,7 +723,12 @@ class _Session:
             return
         # the answer travels the other way: a server's response answers a client's request
         directions = [{"c2s": "s2c", "s2c": "c2s"}[w.direction]] if w.direction else ["c2s", "s2c"]
-        req = next((r for d in directions if (r := self.pending.pop((d, _id_key(rid)), None)) is not None), None)
+        # without directions, the id may be in flight both ways (a server's sampling request inside a tool call
+        # of the same id): the newer request is answered first, as calls nest
+        candidates = [(d, r) for d in directions if (r := self.pending.get((d, _id_key(rid)))) is not None]
+        req = max(candidates, key=lambda c: c[1].seq)[1] if candidates else None
+        if req is not None:
+            del self.pending[(req.direction, _id_key(rid))]
         if req is None:
             _note(self.notes, self.note_counts, "orphan_responses", {"locator": w.loc, "id": rid})
             return

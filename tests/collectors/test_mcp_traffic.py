@@ -509,3 +509,29 @@ def test_fixtures_are_claimed_by_this_importer_only(name: str) -> None:
 def test_registered_as_a_text_importer() -> None:
     imp = importer_by_name("mcp-traffic")
     assert isinstance(imp, McpTrafficImporter) and imp.container == "text" and not imp.generic
+
+
+def test_a_log_without_directions_pairs_nested_requests_of_the_same_id(tmp_path: Path) -> None:
+    """Bare JSON-RPC lines carry no direction: a server's request inside a tool call may reuse the
+    call's id. The sampling answer was taken for the tool's result (and the result for the sampling
+    answer), and a server's ping made the tool call a duplicate id with no answer."""
+    call = lambda i, text: {"jsonrpc": "2.0", "id": i, "method": "tools/call",  # noqa: E731
+                            "params": {"name": "ask", "arguments": {"q": text}}}
+    path = tmp_path / "bare.jsonl"
+    path.write_text("\n".join(json.dumps(m) for m in [
+        call(1, "weather"),
+        {"jsonrpc": "2.0", "id": 1, "method": "sampling/createMessage", "params": {"messages": [], "maxTokens": 5}},
+        {"jsonrpc": "2.0", "id": 1, "result": {"role": "assistant", "model": "m-1", "content": {"type": "text", "text": "sunny"}}},
+        {"jsonrpc": "2.0", "id": 1, "result": {"content": [{"type": "text", "text": "it is sunny"}]}},
+        call(2, "again"),
+        {"jsonrpc": "2.0", "id": 2, "method": "ping"},
+        {"jsonrpc": "2.0", "id": 2, "result": {}},
+        {"jsonrpc": "2.0", "id": 2, "result": {"content": [{"type": "text", "text": "done"}]}},
+    ]) + "\n")
+    trajs, bad = _read(path)
+    assert bad == [] and len(trajs) == 1
+    (t,) = trajs
+    assert [(u.locator, json.loads(u.observation)) for u in t.turns] == [
+        ("line:1+line:4", {"content": [{"text": "it is sunny", "type": "text"}]}),
+        ("line:5+line:8", {"content": [{"text": "done", "type": "text"}]})]
+    assert t.model == "m-1"
