@@ -260,7 +260,7 @@ def run_stage_contracts(corpus_dir: Path | str) -> list[ContractResult]:
     score's, as their Dagster asset checks run them. Verdicts that a later ingest made stale fail (clean,
     dedup) or warn (score), naming the stage to rerun."""
     from pipelines.clean_contracts import CLEAN_CONTRACTS, DEDUP_CONTRACTS
-    from pipelines.score import score_contracts
+    from pipelines.score import SCORE_CONTRACTS, score_contracts
     from pipelines.side import side_entries
 
     corpus = Corpus(corpus_dir).require()
@@ -271,7 +271,11 @@ def run_stage_contracts(corpus_dir: Path | str) -> list[ContractResult]:
     if "duplicates" in have:
         out += run_named(DEDUP_CONTRACTS, corpus)
     if "turn_scores" in have:
-        out += score_contracts(corpus.root)
+        try:
+            out += score_contracts(corpus.root)
+        except Exception as e:  # noqa: BLE001 - a table that cannot be read fails its contracts, and the rest still run
+            out += [ContractResult(n, False, "turn_scores could not be read", {"error": f"{type(e).__name__}: {e}"})
+                    for n in SCORE_CONTRACTS]
     return out
 
 

@@ -14,6 +14,7 @@ import fcntl
 import io
 import math
 import os
+import re
 import shutil
 import time
 from collections.abc import Iterable, Iterator
@@ -145,10 +146,19 @@ def connect(corpus_dir: Path | str, con: duckdb.DuckDBPyConnection | None = None
                             "hive_partitioning=false, union_by_name=true)")
             except duckdb.Error as e:
                 entries = corpus.manifest().get("side", {}) if entries is None else entries
-                if (message := _damaged_side_view(con, d, entries.get(d.name) or {}, e)) is not None:
+                reason = (str(e).strip().splitlines() or [type(e).__name__])[0]
+                if (message := _damaged_side_view(con, d.name, entries.get(d.name) or {}, f"cannot be read ({reason})")) is not None:
                     blind[d.name] = message
                     continue
             side_names.append(d.name)
+    # a table the manifest records whose file is gone: as a damaged one (`kept_*` without the cleaning
+    # verdicts would silently keep everything clean dropped)
+    for name, entry in (corpus.manifest().get("side") or {}).items():
+        if name not in side_names and name not in blind and isinstance(entry, dict) and re.fullmatch(r"[a-z_][a-z0-9_]*", name):
+            if (message := _damaged_side_view(con, name, entry, "is recorded in the manifest but its file is gone")) is not None:
+                blind[name] = message
+            else:
+                side_names.append(name)  # its view fails when read, and so do the `kept_*` built on it
     define_derived_views(con, side_names)  # kept_turns, kept_trajectories (pipelines.views)
     for name in KEPT_INPUTS & set(blind):  # they would silently leave that table's verdicts out
         for view in ("kept_turns", "kept_trajectories"):
@@ -166,20 +176,20 @@ def _failing_view(name: str, message: str, rows_of: str | None = None) -> str:
     return f"CREATE OR REPLACE VIEW {name} AS SELECT {cols} FROM {source}(SELECT error({sql_str(message)}) AS d) WHERE d IS NULL"
 
 
-def _damaged_side_view(con: duckdb.DuckDBPyConnection, d: Path, entry: dict, error: duckdb.Error) -> str | None:
-    """A side table whose file DuckDB cannot read: a view with its columns (from the manifest) that
-    fails, naming the file and the stage that rewrites it, when a query reads it; the corpus's other
-    views work as before. Without its columns in the manifest (written before they were recorded) the
-    view has one column, and the message is returned (`kept_*` cannot be built on it)."""
-    reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
-    message = f"side table {d.name} cannot be read ({reason}); run `worldline {entry.get('stage') or 'the stage that wrote it'}` again to rewrite it"
+def _damaged_side_view(con: duckdb.DuckDBPyConnection, name: str, entry: dict, what: str) -> str | None:
+    """A side table whose file DuckDB cannot read (or that is gone: `what` says which): a view with its
+    columns (from the manifest) that fails, naming the table and the stage that rewrites it, when a
+    query reads it; the corpus's other views work as before. Without its columns in the manifest
+    (written before they were recorded) the view has one column, and the message is returned
+    (`kept_*` cannot be built on it)."""
+    message = f"side table {name} {what}; run `worldline {entry.get('stage') or 'the stage that wrote it'}` again to rewrite it"
     try:
         schema = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(entry["arrow_schema"])))
     except (KeyError, TypeError, ValueError, pa.ArrowInvalid):
-        con.execute(_failing_view(d.name, message))
+        con.execute(_failing_view(name, message))
         return message
-    con.register(f"_damaged_{d.name}", pa.table({f.name: pa.array([], f.type) for f in schema}))
-    con.execute(_failing_view(d.name, message, f"_damaged_{d.name}"))
+    con.register(f"_damaged_{name}", pa.table({f.name: pa.array([], f.type) for f in schema}))
+    con.execute(_failing_view(name, message, f"_damaged_{name}"))
     return None
 
 
@@ -199,8 +209,11 @@ def write_query(corpus_dir: Path | str, sql: str, fmt: str, out: Any, batch_rows
     when the caller made it (`connect`)."""
     if fmt not in ("table", "csv", "json"):
         raise ValueError(f"unknown format {fmt!r}; use table, csv or json")
+    if not sql.strip():
+        raise ValueError("the SQL is empty: give a statement, e.g. \"SELECT count(*) FROM trajectories\"")
     cur = (con or connect(corpus_dir)).execute(sql)
-    columns = [d[0] for d in cur.description] if cur.description is not None else []  # None: no result
+    # None (only a comment) or no description (a statement without a result): no rows
+    columns = [d[0] for d in cur.description] if cur is not None and cur.description is not None else []
     if fmt == "table":
         rows = cur.fetchall() if columns else []
         out.write(render(columns, rows, fmt) + "\n")
@@ -300,6 +313,7 @@ def render(columns: list[str], rows: list[tuple], fmt: str = "table", max_width:
         return s if len(s) <= max_width else s[: max_width - 1] + "…"
 
     cells = [[cell(v) for v in r] for r in rows]
+    columns = [c.translate(_CONTROL) for c in columns]  # a column named after data (PIVOT) may hold escapes too
     widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
     out = [" │ ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)), "─┼─".join("─" * w for w in widths)]
     out += [" │ ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)) for r in cells]

@@ -86,6 +86,17 @@ figcaption{font-weight:600;margin-bottom:4px}table{border-collapse:collapse;font
 td,th{border:1px solid #ddd;padding:2px 6px;text-align:left;vertical-align:top}.note,.empty{color:#777}"""
 
 
+def _section(section: Callable[[duckdb.DuckDBPyConnection], str], con: duckdb.DuckDBPyConnection) -> str:
+    """One section; a table it cannot read (a damaged side table) is said there, and the rest of the
+    report is still written."""
+    try:
+        return section(con)
+    except duckdb.Error as e:
+        what = section.__name__.removeprefix("section_").replace("_", " ")
+        reason = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        return f"<h2>{html.escape(what.capitalize())}</h2><p class=note>not shown: {html.escape(reason)}</p>"
+
+
 def build_report(corpus_dir: Path | str) -> str:
     corpus = Corpus(corpus_dir)
     con = connect(corpus.root)
@@ -99,7 +110,7 @@ def build_report(corpus_dir: Path | str) -> str:
         f"{len(m['batches'])} batches · schema {html.escape(str(m.get('schema_version')))} · "
         f"generated {dt.datetime.now(dt.UTC).strftime('%Y-%m-%d %H:%M UTC')}</p>"
     )
-    body = "".join(section(con) for section in SECTIONS)
+    body = "".join(_section(section, con) for section in SECTIONS)
     # the title tells ingest the file is this report, if it lies in an input folder (`is_corpus_report`)
     return f"<!doctype html><html><head><meta charset=utf-8>{REPORT_TITLE}<style>{_CSS}</style></head><body>{head}{body}</body></html>"
 

@@ -897,6 +897,9 @@ class _Tally:
 # data contracts over the written table (`worldline check`-style; Dagster asset checks)
 
 
+SCORE_CONTRACTS = ("turn_scores_cover_turns", "turn_scores_valid", "turn_scores_current")
+
+
 def score_contracts(corpus_dir: Path | str) -> list[Any]:
     """Contracts of `turn_scores`: one row per turn, values consistent with the stored config, and
     the table computed from the corpus as it is now."""
@@ -905,7 +908,7 @@ def score_contracts(corpus_dir: Path | str) -> list[Any]:
     corpus = Corpus(corpus_dir)
     if not side_path(corpus, TABLE).exists():
         return [ContractResult(n, False, "no turn_scores table; run `worldline score CORPUS`")
-                for n in ("turn_scores_cover_turns", "turn_scores_valid", "turn_scores_current")]
+                for n in SCORE_CONTRACTS]
     con = connect(corpus.root)
     q = lambda sql: con.sql(sql).fetchall()  # noqa: E731
     missing = q("SELECT count(*) FROM turns u ANTI JOIN turn_scores s USING (trajectory_id, turn_index)")[0][0]

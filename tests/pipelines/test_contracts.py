@@ -208,3 +208,29 @@ def test_a_stale_score_warns_and_a_warning_does_not_fail_check(sample: Path, tmp
     pq.write_table(pq.read_table(p).slice(1), p)
     assert main(["check", str(corpus)]) == 1
     assert "FAIL  turn_scores_cover_turns" in capsys.readouterr().out
+
+
+def test_a_damaged_turn_scores_fails_its_contracts_and_the_report_section_only(sample: Path, tmp_path: Path,
+                                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """check stopped at the first unreadable turn_scores ("worldline check: error: ...", pointing back at
+    check), and no other contract ran; the report wrote no page at all."""
+    from pipelines.clean import clean
+    from pipelines.cli import main
+    from pipelines.ingest import IngestConfig, ingest
+    from pipelines.report import write_report
+    from pipelines.score import ScoreConfig, score
+
+    corpus = tmp_path / "c"
+    ingest([sample / "intercode"], corpus, IngestConfig(workers=1), progress=False)
+    clean(corpus, progress=False)
+    score(corpus, ScoreConfig(tier="surface"), progress=False)
+    f = corpus / "side" / "turn_scores" / "data.parquet"
+    f.write_bytes(f.read_bytes()[:1000])
+    assert main(["check", str(corpus)]) == 1
+    out = capsys.readouterr().out
+    assert "PASS  cleaning_every_trajectory_judged" in out  # the stages before it still judged
+    for name in ("turn_scores_cover_turns", "turn_scores_valid", "turn_scores_current"):
+        assert f"FAIL  {name}: turn_scores could not be read" in out
+    page = write_report(corpus, tmp_path / "r.html").read_text()
+    assert "<h2>Scores</h2><p class=note>not shown: " in page and "side table turn_scores cannot be read" in page
+    assert "Exit codes" in page  # the other sections are there

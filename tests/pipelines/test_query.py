@@ -136,3 +136,44 @@ def test_a_corpus_path_with_glob_characters_reads_its_side_tables(tmp_path: Path
     assert run_query(corpus, "SELECT count(*) FROM kept_trajectories")[1][0][0] == \
         run_query(corpus, "SELECT count(*) FROM trajectories")[1][0][0] - run_query(
             corpus, "SELECT count(DISTINCT trajectory_id) FROM cleaning WHERE turn_index IS NULL")[1][0][0]
+
+
+def test_a_column_name_is_shown_as_safely_as_a_value(tmp_path: Path, sample: Path) -> None:
+    """PIVOT names columns after data: its escapes reached the terminal raw (values were escaped)."""
+    ingest([sample / "tau-bench"], tmp_path / "c", progress=False)
+    cols, rows = run_query(tmp_path / "c", "SELECT 1 AS \"a\x1b[31m\nb\"")
+    assert render(cols, rows, "table").splitlines()[0] == r"a\u001b[31m\nb"
+
+
+def test_an_empty_statement_is_refused_and_a_comment_is_no_result(tmp_path: Path, sample: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """Both ended in a traceback (`'NoneType' object has no attribute 'description'`)."""
+    from pipelines.cli import main
+
+    ingest([sample / "tau-bench"], tmp_path / "c", progress=False)
+    for sql in ("", "   "):
+        assert main(["query", str(tmp_path / "c"), sql, "--format", "csv"]) == 1
+        assert capsys.readouterr().err == ('worldline query: error: the SQL is empty: give a statement, e.g. '
+                                           '"SELECT count(*) FROM trajectories"\n')
+    assert main(["query", str(tmp_path / "c"), "-- nothing", "--format", "json"]) == 0
+    assert capsys.readouterr().out == "[]\n"
+
+
+def test_a_side_table_whose_file_is_gone_fails_its_readers(tmp_path: Path, sample: Path) -> None:
+    """The manifest records `cleaning`, its file was deleted: the views were defined from the files on
+    disk, so `kept_*` silently kept everything clean dropped (and `cleaning` was 'does not exist')."""
+    from pipelines.clean import clean
+
+    c = tmp_path / "c"
+    ingest([sample / "fireact"], c, progress=False)
+    clean(c, progress=False)
+    con = connect(c)
+    kept = con.sql("SELECT count(*) FROM kept_trajectories").fetchall()[0][0]
+    assert kept < con.sql("SELECT count(*) FROM trajectories").fetchall()[0][0]  # clean dropped some
+    (c / "side" / "cleaning" / "data.parquet").unlink()
+    con = connect(c)
+    for view in ("cleaning", "kept_trajectories", "kept_turns"):
+        with pytest.raises(duckdb.Error, match="side table cleaning is recorded in the manifest but its file is gone; "
+                                               r"run `worldline clean` again to rewrite it"):
+            con.sql(f"SELECT count(*) FROM {view}").fetchall()
+    assert con.sql("SELECT count(*) FROM trajectories").fetchall()[0][0] > 0  # the rest still reads
