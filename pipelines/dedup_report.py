@@ -11,6 +11,7 @@ import duckdb
 
 from pipelines.query import views
 from pipelines.report_html import query_bars, query_table, table_html
+from pipelines.views import duplicates_left_out
 
 
 def section_cleaning(con: duckdb.DuckDBPyConnection) -> str:
@@ -39,22 +40,28 @@ def section_dedup(con: duckdb.DuckDBPyConnection) -> str:
     have = views(con)
     if "duplicates" not in have:
         return "<h2>Duplicates</h2><p class=empty>no dedup clusters yet: run <code>worldline dedup CORPUS</code></p>"
+    # what the kept views leave out (`views.duplicates_left_out`): with cleaning, one member per cluster stays
+    # even when cleaning dropped dedup's representative (dedup before clean, or --ignore-cleaning)
+    left_out = duplicates_left_out(have)
     out = ["<h2>Duplicates</h2>"]
-    out.append(query_bars(con, "Duplicates dropped, by kind", """
-        SELECT kind, count(*) FROM duplicates WHERE NOT is_representative GROUP BY 1 ORDER BY 2 DESC"""))
+    out.append(query_bars(con, "Duplicates dropped, by kind", f"""
+        SELECT kind, count(*) FROM duplicates SEMI JOIN ({left_out}) x USING (trajectory_id) GROUP BY 1 ORDER BY 2 DESC"""))
     out.append(query_bars(con, "Clusters by size", """
         SELECT CASE WHEN n = 2 THEN '2' WHEN n <= 4 THEN '3-4' WHEN n <= 9 THEN '5-9' WHEN n <= 99 THEN '10-99' ELSE '100+' END,
                count(*) FROM (SELECT cluster_id, any_value(cluster_size) AS n FROM duplicates GROUP BY 1) GROUP BY 1 ORDER BY min(n)"""))
-    out.append(query_bars(con, "Duplicates per domain (% of the domain's trajectories)", """
+    out.append(query_bars(con, "Duplicates per domain (% of the domain's trajectories)", f"""
         SELECT t.domain, round(100.0 * count(d.trajectory_id) / count(*), 1)
-        FROM trajectories t LEFT JOIN (SELECT trajectory_id FROM duplicates WHERE NOT is_representative) d USING (trajectory_id)
+        FROM trajectories t LEFT JOIN ({left_out}) d USING (trajectory_id)
         GROUP BY 1 ORDER BY 2 DESC""", "%"))
     if "shared_prefixes" in have:
         out.append(query_bars(con, "Turns in shared prefixes (counted for training once)", """
             SELECT CASE WHEN counts_for_training THEN 'counted (owner)' ELSE 'context only' END, count(*)
             FROM shared_prefixes GROUP BY 1 ORDER BY 1"""))
-    cols, rows = query_table(con, """
-        SELECT d.cluster_id, any_value(d.cluster_size) AS size, any_value(d.representative_id) AS representative,
+    # the member the kept views keep (none when cleaning dropped them all), not dedup's own choice
+    kept = "SELECT trajectory_id FROM kept_trajectories" if "kept_trajectories" in have else "SELECT trajectory_id FROM trajectories"
+    cols, rows = query_table(con, f"""
+        SELECT d.cluster_id, any_value(d.cluster_size) AS size,
+               min(d.trajectory_id) FILTER (WHERE d.trajectory_id IN ({kept}) AND d.trajectory_id NOT IN ({left_out})) AS kept,
                string_agg(DISTINCT d.kind, ',') AS kinds, any_value(t.domain) AS domain
         FROM duplicates d JOIN trajectories t USING (trajectory_id) GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT 20""")
     out.append("<h3>Largest clusters</h3>" + table_html(cols, rows))

@@ -427,3 +427,31 @@ def test_the_summary_tells_dropped_by_cleaning_from_no_turns(tmp_path: Path) -> 
     s = dedup(corpus, progress=False)
     assert (s.trajectories, s.considered, s.dropped_by_cleaning) == (3, 1, 2)
     assert "1 of 3 trajectories considered (2 dropped by cleaning, 0 with no turns left, 0 with no text)" in s.render()
+
+
+def test_the_report_counts_the_duplicates_the_kept_views_leave_out(sample_corpus: Path, tmp_path: Path) -> None:  # noqa: F811
+    """dedup before clean: cleaning drops some of dedup's representatives, and the kept views then keep
+    another member of their clusters. The report counted every non-representative as dropped (29
+    where the views leave out 5) and named dropped representatives as the clusters' members."""
+    import re
+
+    from pipelines.clean import clean
+    from pipelines.dedup import dedup
+    from pipelines.dedup_report import section_dedup
+    from pipelines.query import connect
+    from pipelines.views import duplicates_left_out
+
+    corpus = copy_corpus(sample_corpus, tmp_path / "corpus")
+    dedup(corpus, progress=False)
+    clean(corpus, progress=False)
+    con = connect(corpus)
+    left_out = con.sql(f"SELECT count(*) FROM ({duplicates_left_out(['cleaning', 'duplicates'])})").fetchall()[0][0]
+    naive = con.sql("SELECT count(*) FROM duplicates WHERE NOT is_representative").fetchall()[0][0]
+    assert left_out < naive
+    html = section_dedup(con)
+    chart = html.split("Duplicates dropped, by kind")[2].split("</figure>")[0]  # past the caption and the label
+    assert sum(int(v) for v in re.findall(r'font-size="12">(\d+)</text>', chart)) == left_out
+    kept = {r[0] for r in con.sql("SELECT trajectory_id FROM kept_trajectories").fetchall()}
+    table = html.split("Largest clusters")[1]
+    shown = re.findall(r"<tr><td>[^<]+</td><td>\d+</td><td>([0-9a-f]{32})</td>", table)
+    assert shown and all(t in kept for t in shown)
