@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import csv
 import datetime as dt
+import decimal
 import fcntl
 import io
 import math
@@ -262,7 +263,18 @@ def _jsonable(v: Any) -> Any:
         return {str(k): _jsonable(x) for k, x in v.items()}
     if type(v) is int and not _INT64_MIN <= v <= _UINT64_MAX:  # HUGEINT: a JSON number still, past orjson's 64 bits
         return orjson.Fragment(str(v))
+    if isinstance(v, decimal.Decimal):  # DECIMAL: the number exactly, not a string (nor a float's rounding)
+        return orjson.Fragment(str(v)) if v.is_finite() else _jsonable(float(v))
+    if isinstance(v, dt.timedelta):  # INTERVAL: an ISO 8601 duration, not Python's "3 days, 0:00:05"
+        return _iso_duration(v)
     return v
+
+
+def _iso_duration(d: dt.timedelta) -> str:
+    sign, d = ("-", -d) if d < dt.timedelta(0) else ("", d)
+    secs = f"{d.seconds}.{d.microseconds:06d}".rstrip("0") if d.microseconds else str(d.seconds)
+    time = f"T{secs}S" if d.seconds or d.microseconds else ""
+    return f"{sign}P{d.days}D{time}" if d.days or not time else f"{sign}P{time}"
 
 
 _INT64_MIN, _UINT64_MAX = -(1 << 63), (1 << 64) - 1
@@ -274,6 +286,8 @@ def _csv_cell(v: Any) -> Any:
         return orjson.dumps(_jsonable(v), default=str).decode()
     if isinstance(v, bytes | bytearray | memoryview):
         return base64.b64encode(bytes(v)).decode()
+    if isinstance(v, dt.timedelta):  # as in JSON: an ISO 8601 duration
+        return _iso_duration(v)
     return v
 
 

@@ -177,3 +177,16 @@ def test_a_side_table_whose_file_is_gone_fails_its_readers(tmp_path: Path, sampl
                                                r"run `worldline clean` again to rewrite it"):
             con.sql(f"SELECT count(*) FROM {view}").fetchall()
     assert con.sql("SELECT count(*) FROM trajectories").fetchall()[0][0] > 0  # the rest still reads
+
+
+def test_decimals_are_numbers_and_intervals_iso_durations(tmp_path: Path, sample: Path) -> None:
+    """JSON wrote a DECIMAL as a string ("41.0") and an INTERVAL as Python's "3 days, 0:00:05"."""
+    ingest([sample / "tau-bench"], tmp_path / "c", progress=False)
+    sql = ("SELECT 1.0 * 41 AS d, 123456789012345678.125::DECIMAL(38,3) AS big, INTERVAL 3 DAY + INTERVAL 5 SECOND AS i, "
+           "INTERVAL 1500 MILLISECOND AS ms, -INTERVAL 2 DAY AS neg, INTERVAL 0 SECOND AS z")
+    buf = io.StringIO()
+    write_query(tmp_path / "c", sql, "json", out=buf)
+    assert buf.getvalue() == '[{"d":41.0,"big":123456789012345678.125,"i":"P3DT5S","ms":"PT1.5S","neg":"-P2D","z":"P0D"}]\n'
+    buf = io.StringIO()
+    write_query(tmp_path / "c", sql, "csv", out=buf)
+    assert buf.getvalue() == "d,big,i,ms,neg,z\n41.0,123456789012345678.125,P3DT5S,PT1.5S,-P2D,P0D\n"
