@@ -32,3 +32,29 @@ def test_notebook_executes(tmp_path: Path, monkeypatch) -> None:
     assert "Turns per domain" in html and "<svg" in html
     assert "unknown_format" in html  # the agentapi screen fixtures are quarantined
     assert os.environ["WORLDLINE_CORPUS"] == str(corpus)
+
+
+def test_a_corpus_named_that_is_none_is_an_error(tmp_path: Path, monkeypatch) -> None:
+    """A WORLDLINE_CORPUS that is no corpus (a typo) silently explored the bundled sample instead."""
+    from nbclient.exceptions import CellExecutionError
+
+    monkeypatch.setenv("WORLDLINE_CORPUS", str(tmp_path / "no-such-corpus"))
+    monkeypatch.setenv("WORLDLINE_REPO", str(ROOT))
+    nb = nbformat.read(NB, as_version=4)
+    client = NotebookClient(nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(ROOT / "notebooks")}})
+    try:
+        client.execute()
+    except CellExecutionError as e:
+        assert f"WORLDLINE_CORPUS={tmp_path / 'no-such-corpus'} is not a Worldline corpus (no manifest.json)" in str(e)
+    else:
+        raise AssertionError("the notebook ran on another corpus")
+
+
+def test_an_empty_corpus_runs_through(tmp_path: Path, monkeypatch) -> None:
+    corpus = tmp_path / "corpus"
+    (tmp_path / "junk.txt").write_text("not a trace\n")
+    ingest([tmp_path / "junk.txt"], corpus, progress=False)  # every record quarantined: no trajectory
+    monkeypatch.setenv("WORLDLINE_CORPUS", str(corpus))
+    monkeypatch.setenv("WORLDLINE_REPO", str(ROOT))
+    nb = nbformat.read(NB, as_version=4)
+    NotebookClient(nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(ROOT / "notebooks")}}).execute()
