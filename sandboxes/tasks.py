@@ -155,12 +155,21 @@ def parse_task(doc: Any, path: Path) -> TaskSpec:
         spec.timeout_s = _num(path, "timeout_s", d["timeout_s"])
     if "workdir" in d:
         wd = _str(path, "workdir", d["workdir"])
-        if not re.fullmatch(r"/[A-Za-z0-9_./-]*", wd) or ".." in wd or wd.rstrip("/") in ("", "/etc", "/usr", "/bin", "/run", "/proc", "/sys", "/dev"):
+        top = "/" + wd.strip("/").split("/")[0]
+        # not in a system dir, nor in /run (the harness's own state, /run/wl), nor the tmpfs mounts it would shadow
+        if (not re.fullmatch(r"/[A-Za-z0-9_./-]*", wd) or ".." in wd or top in ("/", "/etc", "/usr", "/bin", "/sbin", "/lib",
+                                                                               "/run", "/proc", "/sys", "/dev", "/var")
+                or wd.rstrip("/") in ("/tmp", "/home/agent")):
             raise _err(path, "workdir", f"expected an absolute path of plain characters outside system dirs, got {wd!r}")
         spec.workdir = wd.rstrip("/")
     if "limits" in d:
         lim = _mapping(path, "limits", d["limits"], LIMIT_KEYS)
         spec.limits = {k: _num(path, f"limits.{k}", v) for k, v in lim.items()}
+        for k, v in spec.limits.items():  # Docker and tmpfs read 0 as "no limit": `memory_mb: 0.5` was none at all
+            if k != "cpus" and (v != int(v) or v < 1):
+                raise _err(path, f"limits.{k}", f"expected a whole number of at least 1, got {v:g}")
+            if k == "cpus" and v * 1e9 < 1:
+                raise _err(path, "limits.cpus", f"expected at least one billionth of a CPU, got {v:g}")
     if "setup" in d:
         s = _mapping(path, "setup", d["setup"], ("files", "commands"))
         if "files" in s:

@@ -58,6 +58,13 @@ def _write(tmp_path: Path, text: str) -> Path:
     ("id: a\ntask: x\nactions: [ls]\nperturbations: {oom: {}}\n", "perturbations.oom: unknown field; known: disk_full"),
     ("id: a\ntask: x\nactions: [ls]\nperturbations: {oom_kill: {mem: 3}}\n", "perturbations.oom_kill.mem: unknown field; known: memory_mb"),
     ("id: a\ntask: x\nactions: [ls]\nworkdir: /etc\n", "workdir: expected an absolute path of plain characters outside system dirs, got '/etc'"),
+    # the harness's own state (it ran, the agent's saved shell state in its work dir), and a tmpfs it shadows
+    ("id: a\ntask: x\nactions: [ls]\nworkdir: /run/wl\n", "workdir: expected an absolute path of plain characters outside system dirs, got '/run/wl'"),
+    ("id: a\ntask: x\nactions: [ls]\nworkdir: /usr/local/src\n", "outside system dirs, got '/usr/local/src'"),
+    ("id: a\ntask: x\nactions: [ls]\nworkdir: /home/agent\n", "outside system dirs, got '/home/agent'"),
+    # a fraction was rounded to 0, which Docker and tmpfs read as no limit at all
+    ("id: a\ntask: x\nactions: [ls]\nlimits: {memory_mb: 0.5}\n", "limits.memory_mb: expected a whole number of at least 1, got 0.5"),
+    ("id: a\ntask: x\nactions: [ls]\nlimits: {pids: 64.5}\n", "limits.pids: expected a whole number of at least 1, got 64.5"),
     ("id: a\ntask: x\nactions: [ls]\ncolour: red\n", "colour: unknown field; known: id, domain"),
     ("id: a\ntask: [x\n", "not valid YAML"),
 ])
