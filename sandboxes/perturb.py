@@ -146,11 +146,20 @@ def _permission_denied(plan: Plan, p: dict, rng: random.Random, used: list[str])
     plan.setup_cfg = plan.run_cfg
 
 
-def _missing_binary(plan: Plan, p: dict, rng: random.Random, used: list[str]) -> None:
-    binary = p.get("binary") or _pick(rng, used, REMOVABLE, "python3")
+def _binary(perturbation: str, p: dict, rng: random.Random, used: list[str], pool: tuple[str, ...] | list[str]) -> str:
+    """The command a perturbation acts on: the one named (`binary=NAME`), else one of `pool` the task uses.
+    A name is a plain command name (it becomes a file name, and for missing_binary part of an image
+    build step), never one the harness itself runs."""
+    binary = p.get("binary") or _pick(rng, used, pool, "python3")
+    if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.+-]*", str(binary)):
+        raise PerturbationError(f"{perturbation}: binary {binary!r} is not a command name (letters, digits, _ . + -)")
     if binary in HARNESS_BINARIES:
-        raise PerturbationError(f"missing_binary: binary {binary!r} is used by the sandbox harness; choose another")
-    p["binary"] = binary
+        raise PerturbationError(f"{perturbation}: binary {binary!r} is used by the sandbox harness; choose another")
+    return str(binary)
+
+
+def _missing_binary(plan: Plan, p: dict, rng: random.Random, used: list[str]) -> None:
+    binary = p["binary"] = _binary("missing_binary", p, rng, used, REMOVABLE)
     plan.two_phase = True
     plan.derive_without = [binary]
 
@@ -171,20 +180,14 @@ def _oom(plan: Plan, p: dict, rng: random.Random, used: list[str]) -> None:
 def _slow(plan: Plan, p: dict, rng: random.Random, used: list[str]) -> None:
     if float(p["delay_s"]) < 0:
         raise PerturbationError(f"slow_command: delay_s must be >= 0, got {p['delay_s']}")
-    binary = p.get("binary") or _pick(rng, used, WRAPPABLE, "python3")
-    if binary in HARNESS_BINARIES:
-        raise PerturbationError(f"slow_command: binary {binary!r} is used by the sandbox harness; choose another")
-    p["binary"] = binary
+    binary = p["binary"] = _binary("slow_command", p, rng, used, WRAPPABLE)
     plan.after_setup.append(_shim(binary, f"/usr/bin/sleep {float(p['delay_s']):g}"))
 
 
 def _timeout(plan: Plan, p: dict, rng: random.Random, used: list[str]) -> None:
     if float(p["timeout_s"]) <= 0 or float(p["hang_s"]) < 0:
         raise PerturbationError(f"timeout: timeout_s must be > 0 and hang_s >= 0, got timeout_s={p['timeout_s']}, hang_s={p['hang_s']}")
-    binary = p.get("binary") or _pick(rng, used, WRAPPABLE, "python3")
-    if binary in HARNESS_BINARIES:
-        raise PerturbationError(f"timeout: binary {binary!r} is used by the sandbox harness; choose another")
-    p["binary"] = binary
+    binary = p["binary"] = _binary("timeout", p, rng, used, WRAPPABLE)
     plan.run_cfg = replace(plan.run_cfg, action_timeout_s=float(p["timeout_s"]))
     plan.fixed_timeout = True
     plan.after_setup.append(_shim(binary, f"/usr/bin/sleep {float(p['hang_s']):g}"))

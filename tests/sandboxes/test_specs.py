@@ -118,6 +118,18 @@ def test_perturbations_refuse_the_harness_binaries(name: str) -> None:
             plan(SandboxConfig(image="x"), PerturbationSpec(name, (("binary", b),)), 0, "t", [f"{b} x"])
 
 
+@pytest.mark.parametrize("name", ["missing_binary", "slow_command", "timeout"])
+@pytest.mark.parametrize("binary", ["grep -c", "../bin/grep", "grep;rm", "-x"])
+def test_perturbations_refuse_a_binary_that_is_no_command_name(name: str, binary: str) -> None:
+    """`timeout:binary=grep -c` was recorded as given and wrapped nothing (the task ran unperturbed); a
+    missing_binary name goes into an image build step."""
+    from sandboxes.perturb import plan
+    from sandboxes.sandbox import SandboxConfig
+
+    with pytest.raises(PerturbationError, match=re.escape(f"{name}: binary {binary!r} is not a command name")):
+        plan(SandboxConfig(image="x"), PerturbationSpec(name, (("binary", binary),)), 0, "t", ["grep x f"])
+
+
 @pytest.mark.parametrize(("text", "message"), [
     ("disk_full:size_kb=abc", "perturbation disk_full: size_kb='abc' is not an integer"),  # was a ValueError inside each sandbox
     ("oom_kill:memory_mb=2.5", "perturbation oom_kill: memory_mb='2.5' is not an integer"),
