@@ -22,6 +22,7 @@ anyway: they then start in the original's working directory (created empty) and 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections import Counter
@@ -101,7 +102,8 @@ def _replay_job(traj: Trajectory, actions: list[Action], fx: TaskSpec | None, mi
         id=f"replay-{traj.source_format}", task=traj.task or "", path=src, domain=traj.domain if traj.domain in ("terminal", "os", "swe") else "terminal",
         image=fx.image if fx else "terminal", timeout_s=timeout_s, workdir=fx.workdir if fx else (missing_workdir or "/work"),
         setup_files=dict(fx.setup_files) if fx else {}, setup_commands=list(fx.setup_commands) if fx else [],
-        digest=traj.trajectory_id[:16],
+        # the original and the fixture it runs in: an edited fixture (its files, commands, image) makes a new job
+        digest=hashlib.sha256(f"{traj.trajectory_id}\0{fx.digest if fx else ''}".encode()).hexdigest()[:16],
     )
     # the original's id names the replay: file names repeat (`output.jsonl`, `events.json`) and native ids may be absent
     native = f"replay:{traj.source_format}:{traj.native_id or traj.locator}:{traj.trajectory_id[:12]}"

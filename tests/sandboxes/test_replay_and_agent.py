@@ -186,3 +186,22 @@ def test_cli_exits_3_when_the_agent_endpoint_ended_trajectories(images, tmp_path
         assert "  outcomes:      success=1" in capsys.readouterr().out.splitlines()
     assert run_query(tmp_path / "c", "SELECT outcome, num_turns FROM trajectories ORDER BY 1")[1] == [
         ("error", 0), ("success", 1)]
+
+
+def test_an_edited_replay_fixture_makes_new_jobs(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+    """A replay job's digest was the original's id alone: after an edit to the fixture the replay runs
+    in, a rerun skipped the job as already collected."""
+    import shutil
+
+    import sandboxes.replay as replay_module
+
+    src = SAMPLE / "intercode"
+    before = [j.task.digest for j in plan_replay([src], limit=2).jobs]
+    fixtures = tmp_path / "replay"
+    shutil.copytree(replay_module.FIXTURES, fixtures)
+    monkeypatch.setattr(replay_module, "FIXTURES", fixtures)
+    assert [j.task.digest for j in plan_replay([src], limit=2).jobs] == before  # the same fixture: the same jobs
+    spec = fixtures / "intercode-testbed.yaml"
+    spec.write_text(spec.read_text().replace("recently modified file", "recently edited file"))
+    after = [j.task.digest for j in plan_replay([src], limit=2).jobs]
+    assert len(after) == 2 and not set(after) & set(before)
