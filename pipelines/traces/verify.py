@@ -6,7 +6,7 @@ durations, ANSI codes normalized), so a prediction is not punished for a differe
 | verifier  | domains            | score |
 |-----------|--------------------|-------|
 | terminal  | terminal, swe, os  | 0.5·line_f1 + 0.5·edit_sim; when both the turn and the prediction state an exit code: 0.4·line_f1 + 0.4·edit_sim + 0.2·exit_match |
-| mcp       | mcp                | real observation is JSON: 0.5·structure_f1 + 0.5·value_f1 (0 when the prediction is not JSON); not JSON: as terminal. When the turn's `is_error` is known and the prediction states `isError`: 0.8·that + 0.2·is_error_match |
+| mcp       | mcp                | real observation is JSON: value_f1·(1 + structure_f1)/2 (0 when the prediction is not JSON, or no value is right); not JSON: as terminal. When the turn's `is_error` is known and the prediction states `isError`: 0.8·that + 0.2·is_error_match |
 | tree      | web, android       | node_f1 over the tree's nodes (one per line, element ids like `[123]` removed) |
 | search    | search             | word_f1: multiset F1 of lowercased words |
 
@@ -20,7 +20,8 @@ Definitions (exact, so the tests can state expected values):
   column, else a code stated in the real observation; a prediction states one with a line such as
   `exit code: 1`, `[exit 1]`, `Exit status 1`, `returncode=1` or SWE-agent's `PROCESS-DONE:1:`.
 - `structure_f1`: F1 of the sets of (JSON path, JSON type) pairs, containers included; `value_f1`:
-  F1 of the sets of (path, canonical leaf value). List items are addressed by position.
+  F1 of the sets of (path, canonical leaf value), leaving out `type` keys (a content part's kind) and
+  `isError` (judged as `is_error_match`). List items are addressed by position.
 - `node_f1`, `word_f1`: multiset F1 as for lines.
 """
 
@@ -193,6 +194,15 @@ def json_paths(v: Any, path: str = "$") -> tuple[set[tuple[str, str]], set[tuple
     return types, values
 
 
+_NOT_PREDICTED = re.compile(r"\.(type|isError|is_error)$")  # a content part's kind; the error flag, judged on its own
+
+
+def _predicted_values(values: set[tuple[str, str]]) -> set[tuple[str, str]]:
+    """The leaves a prediction is judged on: not the `type` discriminators of content parts (`"text"` in
+    every MCP result, right whatever the text) nor the error flag (`is_error_match`)."""
+    return {x for x in values if not _NOT_PREDICTED.search(x[0])}
+
+
 def _stated_is_error(obj: Any) -> bool | None:
     if isinstance(obj, dict):
         for k in ("isError", "is_error"):
@@ -215,9 +225,11 @@ def verify_mcp(pred: str, real: str, is_error: bool | None = None, exit_code: in
         else:
             pt, pv = json_paths(pj)
             rt, rv = json_paths(rj)
-            s, v = set_f1(pt, rt), set_f1(pv, rv)
+            s, v = set_f1(pt, rt), set_f1(_predicted_values(pv), _predicted_values(rv))
             comps = {"structure_f1": _round(s), "value_f1": _round(v), "pred_json": 1.0}
-            score = 0.5 * s + 0.5 * v
+            # the values are what is predicted: the right keys with every value wrong scored 0.5, the
+            # default threshold, and made-up values became SFT targets
+            score = v * (1 + s) / 2
     stated = _stated_is_error(pj)
     if is_error is not None and stated is not None:
         em = 1.0 if stated == is_error else 0.0

@@ -109,14 +109,14 @@ def test_mcp_tau_bench(corpus: Path) -> None:
     # membership, 6 reservations); one value changed: value F1 = 36/37, structure unchanged
     edited = verify("mcp", real.replace('"San Diego"', '"San Jose"'), real, is_error=is_error)
     assert edited.components == {"structure_f1": 1.0, "value_f1": 0.972973, "pred_json": 1.0}
-    assert edited.score == 0.986486  # 0.5 + 0.5·36/37
-    # stating isError adds a node (49 → 50 of 49: F1 98/99) and a leaf (74/75); the stated value is
-    # then judged against the turn's is_error (false): 0.8·json + 0.2·agreement
+    assert edited.score == 0.972973  # value_f1·(1 + structure_f1)/2 = 36/37
+    # stating isError adds a node (49 → 50 of 49: F1 98/99), not a value judged as one (the flag is judged
+    # against the turn's is_error, false): 0.8·json + 0.2·agreement
     wrong = json.dumps({"isError": True, **json.loads(real)})
     v = verify("mcp", wrong, real, is_error=is_error)
-    assert v.components == {"structure_f1": 0.989899, "value_f1": 0.986667, "pred_json": 1.0, "is_error_match": 0.0}
-    assert v.score == 0.790626  # 0.8 · 0.5 · (98/99 + 74/75)
-    assert verify("mcp", wrong.replace('"isError": true', '"isError": false'), real, is_error=is_error).score == 0.990626
+    assert v.components == {"structure_f1": 0.989899, "value_f1": 1.0, "pred_json": 1.0, "is_error_match": 0.0}
+    assert v.score == 0.79596  # 0.8 · (1 + 98/99)/2
+    assert verify("mcp", wrong.replace('"isError": true', '"isError": false'), real, is_error=is_error).score == 0.99596
     # another turn's observation: another user's details (independent flattener), and a user reply (not JSON)
     mia, _, _ = _obs(corpus, "t.source_format = 'tau-bench' AND u.observation LIKE '{\"name\": {\"first_name\": \"Mia\"%'")
     ka, va = _flatten(json.loads(mia))
@@ -158,3 +158,14 @@ def test_tree_android_and_web(corpus: Path) -> None:
     web, _, _ = _obs(corpus, "t.domain = 'web'")
     renumbered = re.sub(r"\[(\d+)\]", lambda m: f"[{int(m.group(1)) + 1000}]", web)
     assert renumbered != web and verify("web", renumbered, web).score == 1.0
+
+
+def test_mcp_right_keys_with_wrong_values_earn_nothing() -> None:
+    """0.5·structure + 0.5·values gave the right keys with every value wrong 0.5, the default threshold
+    (kept as an SFT target), and a wrong text in a standard content part 0.87 (its `type` leaf right)."""
+    real = '{"flights":[{"id":"HAT1","price":120}]}'
+    assert verify("mcp", '{"flights":[{"id":"X","price":0}]}', real).score == 0.0
+    assert verify("mcp", '{"flights":[{"id":"HAT1","price":0}]}', real).score == 0.5  # half the values: 0.5·(1 + 1)/2
+    text = '{{"content":[{{"type":"text","text":"{}"}}],"isError":false}}'
+    wrong = verify("mcp", text.format("Error: permission denied"), text.format("Found 3 files: a.py b.py c.py"), is_error=False)
+    assert (wrong.score, wrong.components["value_f1"], wrong.components["is_error_match"]) == (0.2, 0.0, 1.0)  # 0.8·0 + 0.2
