@@ -130,6 +130,8 @@ class OpenAIChatPolicy:
             args = json.loads(fn.get("arguments") or "{}")
         except json.JSONDecodeError:
             args = {"_unparsed": fn.get("arguments")}
+        if not isinstance(args, dict):  # JSON, but not an object (`"ls -la"`): kept as given, never taken apart
+            args = {"_unparsed": fn.get("arguments")}
         call_id = call.get("id") or f"call_{len(history) + 1}"
         self._messages.append({"role": "assistant", "content": msg.get("content"),
                                "tool_calls": [{"id": call_id, "type": "function", "function": fn}]})
