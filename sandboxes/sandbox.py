@@ -538,13 +538,28 @@ class Sandbox:
         # judged with the real tools: no perturbation wrappers (slow/hanging commands, clock skew)
         lines = [f"cd / || exit 90; export PATH={PATH.removeprefix(STATE_DIR + '/shim:')}; unset PYTHONPATH WL_CLOCK_OFFSET_S"]
         for i, c in enumerate(commands):
-            # the result as one line, one write (a background job the actions left may write to stdout meanwhile)
-            lines.append(f"( cd {wd} && eval \"$(printf %b '{_escape(c)}')\" ) > {STATE_DIR}/chk.{i} 2>/dev/null </dev/null; "
-                         f"__rc=$?; printf '@@{tok} %d %d %s\\n' {i} $__rc \"$(/usr/bin/base64 -w0 {STATE_DIR}/chk.{i})\"")
+            # the output as base64 lines of 3,000 characters, each one write under PIPE_BUF (a background job the
+            # actions left may write to stdout meanwhile, between lines but never inside one; one long line was
+            # several writes, and a job's bytes inside it lost the check), then its exit code and line count; the
+            # file goes at once (the state dir is a small tmpfs: five large outputs filled it)
+            chk = f"{STATE_DIR}/chk.{i}"
+            lines.append(f"( cd {wd} && eval \"$(printf %b '{_escape(c)}')\" ) > {chk} 2>/dev/null </dev/null; __rc=$?; "
+                         f"/usr/bin/base64 -w 3000 {chk} | {{ __n=0; while IFS= read -r __l; do "
+                         f"printf '@@{tok} %d c %s\\n' {i} \"$__l\"; __n=$((__n+1)); done; "
+                         f"printf '@@{tok} %d e %d %d\\n' {i} $__rc $__n; }}; /usr/bin/rm -f {chk}")
         r = self.run("\n".join(lines), timeout_s=timeout_s * max(1, len(commands)), harness=True)
+        chunks: dict[int, list[str]] = {}
+        ends: dict[int, tuple[int, int]] = {}
+        for m in re.finditer(rf"@@{tok} (\d+) (?:c ([A-Za-z0-9+/=]+)|e (\d+) (\d+))\n", r.stdout):  # anywhere in a line
+            if m.group(2) is not None:
+                chunks.setdefault(int(m.group(1)), []).append(m.group(2))
+            else:
+                ends[int(m.group(1))] = (int(m.group(3)), int(m.group(4)))
         got: dict[int, tuple[int, str]] = {}
-        for m in re.finditer(rf"@@{tok} (\d+) (\d+) ([A-Za-z0-9+/=]*)\n", r.stdout):  # anywhere: after another's bytes
-            got[int(m.group(1))] = (int(m.group(2)), base64.b64decode(m.group(3)).decode("utf-8", "replace"))
+        for i, (rc, n) in ends.items():
+            parts = chunks.get(i, [])
+            if len(parts) == n:  # else a line is missing: the check is not judged on part of its output
+                got[i] = (rc, base64.b64decode("".join(parts)).decode("utf-8", "replace"))
         return [got.get(i, (r.exit_code if r.exit_code else -1, "")) for i in range(len(commands))]
 
     def state_reason(self) -> str:

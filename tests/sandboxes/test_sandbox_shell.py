@@ -103,3 +103,15 @@ def test_checks_are_read_whatever_a_background_job_prints(sb: Sandbox) -> None:
     made the check read as failed (-1)."""
     sb.run("echo ok > result.txt; (for i in $(seq 300); do printf .; sleep 0.005; done) &")
     assert sb.run_batch(["cat result.txt", "test -f nothing-here"]) == [(0, "ok\n"), (1, "")]
+
+
+def test_a_large_check_output_is_read_whatever_a_background_job_prints(sb: Sandbox) -> None:
+    """One long result line went out in several writes, and a background job's lines landed inside it: the
+    check read as failed (-1, 3 of 5 at 300 KB). And five large outputs filled the harness's small tmpfs."""
+    sb.run("(while :; do echo bg-line; sleep 0.002; done) &")
+    out = "".join(f"{i:07d}\n" for i in range(40000))  # 320 KB
+    for _ in range(3):
+        assert sb.run_batch(["seq -f %07g 0 39999"] * 2) == [(0, out)] * 2
+    big = "x" * 1_000_000 + "\n"
+    assert sb.run_batch(["head -c 1000000 /dev/zero | tr '\\000' x; echo"] * 5) == [(0, big)] * 5
+    sb.run("kill %1 2>/dev/null; true")
