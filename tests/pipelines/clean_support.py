@@ -4,6 +4,7 @@ real trajectories written through the collectors' corpus writer."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import shutil
 from pathlib import Path
 
@@ -36,7 +37,12 @@ def sample_corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def copy_corpus(src: Path, dest: Path) -> Path:
+    """The corpus without its side tables: their files and their manifest records (a recorded table whose
+    file is gone fails its readers, as a damaged one does)."""
     shutil.copytree(src, dest, ignore=shutil.ignore_patterns("side", ".lock"))
+    m = json.loads((dest / "manifest.json").read_text())
+    m.pop("side", None)
+    (dest / "manifest.json").write_text(json.dumps(m))
     return dest
 
 
