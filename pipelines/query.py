@@ -122,8 +122,10 @@ def connect(corpus_dir: Path | str, con: duckdb.DuckDBPyConnection | None = None
     (`committed`: the stage's own list of them, `Corpus.committed_files`): one state of the corpus,
     whatever a writer does meanwhile."""
     corpus = Corpus(corpus_dir)
+    m = corpus.require_manifest() if committed is None else corpus.manifest()  # read once: side tables below too
     if committed is None:  # else the caller read the manifest (and so checked the corpus) already
-        committed = corpus.committed_files(corpus.require_manifest())
+        committed = corpus.committed_files(m)
+    entries: dict = m.get("side") or {}
     con = con or duckdb.connect()
     for name, schema in TABLE_SCHEMAS.items():
         if committed[name]:
@@ -136,7 +138,6 @@ def connect(corpus_dir: Path | str, con: duckdb.DuckDBPyConnection | None = None
     side_names = []
     blind: dict[str, str] = {}  # damaged side tables whose columns are not known: message
     if side.is_dir():
-        entries = None
         for d in sorted(p for p in side.iterdir() if p.is_dir()):
             # the files listed, not a glob pattern: a corpus path may hold `[` or `*`, which a pattern would read as such
             files = sorted(f for f in d.rglob("*.parquet") if not f.name.startswith("."))
@@ -146,7 +147,6 @@ def connect(corpus_dir: Path | str, con: duckdb.DuckDBPyConnection | None = None
                 con.execute(f"CREATE OR REPLACE VIEW {d.name} AS SELECT * FROM read_parquet({parquet_list(files)}, "
                             "hive_partitioning=false, union_by_name=true)")
             except duckdb.Error as e:
-                entries = corpus.manifest().get("side", {}) if entries is None else entries
                 reason = (str(e).strip().splitlines() or [type(e).__name__])[0]
                 if (message := _damaged_side_view(con, d.name, entries.get(d.name) or {}, f"cannot be read ({reason})")) is not None:
                     blind[d.name] = message
@@ -154,7 +154,7 @@ def connect(corpus_dir: Path | str, con: duckdb.DuckDBPyConnection | None = None
             side_names.append(d.name)
     # a table the manifest records whose file is gone: as a damaged one (`kept_*` without the cleaning
     # verdicts would silently keep everything clean dropped)
-    for name, entry in (corpus.manifest().get("side") or {}).items():
+    for name, entry in entries.items():
         if name not in side_names and name not in blind and isinstance(entry, dict) and re.fullmatch(r"[a-z_][a-z0-9_]*", name):
             if (message := _damaged_side_view(con, name, entry, "is recorded in the manifest but its file is gone")) is not None:
                 blind[name] = message
@@ -264,7 +264,7 @@ def _jsonable(v: Any) -> Any:
     if type(v) is int and not _INT64_MIN <= v <= _UINT64_MAX:  # HUGEINT: a JSON number still, past orjson's 64 bits
         return orjson.Fragment(str(v))
     if isinstance(v, decimal.Decimal):  # DECIMAL: the number exactly, not a string (nor a float's rounding)
-        return orjson.Fragment(str(v)) if v.is_finite() else _jsonable(float(v))
+        return orjson.Fragment(str(v))
     if isinstance(v, dt.timedelta):  # INTERVAL: an ISO 8601 duration, not Python's "3 days, 0:00:05"
         return _iso_duration(v)
     return v
