@@ -57,11 +57,11 @@ def section_dedup(con: duckdb.DuckDBPyConnection) -> str:
         out.append(query_bars(con, "Turns in shared prefixes (counted for training once)", """
             SELECT CASE WHEN counts_for_training THEN 'counted (owner)' ELSE 'context only' END, count(*)
             FROM shared_prefixes GROUP BY 1 ORDER BY 1"""))
-    # the member the kept views keep (none when cleaning dropped them all), not dedup's own choice
-    kept = "SELECT trajectory_id FROM kept_trajectories" if "kept_trajectories" in have else "SELECT trajectory_id FROM trajectories"
-    cols, rows = query_table(con, f"""
+    # the member the kept views keep (they leave the other members out; none when cleaning dropped them all),
+    # not dedup's own choice
+    cols, rows = query_table(con, """
         SELECT d.cluster_id, any_value(d.cluster_size) AS size,
-               min(d.trajectory_id) FILTER (WHERE d.trajectory_id IN ({kept}) AND d.trajectory_id NOT IN ({left_out})) AS kept,
+               min(d.trajectory_id) FILTER (WHERE d.trajectory_id IN (SELECT trajectory_id FROM kept_trajectories)) AS kept,
                string_agg(DISTINCT d.kind, ',') AS kinds, any_value(t.domain) AS domain
         FROM duplicates d JOIN trajectories t USING (trajectory_id) GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT 20""")
     out.append("<h3>Largest clusters</h3>" + table_html(cols, rows))
