@@ -45,6 +45,7 @@ from collectors.policies import Action, ScriptedPolicy
 from collectors.specs import check_sessions, selected, stderr_echo  # noqa: F401 - stderr_echo: the CLI's echo
 from pipelines.sink import CollectionSink
 from schemas.options import at_least
+from schemas.records import QuarantineRecord
 
 
 @dataclass
@@ -81,6 +82,7 @@ class McpSummary:
     cut_short: list[str] = field(default_factory=list)  # sessions it stopped, kept as `interrupted`
     in_flight: list[str] = field(default_factory=list)  # sessions it stopped before any call was answered
     not_started: int = 0
+    quarantined: list[str] = field(default_factory=list)  # sessions the recorder failed on (collector_error)
 
     @property
     def failed(self) -> int:
@@ -104,7 +106,8 @@ class McpSummary:
 
     def render(self) -> str:
         lines = [f"MCP collection {self.run_id} into {self.corpus}: {self.sessions} sessions, {self.turns} turns "
-                 f"in {self.seconds:.1f}s ({self.failed} failed)"]
+                 f"in {self.seconds:.1f}s ({self.failed} failed)"
+                 + (f"; {len(self.quarantined)} quarantined as collector_error" if self.quarantined else "")]
         width = max([14] + [len(s) for s in self.by_server])
         for server, c in sorted(self.by_server.items()):
             lines.append(f"  {server:<{width}} {c['sessions']:>4} sessions {c['turns']:>6} turns {c['error_turns']:>5} error turns")
@@ -348,7 +351,7 @@ async def _collect(specs: list[ServerSpec], planned: list[Job] | None, out: Path
                         summary.interrupted = signal.Signals(signum).name
                         jobs, n = state["jobs"], len(state["running"])
                         if echo:
-                            left = f"; {len(jobs) - summary.sessions - n} not started" if jobs is not None else ""
+                            left = f"; {len(jobs) - summary.sessions - len(summary.quarantined) - n} not started" if jobs is not None else ""
                             echo(f"{summary.interrupted}: stopping {n} session{'' if n == 1 else 's'} in flight{left}")
                         tg.cancel_scope.cancel()
 
@@ -394,11 +397,14 @@ async def _run_jobs(specs: list[ServerSpec], planned: list[Job] | None, out: Pat
     limiter = anyio.CapacityLimiter(max(1, concurrency))
     done = 0
 
-    def add(r: SessionResult) -> None:
+    def add(r: SessionResult | QuarantineRecord) -> None:
         nonlocal pending_raw
         before = sink.stats.batches
-        sink.add(r.trajectory, COLLECTOR, COLLECTOR_VERSION)
-        pending_raw.extend(r.raw)
+        if isinstance(r, QuarantineRecord):
+            sink.quarantine(r)
+        else:
+            sink.add(r.trajectory, COLLECTOR, COLLECTOR_VERSION)
+            pending_raw.extend(r.raw)
         if sink.stats.batches != before:  # the batch holding these turns is committed
             raw.add(pending_raw)
             pending_raw = []
@@ -423,7 +429,24 @@ async def _run_jobs(specs: list[ServerSpec], planned: list[Job] | None, out: Pat
                     summary.cut_short.append(job.key)
                     await record(job, partial)
                 raise
+            except Exception as e:  # noqa: BLE001 - a harness bug in one session must not end the others
+                await record_bug(job, e)
+                return
         await record(job, r)
+
+    async def record_bug(job: Job, e: Exception) -> None:
+        """A session the recorder itself failed on: a `collector_error` quarantine row, and a failure."""
+        detail = f"{job.key}: {type(e).__name__}: {e}"
+        rec = QuarantineRecord(source=str(job.spec.path), locator=f"session:{job.key}", reason="collector_error",
+                               detail=detail, importer=COLLECTOR)
+        with anyio.CancelScope(shield=True):
+            async with lock:
+                await anyio.to_thread.run_sync(add, rec)
+                summary.quarantined.append(job.key)
+                summary.failures.append(f"{job.key}: collector_error: {type(e).__name__}: {e}")
+                running.pop(job.key, None)
+                if echo:
+                    echo(f"collector error in {job.key} (quarantined as collector_error): {type(e).__name__}: {e}")
 
     async def record(job: Job, r: SessionResult) -> None:
         nonlocal done
@@ -455,4 +478,5 @@ async def _run_jobs(specs: list[ServerSpec], planned: list[Job] | None, out: Pat
         summary.seconds = time.perf_counter() - t0
         summary.raw_files, summary.raw_bytes, summary.raw_zstd_bytes = len(raw.files), raw.bytes_in, raw.bytes_out
         summary.in_flight = [j.key for j in jobs if j.key in stopped]
-        summary.not_started = len(jobs) - summary.sessions - len(summary.in_flight)  # cut_short are sessions
+        summary.not_started = (len(jobs) - summary.sessions - len(summary.quarantined)  # cut_short are sessions
+                               - len(summary.in_flight))

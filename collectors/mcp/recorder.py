@@ -182,9 +182,10 @@ class SessionRecorder:
                 shutil.rmtree(self.logdir, ignore_errors=True)
         if error is None and self.closed_error:
             error = self.closed_error
-        result = self._result(outcome, error, started, exit_code, t0)
-        shutil.rmtree(self.logdir, ignore_errors=True)
-        return result
+        try:
+            return self._result(outcome, error, started, exit_code, t0)
+        finally:
+            shutil.rmtree(self.logdir, ignore_errors=True)
 
     def _result(self, outcome: str, error: str | None, started: dt.datetime, exit_code: int | None,
                 t0: float) -> SessionResult:

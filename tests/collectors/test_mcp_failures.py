@@ -369,3 +369,43 @@ sessions:
         "s2c", '{"jsonrpc": "2.0", "id": 4, "res', "cut off: no newline before the end of stdout")
     [pid] = [int(x) for x in (tmp_path / "pids").read_text().split()]
     assert not alive(pid)
+
+
+def test_a_recorder_bug_in_one_session_is_quarantined_and_the_others_recorded(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    """Building one session's trajectory raises (a harness bug): that session becomes a
+    `collector_error` quarantine row naming it, the run goes on, and the counts reconcile."""
+    import tempfile
+
+    import duckdb
+
+    from collectors.mcp.recorder import SessionRecorder
+
+    spec = _spec(tmp_path, "ok")
+    spec.write_text(spec.read_text() + """  - name: t
+    task: echo once
+    steps:
+      - {tool: echo, args: {text: three}}
+""")
+    real = SessionRecorder._trajectory
+
+    def broken(self, *a, **k):
+        if self.session.name == "t":
+            raise RuntimeError("boom in the recorder")
+        return real(self, *a, **k)
+
+    monkeypatch.setattr(SessionRecorder, "_trajectory", broken)
+    tmpd = tmp_path / "tmp"
+    tmpd.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmpd))
+    out = tmp_path / "corpus"
+    lines: list[str] = []
+    summary = collect([spec], out, concurrency=2, echo=lines.append)
+    assert (summary.sessions, summary.failed, summary.quarantined, summary.not_started) == (1, 1, ["bad-ok/t#0"], 0)
+    assert summary.failures == ["bad-ok/t#0: collector_error: RuntimeError: boom in the recorder"]
+    assert list(sessions(out)) == ["bad-ok/s#0"]
+    q = duckdb.sql(f"SELECT source, locator, reason, detail FROM '{out}/quarantine/*.parquet'").fetchall()
+    assert q == [(str(spec), "session:bad-ok/t#0", "collector_error", "bad-ok/t#0: RuntimeError: boom in the recorder")]
+    assert "1 sessions, 2 turns in" in summary.render() and "; 1 quarantined as collector_error" in summary.render()
+    assert "collector error in bad-ok/t#0 (quarantined as collector_error): RuntimeError: boom in the recorder" in lines
+    assert not list(tmpd.glob("worldline-mcp-log-*"))  # the server's log folder is removed all the same
