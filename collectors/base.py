@@ -9,6 +9,7 @@ that fails becomes a quarantine row; the rest of the file goes on.
 from __future__ import annotations
 
 import ast
+import stat
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -98,11 +99,17 @@ def any_record(records: Iterable[Any], test: Callable[[Any], bool]) -> bool:
 
 def load_json_file(path: Path, where: str, limit: int) -> Any:
     """A JSON file that a directory importer reads itself (the reader bounds only the files it opens),
-    or a RecordError that names it (`where`): too large, or not JSON."""
-    size = path.stat().st_size
-    if size > limit:
-        raise RecordError("record_too_large", f"{where}: {size} bytes, above the {limit}-byte limit", where)
-    data = path.read_bytes()
+    or a RecordError that names it (`where`): unreadable (gone, a dangling link, a folder, a pipe),
+    too large, or not JSON."""
+    try:
+        st = path.stat()
+        if not stat.S_ISREG(st.st_mode):  # a pipe would block the read; a folder fails it
+            raise RecordError("not_a_file", f"{where}: not a regular file; only files are read", where)
+        if st.st_size > limit:
+            raise RecordError("record_too_large", f"{where}: {st.st_size} bytes, above the {limit}-byte limit", where)
+        data = path.read_bytes()
+    except OSError as e:
+        raise RecordError("unreadable", f"{where}: cannot be read ({type(e).__name__}: {e.strerror or e})", where) from None
     try:
         return parse_json(data)
     except orjson.JSONDecodeError as e:

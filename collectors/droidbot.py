@@ -201,7 +201,10 @@ class DroidBotImporter(Importer):
         for sub in _SUBDIRS:
             if (directory / sub).is_dir():
                 files.extend(p for p in (directory / sub).rglob("*") if p.is_file())
-        return sorted(files)
+        # `split` reads every `events/*.json` and `states/*.json`, a dangling link or a pipe too (each then
+        # a row of its own): not offered again as an input
+        files += [p for sub in ("events", "states") for p in (directory / sub).glob("*.json") if not p.is_file()]
+        return sorted(set(files))
 
     def split(self, directory: Path, ctx: ImportContext) -> Iterator[tuple[str, Any]]:
         """The session, after a RecordError for each event, state or environment file that cannot be read

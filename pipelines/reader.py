@@ -75,7 +75,7 @@ class InputUnit:
         if self.not_a_file is not None:
             return 0
         if self.is_dir:
-            return sum(p.stat().st_size for p in self.files)
+            return sum(p.stat().st_size for p in self.files if p.is_file())
         return self.path.stat().st_size
 
     def sha256(self) -> str:
@@ -89,8 +89,8 @@ class InputUnit:
             if not self.is_dir:
                 return sha256_file(self.path)
             parts = []
-            for p in sorted(self.files):
-                parts += [str(p.relative_to(self.path)), sha256_file(p)]
+            for p in sorted(self.files):  # an entry that is no file (the importer reports it) is never opened
+                parts += [str(p.relative_to(self.path)), sha256_file(p) if p.is_file() else "not a file"]
             return digest(*parts)
         except OSError:
             try:
@@ -130,7 +130,9 @@ def _display(path: Path, prefix: str | None, root: Path | None) -> str:
 
 
 def _walk(directory: Path, prefix: str | None, root: Path, seen: set[tuple[int, int]],
-          corpora: list[Path] | None = None) -> Iterator[InputUnit]:
+          corpora: list[Path] | None = None, consumed: set[Path] | None = None) -> Iterator[InputUnit]:
+    """`consumed`: inside a folder a directory-format importer claimed, the files it reads (the
+    other entries are offered by the same rules as anywhere else; no sub-folder is claimed again)."""
     st = _stat_dir(directory)
     if st is None or (st.st_dev, st.st_ino) in seen:  # a symlink back up the tree: walked already (two such links would
         return  # make the walk exponential)
@@ -139,26 +141,26 @@ def _walk(directory: Path, prefix: str | None, root: Path, seen: set[tuple[int, 
         if corpora is not None:
             corpora.append(directory)
         return
-    for imp in _BY_CONTAINER.get("dir", []):
-        try:
-            claimed = imp.sniff(directory)
-        except OSError:
-            claimed = False
-        if claimed:
-            files = sorted(imp.consumes(directory))
-            yield InputUnit(directory, _display(directory, prefix, root), imp, files)
-            consumed = set(files)
-            for p in sorted(directory.rglob("*")):
-                if p.is_file() and p not in consumed:
-                    yield InputUnit(p, _display(p, prefix, root))
-            return
+    if consumed is None:
+        for imp in _BY_CONTAINER.get("dir", []):
+            try:
+                claimed = imp.sniff(directory)
+            except OSError:
+                claimed = False
+            if claimed:
+                files = sorted(imp.consumes(directory))
+                yield InputUnit(directory, _display(directory, prefix, root), imp, files)
+                consumed = set(files)
+                break
     # scandir's entries know their type without a stat per file (an input of many small files)
     with os.scandir(directory) as it:
         entries = sorted(it, key=operator.attrgetter("name"))
     for e in entries:
         p = directory / e.name
         if _is(e.is_dir):
-            yield from _walk(p, prefix, root, seen, corpora)
+            yield from _walk(p, prefix, root, seen, corpora, consumed)
+        elif consumed is not None and p in consumed:
+            continue
         elif _is(e.is_file):
             yield InputUnit(p, _display(p, prefix, root))
         elif (what := _what_is(p)) is not None:  # counted and quarantined, not dropped unseen

@@ -626,3 +626,32 @@ def test_a_corpus_among_the_inputs_is_not_read_and_is_named(tmp_path: Path, samp
         assert main(["ingest", str(inbox), "--out", str(inbox / "new-corpus")]) == 0
         said = capsys.readouterr().out
         assert f"  not read: 1 folder(s) that are Worldline corpora, not traces: {inbox / 'old-corpus'}" in said.splitlines()
+
+
+def test_a_corpus_inside_a_claimed_folder_is_not_read_and_a_rerun_adds_nothing(tmp_path: Path, sample: Path) -> None:
+    """A DroidBot output folder (claimed whole by its importer) holding the corpus: the corpus is
+    skipped as anywhere else, so the second run reads nothing new and quarantines nothing."""
+    d = tmp_path / "db"
+    shutil.copytree(sample / "droidbot", d)
+    first = ingest([d], d / "corpus", progress=False)
+    again = ingest([d], d / "corpus", progress=False)
+    assert (first.trajectories, first.quarantined, again.trajectories, again.quarantined) == (1, 0, 0, 0)
+    assert _q(d / "corpus", "SELECT (SELECT count(*) FROM trajectories), (SELECT count(*) FROM quarantine)") == [(1, 0)]
+
+
+def test_entries_of_a_claimed_folder_that_are_no_files_each_have_a_row(tmp_path: Path, sample: Path) -> None:
+    """Beside a DroidBot session: a pipe and a dangling link are `not_a_file` rows, as in any folder; an
+    event file that is a dangling link or a pipe costs only itself, and the session keeps its 41 turns."""
+    d = tmp_path / "db"
+    shutil.copytree(sample / "droidbot", d)
+    os.mkfifo(d / "pipe")
+    (d / "dangling").symlink_to("/nonexistent")
+    (d / "events" / "event_2099-01-01_000000.json").symlink_to("/nonexistent")
+    os.mkfifo(d / "events" / "zz.json")
+    s = ingest([d], tmp_path / "c", progress=False)
+    assert (s.trajectories, s.quarantined, s.records) == (1, 4, 5)
+    assert _q(tmp_path / "c", "SELECT source, locator, reason FROM quarantine ORDER BY ALL") == [
+        (str(d), "events/event_2099-01-01_000000.json", "unreadable"), (str(d), "events/zz.json", "not_a_file"),
+        (f"{d}/dangling", "$", "not_a_file"), (f"{d}/pipe", "$", "not_a_file")]
+    assert _q(tmp_path / "c", "SELECT num_turns, metadata->>'unreadable_files' FROM trajectories") == [
+        (41, '["events/event_2099-01-01_000000.json","events/zz.json"]')]
