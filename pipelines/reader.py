@@ -684,11 +684,18 @@ def _read_tar(stream: IO[bytes], ctx: ImportContext, limits: ReadLimits) -> Iter
         rejected = extract_tar(stream, tmp, limits, ctx.source)
         for r in rejected:
             yield _q(ctx, f"member:{r.member}", r.reason, r.detail), None
-        for unit in discover([tmp], source_prefix=ctx.source, root=tmp):
+        corpora: list[Path] = []
+        units = 0
+        for unit in discover([tmp], source_prefix=ctx.source, root=tmp, corpora=corpora):
             # a member's identity is the archive's and its place in it (not its own content's: the same file as
             # an input of its own, in another archive or twice in this one would give the same trajectory ids)
             member = digest(ctx.input_sha256, "tar member", unit.path.relative_to(tmp).as_posix())
+            units += 1
             yield from read_unit(unit, member, limits, ctx.domain_override)
+        if not units and not rejected:  # recorded as ingested, it would be skipped for good, unseen
+            held = (f"only Worldline corpora ({', '.join(c.relative_to(tmp).as_posix() for c in corpora[:3])}), which "
+                    "are not read" if corpora else "no files")
+            yield _q(ctx, "$", "empty_input", f"{ctx.source}: the archive holds {held}"), None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

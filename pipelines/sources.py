@@ -278,6 +278,7 @@ def extract_tar(stream: IO[bytes], dest: Path, limits: ReadLimits, source: str) 
     rejected: list[TarRejection] = []
     dest = dest.resolve()
     done, reading, partial = 0, "", None
+    written: dict[Path, str] = {}  # where each member landed: a later one of the same path replaces it, as with `tar x`
     try:
         with tarfile.open(fileobj=stream, mode="r|*") as tar:
             for m in tar:
@@ -302,11 +303,15 @@ def extract_tar(stream: IO[bytes], dest: Path, limits: ReadLimits, source: str) 
                 except OSError as e:
                     rejected.append(TarRejection(name, "unextractable_member", f"{source}!{name}: cannot be extracted here ({type(e).__name__}: {e})"))
                     continue
+                if (before := written.pop(target, None)) is not None:
+                    rejected.append(TarRejection(before, "duplicate_archive_member", f"{source}!{before}: replaced by a later "
+                                                 f"member of the same path ({name}), as `tar x` does; this one is not read"))
                 reading, partial = name, target
                 with out:
                     while chunk := f.read(4 * MiB):
                         out.write(chunk)
                 reading, partial = "", None
+                written[target] = name
                 done += 1
     except (tarfile.TarError, EOFError, OSError, InputError) as e:
         # tarfile's own errors are no OSError: uncaught, a truncated tar would end the run

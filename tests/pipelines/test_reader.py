@@ -16,6 +16,7 @@ import pytest
 
 from pipelines.reader import SNIFF_AHEAD, discover, read_unit
 from pipelines.sources import ReadLimits
+from pipelines.store import CORPUS_FORMAT
 from schemas.records import QuarantineRecord
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -341,3 +342,42 @@ def test_utf16_json_lines_stream_as_utf8_ones_do(tmp_path: Path) -> None:
     utf16.write_bytes(data[: len(data) * 3 // 4 // 2 * 2] + b"\x00\xd8" + b"a\x00" * 8)  # a lone high surrogate
     got = _read(utf16, limit)
     assert got[-1][:2] == ("QuarantineRecord", "invalid_encoding") and got[0][0] == "Trajectory"
+
+
+def _tar(path: Path, members: list[tuple[str, bytes | None]]) -> Path:
+    """A tar of `members` in order; None: a folder."""
+    import io
+    import tarfile
+
+    with tarfile.open(path, "w") as tar:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            if data is None:
+                info.type = tarfile.DIRTYPE
+                tar.addfile(info)
+            else:
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+    return path
+
+
+def test_a_tar_member_replaced_by_a_later_one_of_the_same_path_is_one_row(tmp_path: Path) -> None:
+    """`tar x` keeps the last of two members of one path (`tar -r` appends newer versions): the one
+    replaced is a row naming both, not lost unseen; the records in and out reconcile."""
+    t = _tar(tmp_path / "t.tar", [("x.jsonl", _chat(0) + _chat(1)), ("y.jsonl", _chat(2)), ("./x.jsonl", _chat(3))])
+    got = _rows(t)
+    assert [r for r in got if r[0] == "QuarantineRecord"] == [("QuarantineRecord", "duplicate_archive_member", "member:x.jsonl")]
+    assert sorted(r[2] for r in got if r[0] == "Trajectory") == ["line:1", "line:1"]  # ./x.jsonl's and y.jsonl's
+    q = [r for unit in discover([t]) for r, _ in read_unit(unit, unit.sha256()) if isinstance(r, QuarantineRecord)]
+    assert q[0].detail == f"{t}!x.jsonl: replaced by a later member of the same path (./x.jsonl), as `tar x` does; this one is not read"
+
+
+@pytest.mark.parametrize(("members", "detail"), [
+    ([("e/", None), ("e/sub/", None)], "the archive holds no files"),
+    ([("c/manifest.json", json.dumps({"format": CORPUS_FORMAT}).encode()), ("c/.lock", b"")], "the archive holds only Worldline corpora (c), which are not read"),
+])
+def test_an_archive_with_nothing_to_read_is_one_empty_input_row(tmp_path: Path, members: list, detail: str) -> None:
+    """Recorded as ingested with no row, it would be skipped by every later run without a word."""
+    t = _tar(tmp_path / "t.tar", members)
+    got = [r for unit in discover([t]) for r, _ in read_unit(unit, unit.sha256())]
+    assert [(r.locator, r.reason, r.detail) for r in got] == [("$", "empty_input", f"{t}: {detail}")]
