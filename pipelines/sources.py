@@ -16,7 +16,7 @@ import lzma
 import os
 import tarfile
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -95,8 +95,10 @@ class _GuardedReader(io.RawIOBase):
     corrupt) ends the stream there, as if the file ended, and `stream_problem` says where and why:
     whoever reads it keeps everything before the break, and the reader adds one row for it."""
 
-    def __init__(self, inner: IO[bytes], raw: IO[bytes], limits: ReadLimits, source: str, kind: str):
+    def __init__(self, inner: IO[bytes], raw: IO[bytes], limits: ReadLimits, source: str, kind: str,
+                 at_end: Callable[[], str | None] | None = None):
         self.inner, self.raw, self.limits, self.source, self.kind = inner, raw, limits, source, kind
+        self.at_end = at_end  # what is wrong with the input once the decoder says it ended cleanly (zstd)
         self.out = 0
         self.problem: str | None = None
 
@@ -115,6 +117,9 @@ class _GuardedReader(io.RawIOBase):
                             f"({type(e).__name__}: {e}); what came before it is read")
             return 0
         n = len(data)
+        if not n and self.at_end is not None and (cut := self.at_end()) is not None:
+            self.problem = f"{self.source}: the {self.kind} data breaks off after {self.out} bytes out ({cut}); what came before it is read"
+            return 0
         b[:n] = data
         self.out += n
         lim = self.limits
@@ -150,10 +155,55 @@ def open_input(path: Path, limits: ReadLimits, source: str) -> tuple[IO[bytes], 
         inner = bz2.BZ2File(raw, "rb")
     else:
         inner = lzma.LZMAFile(raw, "rb")
-    guarded = _GuardedReader(inner, raw, limits, source, kind)
+    guarded = _GuardedReader(inner, raw, limits, source, kind, (lambda: zstd_cut(path)) if kind == "zstd" else None)
     stream = io.BufferedReader(guarded, buffer_size=MiB)
     stream._worldline_raw = raw  # type: ignore[attr-defined]  # closed with the stream
     return stream, kind
+
+
+_ZSTD_MAGIC = 0xFD2FB528
+
+
+def zstd_cut(path: Path) -> str | None:
+    """Where a zstd file stops being whole frames, in words, or None when it ends at a frame's end.
+    The decoder reads a file cut inside a frame as if it ended there; this walks the frames' block
+    headers (three bytes per block of at most 128 KiB) without decoding anything."""
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        pos = 0
+        while pos < size:
+            start = pos
+            f.seek(pos)
+            head = f.read(18)  # magic + the longest frame header
+            if len(head) < 8:
+                return f"a frame starting at byte {start} is cut off in its header"
+            magic = int.from_bytes(head[:4], "little")
+            if magic & 0xFFFFFFF0 == 0x184D2A50:  # a skippable frame: its length, then that many bytes
+                pos += 8 + int.from_bytes(head[4:8], "little")
+                if pos > size:
+                    return f"a skippable frame starting at byte {start} is cut off"
+                continue
+            if magic != _ZSTD_MAGIC:
+                return f"byte {start} starts no zstd frame"
+            try:
+                pos += zstandard.frame_header_size(head)  # the magic included
+            except zstandard.ZstdError:
+                return f"a frame starting at byte {start} is cut off in its header"
+            checksum = head[4] & 0x04
+            while True:
+                f.seek(pos)
+                bh = f.read(3)
+                if len(bh) < 3:
+                    return f"a frame starting at byte {start} is cut off at byte {size}"
+                v = int.from_bytes(bh, "little")
+                kind, length = (v >> 1) & 3, v >> 3
+                pos += 3 + (1 if kind == 1 else length)  # an RLE block is one byte repeated
+                if v & 1:
+                    break
+            pos += 4 if checksum else 0
+            if pos > size:
+                return f"a frame starting at byte {start} is cut off at byte {size}"
+    return None
 
 
 def stream_problem(stream: IO[bytes]) -> str | None:

@@ -251,6 +251,35 @@ def test_corrupt_compressed_data(inbox: Path, tmp_path: Path) -> None:
     assert _good_counts(out) == (2, 12)
 
 
+def test_zstd_cut_inside_a_frame_is_a_corrupt_input_row(tmp_path: Path) -> None:
+    """zstandard's reader takes a file cut inside a frame for one that ended: a cut in the first block
+    read as "the input is empty", a later one lost the rest without a row. Cut exactly between two
+    frames, nothing can tell (the format has no end mark)."""
+    rng = random.Random(0)
+    lines = b"".join(_chat_line(rng.getrandbits(512)) for _ in range(3000))  # 3 blocks of 128 KiB and more
+    one = zstandard.ZstdCompressor(level=1).compress(lines)
+    two = one + zstandard.ZstdCompressor(level=1, write_checksum=True).compress(_chat_line(7))
+    (tmp_path / "in").mkdir()
+    cuts = {"head.zst": one[:7], "first-block.zst": one[:5000], "later.zst": one[: len(one) * 2 // 3],
+            "checksum.zst": two[:-2], "between.zst": one, "whole.zst": two}
+    for name, data in cuts.items():
+        (tmp_path / "in" / name).write_bytes(data)
+    out = tmp_path / "c"
+    s = ingest([tmp_path / "in"], out, progress=False)
+    assert s.reconciles
+    rows = _q(out, "SELECT regexp_extract(source, '[^/]+$'), reason, detail FROM quarantine WHERE locator = '$' ORDER BY 1")
+    where = {n: d.split("bytes out (", 1)[1] for n, r, d in rows if r == "corrupt_input"}
+    assert where == {
+        "checksum.zst": f"a frame starting at byte {len(one)} is cut off at byte {len(two) - 2}); what came before it is read",
+        "first-block.zst": "a frame starting at byte 0 is cut off at byte 5000); what came before it is read",
+        "head.zst": "a frame starting at byte 0 is cut off in its header); what came before it is read",
+        "later.zst": f"a frame starting at byte 0 is cut off at byte {len(one) * 2 // 3}); what came before it is read"}
+    assert [n for n, r, _ in rows if r != "corrupt_input"] == []
+    got = dict(_q(out, "SELECT regexp_extract(source, '[^/]+$'), count(*) FROM trajectories GROUP BY 1"))
+    assert (got["between.zst"], got["whole.zst"], got["checksum.zst"]) == (3000, 3001, 3001)  # only its checksum is cut
+    assert 0 < got["later.zst"] < 3000 and "first-block.zst" not in got
+
+
 def test_a_truncated_tar_gz_keeps_the_members_before_the_cut(tmp_path: Path) -> None:
     # the download of a .tar.gz stopped inside its last member: the members before it are whole
     rng = random.Random(0)
