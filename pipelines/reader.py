@@ -297,6 +297,48 @@ class _AsUtf8(io.RawIOBase):
         return n
 
 
+def _skip_blanks(stream: IO[bytes], head_bytes: int) -> tuple[int, bytes] | None:
+    """Reads past the whitespace a stream starts with: (how many newlines it held, up to `head_bytes`
+    of what follows), or None when there is nothing but whitespace."""
+    newlines = 0
+    while chunk := stream.read(1 << 16):
+        rest = chunk.lstrip()
+        newlines += chunk.count(b"\n", 0, len(chunk) - len(rest))
+        if rest:
+            return newlines, rest + stream.read(max(0, head_bytes - len(rest)))
+    return None
+
+
+class _AfterBlanks(io.RawIOBase):
+    """A stream that started with whitespace, as its newlines (so that line numbers stay the file's),
+    then `head` (read ahead for sniffing), then the rest of `inner`."""
+
+    def __init__(self, newlines: int, head: bytes, inner: IO[bytes]):
+        self.newlines, self.head, self.inner = newlines, head, inner
+
+    @property
+    def problem(self) -> str | None:  # `stream_problem` of the stream underneath (a cut compressed input)
+        return stream_problem(self.inner)
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:  # type: ignore[override]
+        if self.newlines:
+            n = min(len(b), self.newlines)
+            b[:n] = b"\n" * n
+            self.newlines -= n
+            return n
+        if self.head:
+            n = min(len(b), len(self.head))
+            b[:n] = self.head[:n]
+            self.head = self.head[n:]
+            return n
+        data = self.inner.read1(len(b))
+        b[: len(data)] = data
+        return len(data)
+
+
 def _wide_encoding(head: bytes) -> str | None:
     """The codec of text that starts with a UTF-32 or UTF-16 byte order mark (checked in that order:
     UTF-32 LE's mark begins with UTF-16 LE's); Python's codecs read the mark and drop it."""
@@ -309,14 +351,14 @@ def _wide_encoding(head: bytes) -> str | None:
 
 def _read_stream(stream: IO[bytes], ctx: ImportContext, limits: ReadLimits) -> Iterator[Item]:
     head = stream.peek(limits.head_bytes)[: limits.head_bytes] if hasattr(stream, "peek") else b""
-    if not head.strip():
-        rest = read_bounded(stream, limits.head_bytes, ctx.source)
-        if not rest.strip():
+    if not head.strip():  # blank so far: skip the blanks as a stream (they may go on past any window)
+        skipped = _skip_blanks(stream, limits.head_bytes)
+        if skipped is None:
             if stream_problem(stream) is None:  # else not empty: broken from the start (read_unit says so)
                 yield _q(ctx, "$", "empty_input", f"{ctx.source}: the input is empty"), None
             return
-        head = rest
-        stream = io.BufferedReader(io.BytesIO(rest))  # type: ignore[arg-type]
+        newlines, head = skipped
+        stream = io.BufferedReader(_AfterBlanks(newlines, head, stream), buffer_size=max(limits.head_bytes, 1 << 16))
     if head.startswith(_BOM):  # a UTF-8 byte order mark (Windows editors write one): not content
         stream.read(len(_BOM))
         head = head[len(_BOM):]

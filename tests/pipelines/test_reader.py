@@ -381,3 +381,19 @@ def test_an_archive_with_nothing_to_read_is_one_empty_input_row(tmp_path: Path, 
     t = _tar(tmp_path / "t.tar", members)
     got = [r for unit in discover([t]) for r, _ in read_unit(unit, unit.sha256())]
     assert [(r.locator, r.reason, r.detail) for r in got] == [("$", "empty_input", f"{t}: {detail}")]
+
+
+def test_blanks_before_the_content_past_the_sniff_window_cost_nothing(tmp_path: Path) -> None:
+    """More leading whitespace than the sniffing window (64 KiB): the records after it import, with the
+    file's own line numbers; a file of blanks only is `empty_input`. It used to be one
+    `record_too_large` row for the whole file."""
+    lines = tmp_path / "lead.jsonl"
+    lines.write_bytes(b"\n" * 70_000 + _chat(0) + b" \t\r\n" * 30_000 + _chat(1) + b"{broken\n")
+    assert _rows(lines) == [("Trajectory", None, "line:70001"), ("Trajectory", None, "line:100002"),
+                            ("QuarantineRecord", "invalid_json", "line:100003")]
+    doc = tmp_path / "lead.json"
+    doc.write_bytes(b" " * 200_000 + b"[" + _chat(2).rstrip() + b",\n" + _chat(3).rstrip() + b"]")
+    assert [r[0] for r in _rows(doc)] == ["Trajectory", "Trajectory"]
+    blank = tmp_path / "blank.jsonl"
+    blank.write_bytes(b"\n \t" * 100_000)
+    assert _rows(blank) == [("QuarantineRecord", "empty_input", "$")]
