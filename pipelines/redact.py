@@ -160,9 +160,13 @@ def _check_openai(m: re.Match[str]) -> bool:
 
 # A word boundary before a token, which inside JSON text may follow an escape (`\nAKIA...`).
 _B = r"(?:(?<![A-Za-z0-9_])|(?<=\\[nrt]))"
-# The same for a token whose first character may be a letter of such an escape (an address's `n...`):
-# not just after the backslash, so that `\njohn@x.io` keeps its `\n`.
-_B_ESC = r"(?:(?<![A-Za-z0-9_\\])|(?<=\\[nrt]))"
+# The end of a token: no ASCII word character after it (`\b` is Unicode-aware: CJK text written without
+# spaces, `密钥AKIA...已泄露`, has no boundary after the key).
+_E = r"(?![A-Za-z0-9_])"
+# Where an address may start: not after a backslash (its first letter may be an escape's: `\njohn@x.io`
+# keeps its `\n`), and not inside a run of the characters a local part is made of (each start there would
+# scan the run to its end again: quadratic on a long `-----` line).
+_B_EMAIL = r"(?:(?<![A-Za-z0-9._%+\-\\])|(?<=\\[nrt]))"
 _AWS_PREFIX = r"(?:AKIA|ASIA|ABIA|ACCA|AGPA|AIDA|AIPA|ANPA|ANVA|AROA|APKA)"
 _Q = r"\\?[\"']"  # a quote, possibly escaped (JSON inside a JSON string)
 # A config value: inside escaped quotes, inside double quotes (with escapes), single quotes, or bare.
@@ -188,28 +192,28 @@ KINDS: tuple[Kind, ...] = (
     Kind("jwt", rf"{_B}eyJ[A-Za-z0-9_-]{{8,}}\.eyJ[A-Za-z0-9_-]{{8,}}\.[A-Za-z0-9_-]{{8,}}", needs=("eyj",)),
     Kind("url_password", rf"{_B}[a-zA-Z][a-zA-Z0-9+.-]*://[^\s:/@'\"<>]*:(?P<value>[^\s@/'\"<>]+)@",
          group="value", needs=("://",), gate=r"://[^\s:/@'\"<>]*:[^\s@/'\"<>]+@"),  # `redis://:pw@host`: no user
-    Kind("aws_access_key", rf"{_B}{_AWS_PREFIX}[A-Z0-9]{{16}}\b",
+    Kind("aws_access_key", rf"{_B}{_AWS_PREFIX}[A-Z0-9]{{16}}{_E}",
          needs=("akia", "asia", "abia", "acca", "agpa", "aida", "aipa", "anpa", "anva", "aroa", "apka")),
     Kind("aws_secret_key",
          r"(?i)(?:aws_?secret_?(?:access_?)?key|secret_?access_?key)\\?[\"']?\s*[:=]\s*\\?[\"']?(?P<value>[A-Za-z0-9/+=]{40})(?![A-Za-z0-9/+=])",
          group="value", needs=("secret",), gate=r"(?:aws_?secret_?(?:access_?)?key|secret_?access_?key)\\?[\"']?\s*[:=]"),
-    Kind("github_token", rf"{_B}(?:gh[pousr]_[A-Za-z0-9]{{36,255}}|github_pat_[A-Za-z0-9_]{{22,255}})\b",
+    Kind("github_token", rf"{_B}(?:gh[pousr]_[A-Za-z0-9]{{36,255}}|github_pat_[A-Za-z0-9_]{{22,255}}){_E}",
          needs=("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_")),
     Kind("slack_token", rf"{_B}xox[abposr]-[A-Za-z0-9-]{{10,}}|https://hooks\.slack\.com/services/[A-Za-z0-9/_-]+",
          needs=("xox", "hooks.slack.com")),
     Kind("openai_key", rf"{_B}sk-(?:proj-|svcacct-|admin-|ant-(?:api03-)?)?[A-Za-z0-9_-]{{20,}}",
          check=_check_openai, needs=("sk-",)),
-    Kind("stripe_key", rf"{_B}(?:sk|rk)_(?:live|test)_[0-9A-Za-z]{{16,}}\b", needs=("_live_", "_test_"),
+    Kind("stripe_key", rf"{_B}(?:sk|rk)_(?:live|test)_[0-9A-Za-z]{{16,}}{_E}", needs=("_live_", "_test_"),
          gate=r"[sr]k_(?:live|test)_[0-9a-z]{16}"),
-    Kind("google_api_key", rf"{_B}AIza[0-9A-Za-z_-]{{35}}\b", needs=("aiza",)),
-    Kind("huggingface_token", rf"{_B}hf_[A-Za-z0-9]{{30,}}\b", needs=("hf_",)),
+    Kind("google_api_key", rf"{_B}AIza[0-9A-Za-z_-]{{35}}{_E}", needs=("aiza",)),
+    Kind("huggingface_token", rf"{_B}hf_[A-Za-z0-9]{{30,}}{_E}", needs=("hf_",)),
     Kind("gitlab_token", rf"{_B}glpat-[A-Za-z0-9_-]{{20,}}", needs=("glpat-",)),
     Kind("bearer_token",
          rf"(?i){_B}authorization\\?[\"']?\s*[:=]\s*\\?[\"']?(?:bearer|token|basic)\s+(?P<value>[A-Za-z0-9._~+/=-]{{12,}})",
          group="value", needs=("authorization",)),
     # key = value in env files, INI, YAML, TOML, shell (`export DB_PASSWORD=...`), code and JSON
     # ("password": "..."), including JSON inside a JSON string (escaped quotes); and CLI flags.
-    Kind("config_password", rf"(?i)(?<![<\w./-])(?P<key>{_Q}?{_PASSWORD_KEY}{_Q}?)[ \t]*[:=][ \t]*(?!=){_VALUE}",
+    Kind("config_password", rf"(?i)(?<![<\w./-])(?P<key>(?:{_Q})?{_PASSWORD_KEY}(?:{_Q})?)[ \t]*[:=][ \t]*(?!=){_VALUE}",
          check=_check_config, needs=("pass", "pwd"), gate=rf"(?:password|passwd|passphrase|pwd){_KEY_TAIL}", keyed=True),
     Kind("config_password_flag", rf"(?i)(?<![\w-])(?P<key>--?[A-Za-z0-9_-]*(?:password|passwd|pwd)[A-Za-z0-9_-]*)(?:=|[ \t]+){_VALUE}",
          check=_check_config, label="config_password", needs=("pass", "pwd"),
@@ -224,15 +228,15 @@ KINDS: tuple[Kind, ...] = (
          group="value", check=_check_literal, label="config_password", needs=("curl",)),
     Kind("docker_login_password", r"\bdocker[ \t]+login\b[^\n]*?[ \t]-p[ \t]*['\"]?(?P<value>[^\s'\"-][^\s'\"]*)",
          group="value", check=_check_literal, label="config_password", needs=("docker",)),
-    Kind("config_secret", rf"(?i)(?<![<\w./-])(?P<key>{_Q}?{_SECRET_KEY}{_Q}?)[ \t]*[:=][ \t]*(?!=){_VALUE}",
+    Kind("config_secret", rf"(?i)(?<![<\w./-])(?P<key>(?:{_Q})?{_SECRET_KEY}(?:{_Q})?)[ \t]*[:=][ \t]*(?!=){_VALUE}",
          check=_check_config, needs=("secret", "api", "token", "private"),
          gate=rf"(?:secret|token|api[_-]?key|private[_-]?key){_KEY_TAIL}", keyed=True),
     # the shortest domain that ends the address: `alpine-devel@lists.alpinelinux.org-4a6a0840.rsa.pub`
     # (a key file's name) keeps the name's tail; `a@mail.example.com` still ends at `.com`
-    Kind("email", rf"{_B_ESC}[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*?\.[A-Za-z]{{2,}}(?![A-Za-z0-9]|\.[A-Za-z0-9])",
+    Kind("email", rf"{_B_EMAIL}[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*?\.[A-Za-z]{{2,}}(?![A-Za-z0-9]|\.[A-Za-z0-9])",
          check=_check_email, needs=("@",), gate=r"@[a-z0-9-]+\.[a-z0-9-]"),
     Kind("ip_address",
-         rf"{_B}(?:(?:25[0-5]|2[0-4][0-9]|1[0-9]{{2}}|[1-9]?[0-9])\.){{3}}(?:25[0-5]|2[0-4][0-9]|1[0-9]{{2}}|[1-9]?[0-9])\b",
+         rf"{_B}(?:(?:25[0-5]|2[0-4][0-9]|1[0-9]{{2}}|[1-9]?[0-9])\.){{3}}(?:25[0-5]|2[0-4][0-9]|1[0-9]{{2}}|[1-9]?[0-9]){_E}",
          probe=r"[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}"),
 )
 KIND_NAMES = tuple(dict.fromkeys(k.kind for k in KINDS))
@@ -292,7 +296,13 @@ class Redactor:
                 return ph
             whole = m.group(0)
             s, e = m.start(group) - m.start(0), m.end(group) - m.start(0)
-            return whole[:s] + ph + whole[e:]
+            value = ph
+            if group == "v_bare" and (key := m.group("key"))[-1] in "\"'":
+                # a bare value of a quoted key: a JSON (or Python) number or name; as a bare placeholder the
+                # text would no longer parse, so it becomes a string quoted as its key is
+                q = key[-2:] if key[-2:-1] == "\\" else key[-1]
+                value = q + ph + q
+            return whole[:s] + value + whole[e:]
 
         return repl
 

@@ -156,6 +156,47 @@ def test_exact_outputs() -> None:
     assert time.monotonic() - t0 < 1
 
 
+def test_a_bare_secret_of_a_quoted_key_stays_parseable() -> None:
+    """A JSON number as a password (`tool_args`) became `"password": <SECRET:...>`, which no parser reads:
+    it is a string now, quoted as its key is (JSON inside a JSON string too)."""
+    r = Redactor()
+    assert r('{"password": 12345678}') == '{"password": "<SECRET:config_password>"}'
+    assert r('{"api_key": 123456789012345678901234, "n": 1}') == '{"api_key": "<SECRET:config_secret>", "n": 1}'
+    nested = json.dumps({"args": json.dumps({"user": "bob", "password": -12345678})})
+    assert json.loads(json.loads(r(nested))["args"]) == {"user": "bob", "password": "<SECRET:config_password>"}
+    assert r("{'password': 12345678}") == "{'password': '<SECRET:config_password>'}"
+    assert r("password: 12345678") == "password: <SECRET:config_password>"  # an unquoted key: left as it was
+
+
+def test_tokens_inside_text_without_spaces_are_found() -> None:
+    """`\\b` is Unicode-aware: a key between CJK characters had no word boundary after it."""
+    r = Redactor(WITH_IPS)
+    assert r("密钥AKIAIOSFODNN7EXAMPLE已泄露") == "密钥<SECRET:aws_access_key>已泄露"
+    assert r("トークンghp_abcdefghijklmnopqrstuvwxyz0123456789です") == "トークン<SECRET:github_token>です"
+    assert r("キーAIzaSyA1234567890abcdefghijklmnopqrstuvé") == "キー<SECRET:google_api_key>é"
+    assert r("令牌hf_abcdefghijklmnopqrstuvwxyz0123456789。") == "令牌<SECRET:huggingface_token>。"
+    assert r("服务器8.8.8.8已") == "服务器<PII:ip_address>已"
+    assert r("AKIAIOSFODNN7EXAMPLEX") == "AKIAIOSFODNN7EXAMPLEX"  # one more ASCII letter: no key
+
+
+def test_a_key_redacted_or_not_whatever_else_the_text_holds() -> None:
+    """A backslash before `=` (no quote) is no escaped quote: an ASCII text and the same text with `café`
+    after it get the same verdict (the ASCII gate and the pattern disagreed)."""
+    r = Redactor()
+    for text in ("db.password\\=hunter2", "api.token\\: Zx9Qw8Er7Ty6Ui5Op4"):
+        plain, with_accent = r.redact(text), r.redact(text + " café")
+        assert (with_accent[0], with_accent[1]) == (plain[0] + " café", plain[1])
+
+
+def test_an_address_after_a_long_run_of_local_part_characters_is_linear() -> None:
+    r = Redactor()
+    for text in ("maintainer: bob@example.com\n" + "-" * 200_000, "." * 200_000 + " x", "a-" * 100_000 + "@"):
+        t0 = time.monotonic()
+        r(text)
+        assert time.monotonic() - t0 < 1, text[:40]
+    assert r("x " + "-" * 10 + "bob@example.com") == "x <PII:email>"
+
+
 @pytest.mark.parametrize("text", [
     "password = get_password()", "password = os.environ['PW']", "if password == 'x':", "Enter the password: ",
     "the password is required", "max_tokens = 512", 'eos_token = "</s>"', "pad_token_id: 0", "scikit: sk-learn-is-a-library-name",
