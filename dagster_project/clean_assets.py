@@ -66,6 +66,7 @@ def cleaning_verdicts(context: dg.AssetExecutionContext, corpus: CorpusResource,
     reasons += [(r, n, "turns") for r, n in sorted(s.dropped_turns.items())]
     return dg.MaterializeResult(metadata={
         "trajectories": s.trajectories, "kept_trajectories": s.kept_trajectories, "kept_turns": s.kept_turns,
+        "emptied_trajectories": s.emptied_trajectories,
         "dropped_by_reason": _md_table(["reason", "count", "of"], reasons),
         "redactions_by_kind": _md_table(["kind", "occurrences"], sorted(s.redactions.items())),
         "contaminated": s.contaminated, "fingerprint": s.fingerprint, "seconds": round(s.seconds, 3),

@@ -64,6 +64,11 @@ TURN_REASONS: dict[str, str] = {
     "gui_no_change": "a GUI action after which the observation is (canonically) unchanged",
 }
 REASONS = {**TRAJECTORY_REASONS, **TURN_REASONS}
+# A trajectory dropped for several reasons has one verdict row, the first of these; its detail names the others
+WHOLE_DROP_ORDER = ("eval_contamination", "env_sandbox_crash", "env_captcha", "env_http_error", "action_outside_space",
+                    "too_few_turns")
+if sorted(WHOLE_DROP_ORDER) != sorted(TRAJECTORY_REASONS):
+    raise RuntimeError("WHOLE_DROP_ORDER must rank every trajectory reason")
 
 CLEANING_SCHEMA = side_table_schema([
     _f("reason", pa.string(), "verdict reason code: " + ", ".join(REASONS), False),
@@ -160,8 +165,9 @@ class CleanConfig:
         return hashlib.sha256(repr(sorted(d.items())).encode()).hexdigest()[:16]
 
 
-VERDICTS_VERSION = 4  # bump when a verdict's rule changes (2: a repeated failure counts only with the same exit code;
-#   3: environment failures from the first perturbed turn on are kept; 4: a retried action is compared verbatim)
+VERDICTS_VERSION = 5  # bump when a verdict's rule changes (2: a repeated failure counts only with the same exit code;
+#   3: environment failures from the first perturbed turn on are kept; 4: a retried action is compared verbatim;
+#   5: one row per trajectory dropped whole)
 
 
 @dataclass
@@ -169,8 +175,9 @@ class CleanSummary:
     corpus: str
     trajectories: int = 0
     turns: int = 0
-    kept_trajectories: int = 0
+    kept_trajectories: int = 0  # as `kept_trajectories` counts them
     kept_turns: int = 0
+    emptied_trajectories: int = 0  # not dropped whole, but every turn has a turn verdict (`--min-turns 0`)
     dropped_trajectories: dict[str, int] = field(default_factory=dict)  # reason -> trajectories
     dropped_turns: dict[str, int] = field(default_factory=dict)  # reason -> turns (in kept trajectories)
     action_spaces: int = 0
@@ -184,11 +191,13 @@ class CleanSummary:
     fingerprint: str = ""
 
     def render(self) -> str:
-        d = self.trajectories - self.kept_trajectories
+        d = self.trajectories - self.kept_trajectories - self.emptied_trajectories
         lines = [
             f"clean → {self.corpus}: {self.trajectories} trajectories, {self.turns} turns in {self.seconds:.1f} s",
             f"  kept {self.kept_trajectories} trajectories, {self.kept_turns} turns; dropped {d} trajectories whole",
         ]
+        if self.emptied_trajectories:
+            lines.append(f"  {self.emptied_trajectories} trajectories left with no turn by the turn verdicts (not kept)")
         for r, n in sorted(self.dropped_trajectories.items(), key=lambda x: (-x[1], x[0])):
             lines.append(f"    {r:<22} {n:>8} trajectories")
         for r, n in sorted(self.dropped_turns.items(), key=lambda x: (-x[1], x[0])):
@@ -439,6 +448,20 @@ def _turn_verdicts(con: duckdb.DuckDBPyConnection, cfg: CleanConfig, step: _Step
     con.execute("DELETE FROM _udrop WHERE trajectory_id IN (SELECT trajectory_id FROM _tdrop)")
 
 
+def _one_verdict_each(con: duckdb.DuckDBPyConnection) -> None:
+    """One `_tdrop` row per trajectory, so that the verdicts per reason add up to the trajectories dropped:
+    the first reason by `WHOLE_DROP_ORDER`, the others after its detail (`also: reason: detail; ...`)."""
+    rank = "CASE reason " + " ".join(f"WHEN '{r}' THEN {i}" for i, r in enumerate(WHOLE_DROP_ORDER)) + " END"
+    con.execute(f"""
+        CREATE OR REPLACE TEMP TABLE _tdrop AS
+        WITH r AS (SELECT *, row_number() OVER (PARTITION BY trajectory_id ORDER BY {rank}, detail) AS k FROM _tdrop)
+        SELECT f.trajectory_id, f.reason,
+               CASE WHEN o.also IS NULL THEN f.detail ELSE coalesce(f.detail || '; ', '') || 'also: ' || o.also END AS detail
+        FROM (SELECT * FROM r WHERE k = 1) f
+        LEFT JOIN (SELECT trajectory_id, string_agg(reason || coalesce(': ' || detail, ''), '; ' ORDER BY k) AS also
+                   FROM r WHERE k > 1 GROUP BY 1) o USING (trajectory_id)""")
+
+
 def _scan_redactions(con: duckdb.DuckDBPyConnection, cfg: CleanConfig, summary: CleanSummary,
                      progress: bool = False) -> pa.Table:
     """The `redactions` table: `Redactor.redact` on every text DuckDB's pre-filter picks, one text
@@ -518,6 +541,7 @@ def _clean(con: duckdb.DuckDBPyConnection, corpus: Corpus, state: dict | None, c
         step("decontamination against " + str(config.decontam.eval_set))
         flags = _decontaminate(con, eval_items, config, summary)
     _turn_verdicts(con, config, step)
+    _one_verdict_each(con)
 
     step("scanning for secrets and PII")
     redactions = _scan_redactions(con, config, summary, progress) if config.scan_redactions else None
@@ -534,16 +558,20 @@ def _clean(con: duckdb.DuckDBPyConnection, corpus: Corpus, state: dict | None, c
         summary.dropped_trajectories[r] = n
     for r, n in con.sql("SELECT reason, count(*) FROM _udrop GROUP BY 1").fetchall():
         summary.dropped_turns[r] = n
+    # as the view counts them: one whose every turn has a turn verdict is not kept (`--min-turns 0` lets it through)
     kept = con.sql("""
-        SELECT count(*), coalesce(sum(t.num_turns), 0) FROM trajectories t
-        WHERE NOT EXISTS (SELECT 1 FROM _tdrop d WHERE d.trajectory_id = t.trajectory_id)""").fetchall()[0]
-    summary.kept_trajectories = kept[0]
-    summary.kept_turns = kept[1] - sum(summary.dropped_turns.values())
+        WITH left_over AS (
+            SELECT t.num_turns, t.num_turns - (SELECT count(*) FROM _udrop u WHERE u.trajectory_id = t.trajectory_id) AS n
+            FROM trajectories t WHERE NOT EXISTS (SELECT 1 FROM _tdrop d WHERE d.trajectory_id = t.trajectory_id))
+        SELECT count(*) FILTER (WHERE num_turns = 0 OR n > 0), coalesce(sum(n), 0), count(*) FILTER (WHERE num_turns > 0 AND n = 0)
+        FROM left_over""").fetchall()[0]
+    summary.kept_trajectories, summary.kept_turns, summary.emptied_trajectories = kept
 
     common = {"stage": "clean", "fingerprint": fp, "config": cfg_dict, "state": state, "lock_wait_s": config.lock_wait_s}
     write_side_table(corpus, "cleaning", cleaning, CLEANING_SCHEMA, summary={
         "trajectories": summary.trajectories, "kept_trajectories": summary.kept_trajectories,
-        "kept_turns": summary.kept_turns, "dropped_trajectories": summary.dropped_trajectories,
+        "kept_turns": summary.kept_turns, "emptied_trajectories": summary.emptied_trajectories,
+        "dropped_trajectories": summary.dropped_trajectories,
         "dropped_turns": summary.dropped_turns}, **common)
     if redactions is not None:
         # the rules go with the table: export trusts the scan only when its own rules are the same

@@ -28,8 +28,15 @@ def cleaning_every_trajectory_judged(corpus: Corpus) -> ContractResult:
     con = connect(corpus.root)
     total = con.sql("SELECT count(*) FROM trajectories").fetchall()[0][0]
     dropped = con.sql("SELECT count(DISTINCT trajectory_id) FROM cleaning WHERE turn_index IS NULL").fetchall()[0][0]
-    kept = con.sql("""SELECT count(*) FROM trajectories t WHERE NOT EXISTS
-                      (SELECT 1 FROM cleaning c WHERE c.trajectory_id = t.trajectory_id AND c.turn_index IS NULL)""").fetchall()[0][0]
+    # kept as `kept_trajectories` counts it (cleaning's part); emptied: every turn has a turn verdict (`--min-turns 0`)
+    kept, emptied = con.sql("""
+        WITH left_over AS (
+            SELECT t.num_turns, t.num_turns - (SELECT count(*) FROM cleaning c WHERE c.trajectory_id = t.trajectory_id
+                                               AND c.turn_index IS NOT NULL) AS n
+            FROM trajectories t WHERE NOT EXISTS
+                (SELECT 1 FROM cleaning c WHERE c.trajectory_id = t.trajectory_id AND c.turn_index IS NULL))
+        SELECT count(*) FILTER (WHERE num_turns = 0 OR n > 0), count(*) FILTER (WHERE num_turns > 0 AND n = 0)
+        FROM left_over""").fetchall()[0]
     unknown = [r[0] for r in con.sql("SELECT DISTINCT reason FROM cleaning").fetchall() if r[0] not in REASONS]
     misplaced = con.sql(f"""SELECT count(*) FROM cleaning WHERE (turn_index IS NULL) = (reason IN {tuple(TURN_REASONS) + ('',)!r})""").fetchall()[0][0]
     # a trajectory's verdict points at a trajectory (one with no turns too: `too_few_turns`), a turn's at a turn
@@ -42,17 +49,21 @@ def cleaning_every_trajectory_judged(corpus: Corpus) -> ContractResult:
     judged = recorded.get("trajectories")
     counted = {
         "kept_trajectories": kept,
+        "emptied_trajectories": emptied,
         "dropped_trajectories": dict(con.sql("""SELECT reason, count(DISTINCT trajectory_id) FROM cleaning
                                                 WHERE turn_index IS NULL GROUP BY 1""").fetchall()),
         "dropped_turns": dict(con.sql("SELECT reason, count(*) FROM cleaning WHERE turn_index IS NOT NULL GROUP BY 1").fetchall()),
     }
+    # (a table written before `emptied_trajectories` was recorded: none could be there without being counted kept)
+    recorded = {"emptied_trajectories": 0, **recorded} if "kept_trajectories" in recorded else recorded
     differ = {k: {"recorded": recorded.get(k), "in_table": v} for k, v in counted.items() if recorded.get(k) != v}
-    ok = (current and judged == total and kept + dropped == total and not differ and not unknown and not misplaced
+    ok = (current and judged == total and kept + emptied + dropped == total and not differ and not unknown and not misplaced
           and not orphans)
     return ContractResult(
         "cleaning_every_trajectory_judged", ok,
-        "verdicts are current; kept + dropped = trajectories = the verdicts recorded; known reasons; rows point at existing turns",
-        {"trajectories": total, "judged": judged, "kept": kept, "dropped": dropped, "current": current,
+        "verdicts are current; kept + emptied + dropped = trajectories = the verdicts recorded; known reasons; "
+        "rows point at existing turns",
+        {"trajectories": total, "judged": judged, "kept": kept, "emptied": emptied, "dropped": dropped, "current": current,
          "differs_from_recorded": differ,
          "unknown_reasons": unknown, "misplaced_rows": misplaced, "orphan_rows": orphans,
          "inspect": f'worldline query {corpus.root} "SELECT reason, count(*) FROM cleaning GROUP BY 1"'},

@@ -10,11 +10,11 @@ import orjson
 import pytest
 
 from pipelines.clean import CleanConfig, clean, declared_actions
-from pipelines.clean_contracts import run_clean_contracts
+from pipelines.clean_contracts import cleaning_every_trajectory_judged, run_clean_contracts
 from pipelines.decontam import DecontamConfig
 from pipelines.side import side_info, side_path
 from pipelines.store import Corpus
-from schemas.records import Turn
+from schemas.records import Trajectory, Turn
 from tests.pipelines.clean_support import (  # noqa: F401
     copy_corpus,
     load,
@@ -266,3 +266,48 @@ def test_a_trajectory_without_turns_is_judged(tmp_path: Path) -> None:
     results = run_clean_contracts(corpus, None)
     assert results[0].name == "cleaning_every_trajectory_judged"
     assert results[0].passed and results[0].metadata["orphan_rows"] == 0, results[0].metadata
+
+
+def test_a_trajectory_dropped_for_several_reasons_has_one_verdict(tmp_path: Path) -> None:
+    """Verdicts per reason add up to the trajectories dropped whole: the first reason by
+    `WHOLE_DROP_ORDER` is the row's, the others follow its detail."""
+    def traj(name: str, domain: str, turns: list[Turn], **kw) -> Trajectory:
+        return Trajectory(domain=domain, source_format="planted", native_id=name, record_digest=f"p:{name}", turns=turns, **kw)
+
+    cap = "Attention Required! | Cloudflare  verify you are human"
+    corpus = tmp_path / "c"
+    ids = plant(corpus, [
+        traj("captcha-one-turn", "web", [Turn(action="click 1", observation=cap, observation_kind="accessibility_tree")]),
+        traj("ok", "web", [Turn(action="click 1", observation="page A", observation_kind="accessibility_tree"),
+                           Turn(action="click 2", observation="page B", observation_kind="accessibility_tree")]),
+        traj("crash-outside", "terminal", [Turn(action="rm x", tool_name="evil", observation="OCI runtime exec failed"),
+                                           Turn(action="ls", tool_name="bash", observation="a")], action_space='["bash"]'),
+    ])
+    s = clean(corpus, progress=False)
+    assert (s.trajectories, s.kept_trajectories, sum(s.dropped_trajectories.values())) == (3, 1, 2)
+    assert s.dropped_trajectories == {"env_captcha": 1, "env_sandbox_crash": 1}
+    got = rows(corpus, "SELECT trajectory_id, reason, detail FROM cleaning ORDER BY reason")
+    assert [(ids.index(t), r) for t, r, _ in got] == [(0, "env_captcha"), (2, "env_sandbox_crash")]
+    assert [d for _, _, d in got] == [
+        "turn 0: Attention Required! | Cloudflare  verify you are human; also: too_few_turns: 1 environment turn(s)",
+        "turn 0: OCI runtime exec failed; also: action_outside_space: turn 0: `evil` is not one of the 1 declared actions"]
+    assert cleaning_every_trajectory_judged(Corpus(corpus)).passed
+
+
+def test_a_trajectory_every_turn_of_which_is_dropped_is_not_counted_kept(tmp_path: Path) -> None:
+    """With `--min-turns 0` a GUI trajectory whose every turn is `gui_no_change` survives whole, but
+    `kept_trajectories` has nothing of it: clean and its contract count it apart, so kept matches the view."""
+    def traj(name: str, turns: list[Turn], **kw) -> Trajectory:
+        return Trajectory(domain="web", source_format="planted", native_id=name, record_digest=f"p:{name}", turns=turns, **kw)
+
+    same = [Turn(action="click", observation="screen A", observation_kind="accessibility_tree") for _ in range(3)]
+    corpus = tmp_path / "c"
+    plant(corpus, [traj("zero", []), traj("all-same", same, initial_state="screen A"),
+                   traj("message-only", [Turn(kind="message", action="hi")])])
+    s = clean(corpus, CleanConfig(min_turns=0), progress=False)
+    assert (s.trajectories, s.kept_trajectories, s.emptied_trajectories, s.kept_turns) == (3, 2, 1, 1)
+    assert s.dropped_turns == {"gui_no_change": 3} and s.dropped_trajectories == {}
+    assert "  1 trajectories left with no turn by the turn verdicts (not kept)" in s.render().splitlines()
+    assert sorted(rows(corpus, "SELECT native_id FROM kept_trajectories")) == [("message-only",), ("zero",)]
+    result = cleaning_every_trajectory_judged(Corpus(corpus))
+    assert result.passed and (result.metadata["kept"], result.metadata["emptied"], result.metadata["dropped"]) == (2, 1, 0)
