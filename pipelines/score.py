@@ -650,6 +650,8 @@ def _score(corpus: Corpus, con: Any, work: Path, config: ScoreConfig, progress: 
         summary.window_tokens = info["window"]
         model_cfg = {**info["config"], "fingerprint": info["fingerprint"], "model_id": info["model_id"],
                      "dtype": info["dtype"], "max_tokens": config.max_tokens,
+                     # under a cap, the seed picks which trajectories get model scores (`_priority`)
+                     "sample_seed": int(config.surface.seed) if config.max_tokens is not None else None,
                      "kept_from": kept_from}
         model = f"read_parquet({parquet_list(files)})" if summary.model_turns else None
     elif "cond_nll" in old_names:
@@ -669,10 +671,12 @@ def _score(corpus: Corpus, con: Any, work: Path, config: ScoreConfig, progress: 
                "policy_fingerprint": config.policy.fingerprint()}
     # of what the table holds (a carried tier's columns with their own settings), not of this run's options:
     # a model tier added under the same options is another table to the export and traces that read it
+    model_fp = None if model_cfg is None else {k: model_cfg.get(k) for k in ("fingerprint", "model_id", "dtype", "max_tokens",
+                                                                              "kept_from")}
+    if model_fp is not None and model_cfg.get("sample_seed") is not None:  # (absent without a cap: fingerprints as before)
+        model_fp["sample_seed"] = model_cfg["sample_seed"]
     summary.fingerprint = hashlib.sha256(orjson.dumps(
-        {"surface": cfg_doc["surface_fingerprint"], "policy": cfg_doc["policy_fingerprint"],
-         "model": None if model_cfg is None else {k: model_cfg.get(k) for k in ("fingerprint", "model_id", "dtype", "max_tokens",
-                                                                                "kept_from")},
+        {"surface": cfg_doc["surface_fingerprint"], "policy": cfg_doc["policy_fingerprint"], "model": model_fp,
          "skip_dropped": config.skip_dropped}, option=orjson.OPT_SORT_KEYS, default=str)).hexdigest()[:16]
     cols = ", ".join([f"s.{c}" for c in keys + surface_names] + ([f"m.{c}" for c in model_names] if model else []))
     join = f"LEFT JOIN {model} m ON m.trajectory_id = s.trajectory_id AND m.turn_index = s.turn_index" if model else ""

@@ -347,6 +347,8 @@ def test_a_model_tier_run_says_which_surface_settings_it_did_not_apply(corpus: P
     """`--tier model --seed 5` over surface columns drawn with seed 0 keeps them (the keep draw is the
     surface tier's): said, not silent; the fingerprint on record is the table's, seed 0's."""
     from pipelines.score_model import ModelScoreConfig
+    from pipelines.side import side_info
+    from pipelines.store import Corpus
 
     score(corpus, ScoreConfig(tier="surface"), progress=False)
     keep = run_query(corpus, "SELECT sum(keep::INT), sum(keep_draw) FROM turn_scores")[1]
@@ -360,9 +362,12 @@ def test_a_model_tier_run_says_which_surface_settings_it_did_not_apply(corpus: P
         "score: --tier model keeps the surface columns (category, keep) computed with other settings "
         "(seed 0, not 5); --tier surface or both applies this run's"]
     said.clear()
-    score(corpus, ScoreConfig(tier="model", max_tokens=300, model=ModelScoreConfig(model=str(tiny_model_dir), dtype="float32")),
-          progress=False, echo=said.append)
+    s0 = score(corpus, ScoreConfig(tier="model", max_tokens=300, model=ModelScoreConfig(model=str(tiny_model_dir), dtype="float32")),
+               progress=False, echo=said.append)
     assert [m for m in said if not m.startswith("score: model tier capped")] == []  # the same settings: nothing to say
+    # under the cap the seed picked which trajectories have model scores: another table, another fingerprint
+    assert s0.fingerprint != s.fingerprint
+    assert side_info(Corpus(corpus), "turn_scores")["config"]["model"]["sample_seed"] == 0
 
 
 def test_a_trajectory_without_turns_is_not_counted_as_dropped(tmp_path: Path, tiny_model_dir: Path) -> None:
