@@ -260,7 +260,8 @@ class ModelScoreConfig:
         return hashlib.sha256(repr(sorted(d.items())).encode()).hexdigest()[:16]
 
 
-SCORING_VERSION = 2  # bump when the same settings give other scores (2: observations alone rendered, not spliced)
+SCORING_VERSION = 3  # bump when the same settings give other scores (2: observations alone rendered, not spliced;
+#   3: a turn cut to its window loses observation tokens only for what cutting its action could not take)
 
 
 @dataclass
@@ -517,7 +518,10 @@ class TurnScorer:
                     u_ids = len(self.tokenizer(g.user, add_special_tokens=False)["input_ids"])
                     o_ids = len(self.tokenizer(g.observation, add_special_tokens=False)["input_ids"])
                     keep_user = min(u_ids, max(room // 4, u_ids - excess))
-                    keep_obs = max(0, o_ids - max(0, excess - (u_ids - keep_user)) - 2)
+                    # the observation is cut only for what cutting the action could not take (a margin of 2 for
+                    # re-tokenising the cut text; an overshoot is the next round's): a long action's short reply is whole
+                    rest = excess - (u_ids - keep_user)
+                    keep_obs = max(0, o_ids - rest - 2) if rest > 0 else o_ids
                     groups = [Group(g.turn_index, self._truncate(g.user, keep_user), self._truncate(g.observation, keep_obs))]
                     truncated.add(g.turn_index)
             else:

@@ -191,6 +191,22 @@ def test_oversized_turn_is_truncated_to_the_window(gpt2: tuple) -> None:
     assert rows[0]["tokens"] < 128 and rows[0]["context_tokens"] + rows[0]["tokens"] <= 128
 
 
+def test_a_long_action_is_cut_and_its_short_reply_scored_whole(gpt2: tuple) -> None:
+    """Cutting the action took all the excess: the observation is not cut too (it lost 2 tokens, and
+    `ok` became an empty output); both too long: the observation is cut for the rest only."""
+    model, tok = gpt2
+    traj = {"trajectory_id": "t", "domain": "swe", "task": "write"}
+    s = TurnScorer(ModelScoreConfig(dtype="float32", max_context=128), model, tok)
+    s.setup()
+    for reply in ("ok", "File created successfully at: /repo/big.py"):
+        turns = [{"turn_index": 0, "kind": "env", "action": "create big.py\n" + "x = 1\n" * 300, "observation": reply}]
+        (w,) = s.windows(conversation(traj, turns))
+        assert w.observations[0] == reply and w.truncated == {0} and len(w.rendered.ids) <= 128
+    turns = [{"turn_index": 0, "kind": "env", "action": "cat f\n" + "y = 2\n" * 300, "observation": "word " * 400}]
+    (w,) = s.windows(conversation(traj, turns))
+    assert 0 < len(w.observations[0]) < len("word " * 400) and len(w.rendered.ids) <= 128
+
+
 def test_oom_backoff_splits_the_batch(gpt2: tuple, corpus: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A CUDA out-of-memory error halves the batch budget and retries: same results."""
     model, tok = gpt2
