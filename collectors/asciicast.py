@@ -450,7 +450,8 @@ def _is_header(obj: Any) -> bool:
 class AsciicastImporter(Importer):
     name = "asciicast"
     container = "text"
-    version = "2"  # 2: full-screen programs (alternate screen) and terminal replies read as described above
+    version = "3"  # 2: full-screen programs (alternate screen) and terminal replies read as described above;
+    # 3: input events that hold no key make an output-only recording
 
     def sniff(self, head: bytes) -> bool:
         nl = head.find(b"\n")
@@ -710,7 +711,7 @@ class _Builder:
             "resizes": self.resizes or None,
             "terminal_replies": "".join(self.replies) or None,
         }
-        if not self.has_input:
+        if not self.has_input or (self.cur is None and not self.turns):  # input events with no key in any: output only
             return self._output_only(extra)
         if self.cur is not None:
             self._close()

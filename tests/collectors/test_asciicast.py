@@ -293,6 +293,20 @@ def test_only_terminal_replies_is_an_output_only_recording(tmp_path: Path) -> No
     assert json.loads(t.metadata)["terminal_replies"] == "\x1b[1;3R"
 
 
+def test_empty_input_events_are_an_output_only_recording(tmp_path: Path) -> None:
+    """An `i` event with no data (valid: the data is a string) holds no key: the recording is read as
+    the same file without it (it gave no turn at all, its output only in `initial_stdout`)."""
+    head = '{"version": 2, "width": 80, "height": 24, "timestamp": 1700000000}\n'
+    events = ['[0.1, "o", "$ "]\n', '[0.5, "i", ""]\n', '[1.0, "o", "ls\\r\\nfoo\\r\\n$ "]\n']
+    with_empty, without = tmp_path / "empty_i.cast", tmp_path / "no_i.cast"
+    with_empty.write_text(head + "".join(events))
+    without.write_text(head + events[0] + events[2])
+    got, want = one_trajectory(with_empty), one_trajectory(without)
+    assert [(u.action, u.observation) for u in got.turns] == [(u.action, u.observation) for u in want.turns] == [
+        (None, "$ ls\nfoo\n$")]
+    assert json.loads(got.metadata)["output_only"] is True
+
+
 def test_screen_alternate_screen_is_a_separate_canvas() -> None:
     s = Screen(20, 3)
     s.feed("$ vim\r\n\x1b[?1049h\x1b[H\x1b[2Jhello")
