@@ -160,9 +160,14 @@ def as_text(value: Any) -> str | None:
     if isinstance(value, list):
         if all(isinstance(p, dict) and "text" in p for p in value):
             return "".join(str(p["text"]) for p in value)
-        if all(isinstance(p, dict) and ("text" in p or p.get("type") in MEDIA_PARTS) for p in value):
-            return _parts_text(value)
+        if all(isinstance(p, dict) and ("text" in p or p.get("type") in MEDIA_PARTS or _refusal_part(p)) for p in value):
+            return parts_text(value)
     return dumps(value)
+
+
+def _refusal_part(p: dict) -> bool:
+    """OpenAI's `{"type": "refusal", "refusal": TEXT}` content part (chat and Responses): its text is the message."""
+    return p.get("type") == "refusal" and isinstance(p.get("refusal"), str)
 
 
 # content-part types that carry media rather than text, in the chat formats that agents' traces use
@@ -170,12 +175,12 @@ MEDIA_PARTS = frozenset({"image", "image_url", "input_image", "audio", "input_au
                          "video", "document"})
 
 
-def _parts_text(parts: list[dict]) -> str:
+def parts_text(parts: list[dict]) -> str:
     """Text parts joined as they are; a media part on a line of its own."""
     out: list[str] = []
     for p in parts:
-        if "text" in p:
-            out.append(str(p["text"]))
+        if "text" in p or _refusal_part(p):
+            out.append(str(p["text"] if "text" in p else p["refusal"]))
             continue
         if out and not out[-1].endswith("\n"):
             out.append("\n")

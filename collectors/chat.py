@@ -83,6 +83,7 @@ from collectors.base import (
     inline_data_note,
     loose_json,
     object_at,
+    parts_text,
     render_call,
     unpaired_result,
 )
@@ -301,8 +302,10 @@ def _anthropic_in_order(b: _Builder, blocks: list[dict], reasoning: str | None, 
             b.call(p.get("name"), p.get("input"), p.get("id"), said.take(), block_loc, _call_meta(p))
         elif _server_result(p):
             content = p.get("content")
+            # an error content block (`web_search_tool_result_error`), or the block's own flag (`mcp_tool_result`)
             failed = isinstance(content, dict) and str(content.get("type", "")).endswith("_error")
-            b.result(as_text(content), p.get("tool_use_id"), None, block_loc, True if failed else None)
+            flag = p.get("is_error") if isinstance(p.get("is_error"), bool) else None
+            b.result(as_text(content), p.get("tool_use_id"), None, block_loc, True if failed else flag)
     said.finish(b, loc)
 
 
@@ -320,6 +323,12 @@ def _anthropic_results(b: _Builder, blocks: list[dict], loc: str) -> bool:
     if rest:
         b.user_text(as_text(rest) or "", loc)
     return True
+
+
+def _is_refusal(content: Any) -> bool:
+    """Content made of OpenAI refusal parts only (`{"type": "refusal", "refusal": ...}`)."""
+    return isinstance(content, list) and bool(content) and all(
+        isinstance(p, dict) and p.get("type") == "refusal" for p in content)
 
 
 def _join(*parts: str | None) -> str | None:
@@ -358,10 +367,11 @@ class _Builder:
         else:
             self.turns.append(Turn(kind="user", action=text, observation_kind="none", locator=loc))
 
-    def message(self, text: str | None, reasoning: str | None, loc: str) -> None:
+    def message(self, text: str | None, reasoning: str | None, loc: str, refusal: bool = False) -> None:
         if not (text and text.strip()) and not (reasoning and reasoning.strip()):
             return
-        self.turns.append(Turn(kind="message", action=text, thought=reasoning, observation_kind="none", locator=loc))
+        self.turns.append(Turn(kind="message", action=text, thought=reasoning, observation_kind="none", locator=loc,
+                               metadata=dumps({"refusal": True}) if refusal else None))
 
     def call(self, name: str | None, args: Any, call_id: str | None, thought: str | None, loc: str,
              meta: dict | None = None) -> Turn:
@@ -463,9 +473,9 @@ def _openai_messages(msgs: list, field: str, b: _Builder) -> None:
                 continue
             if blocks is not None and any(p["type"] == "thinking" for p in blocks):
                 text, reasoning = _block_text(blocks), _join(reasoning, _block_text(blocks, "thinking", "thinking"))
-            calls = m.get("tool_calls")
-            if isinstance(m.get("function_call"), dict) and not calls:
-                calls = [{"id": None, "type": "function", "function": m["function_call"]}]
+            calls, where = m.get("tool_calls"), "tool_calls"
+            if isinstance(m.get("function_call"), dict) and not calls:  # the legacy field: one call, no id
+                calls, where = [{"id": None, "type": "function", "function": m["function_call"]}], "function_call"
             if isinstance(calls, list) and calls:
                 thought = _join(reasoning, text)
                 for k, c in enumerate(calls):
@@ -482,11 +492,14 @@ def _openai_messages(msgs: list, field: str, b: _Builder) -> None:
                     extra = {key: v for key, v in c.items() if key not in known}
                     if c.get("type") not in (None, "function"):
                         extra["type"] = c.get("type")
-                    b.call(name, args, c.get("id"), thought if k == 0 else None, f"{loc}.tool_calls[{k}]", extra or None)
+                    b.call(name, args, c.get("id"), thought if k == 0 else None,
+                           f"{loc}.function_call" if where == "function_call" else f"{loc}.tool_calls[{k}]", extra or None)
             elif (hermes := _hermes_calls(text)) is not None:
                 _hermes_call_turns(b, hermes, reasoning, loc)
+            elif not (text and text.strip()) and isinstance(m.get("refusal"), str):  # openai-python ChatCompletionMessage
+                b.message(m["refusal"], reasoning, loc, refusal=True)
             else:
-                b.message(text, reasoning, loc)
+                b.message(text, reasoning, loc, refusal=_is_refusal(m.get("content")))
         elif role in _CALL:  # LLaMA-Factory data with its ShareGPT tags renamed to role/content
             _function_call_turns(b, m.get("content"), loc)
         elif role in _RESULT:
@@ -609,7 +622,7 @@ def _responses(items: list, field: str, b: _Builder) -> None:
             elif role in _SYSTEM:
                 b.system_text(text or "", loc)
             elif role in _ASSISTANT:
-                b.message(text, reasoning, loc)
+                b.message(text, reasoning, loc, refusal=_is_refusal(item.get("content")))
                 reasoning, reasoning_loc = None, ""
             else:
                 raise RecordError("malformed_record", f"{b.where} {loc}: unknown role {role!r}")
@@ -774,7 +787,7 @@ def _gemini(contents: list, b: _Builder) -> None:
             continue
         if role not in ("user", "function", "tool"):
             raise RecordError("malformed_record", f"{b.where} {loc}: unknown role {role!r}")
-        text: list[str] = []
+        text: list[dict] = []
         for k, p in enumerate(parts):
             resp = _part(p, "functionResponse")
             if isinstance(resp, dict):
@@ -782,9 +795,24 @@ def _gemini(contents: list, b: _Builder) -> None:
                 failed = isinstance(body, dict) and "error" in body and "output" not in body
                 b.result(as_text(body), resp.get("id"), resp.get("name"), f"{loc}.parts[{k}]", True if failed else None)
             elif isinstance(p.get("text"), str):
-                text.append(p["text"])
+                text.append({"text": p["text"]})
+            elif (media := _gemini_media(p)) is not None:
+                text.append(media)
         if text:
-            b.user_text("".join(text), loc)
+            b.user_text(parts_text(text), loc)
+
+
+def _gemini_media(p: dict) -> dict | None:
+    """An `inlineData` / `fileData` part as a media content part: `[image/png: <N characters not kept>]`,
+    `[application/pdf: gs://bucket/spec.pdf]` in the text (the README's rule for media)."""
+    inline, file = _part(p, "inlineData"), _part(p, "fileData")
+    if isinstance(inline, dict):
+        mime = inline.get("mimeType") or inline.get("mime_type") or "inline_data"
+        return {"type": str(mime), "data": inline.get("data")}
+    if isinstance(file, dict):
+        mime = file.get("mimeType") or file.get("mime_type") or "file_data"
+        return {"type": str(mime), "url": file.get("fileUri") or file.get("file_uri")}
+    return None
 
 
 def _gemini_model(b: _Builder, parts: list[dict], loc: str) -> None:
@@ -809,6 +837,8 @@ def _gemini_model(b: _Builder, parts: list[dict], loc: str) -> None:
                 said.think(p["text"])
             else:
                 said.say(p["text"], part_loc)
+        elif (media := _gemini_media(p)) is not None:  # an image the model made
+            said.say(parts_text([media]), part_loc)
     said.finish(b, loc)
 
 
@@ -830,6 +860,7 @@ class ChatImporter(Importer):
     name = "chat"
     container = "jsonl"
     generic = True
+    version = "2"  # 2: refusals, Gemini media parts, Anthropic mcp_tool_result is_error, legacy function_call locators
 
     def sniff(self, sample: Any) -> bool:
         if isinstance(sample, list):

@@ -174,3 +174,65 @@ def test_blank_arguments_are_absent_arguments(tmp_path: Path) -> None:
     (tmp_path / "t.jsonl").write_text(json.dumps(line) + "\n")
     [t] = list(read_path(tmp_path / "t.jsonl"))
     assert [(u.action, u.tool_name, u.tool_args) for u in t.turns] == [("get_time", "get_time", None)] * 3
+
+
+def _one(tmp_path: Path, record: dict) -> Trajectory:
+    (tmp_path / "t.jsonl").write_text(json.dumps(record) + "\n")
+    [t] = list(read_path(tmp_path / "t.jsonl"))
+    assert isinstance(t, Trajectory), t
+    return t
+
+
+def test_refusals_are_message_turns(tmp_path: Path) -> None:
+    """openai-python: `ChatCompletionMessage.refusal` (content null), a `refusal` content part, and the
+    Responses API's refusal part: each a `message` turn with the refusal's text (the first was lost,
+    the others kept as JSON)."""
+    t = _one(tmp_path, {"messages": [
+        {"role": "user", "content": "Tell me how to pick a lock."},
+        {"role": "assistant", "content": None, "refusal": "I'm sorry, I can't help with that."},
+        {"role": "user", "content": "ok, then list files"},
+        {"role": "assistant", "content": [{"type": "refusal", "refusal": "I can't do that either."}]}]})
+    assert [(u.kind, u.action, u.locator, u.metadata) for u in t.turns] == [
+        ("message", "I'm sorry, I can't help with that.", "messages[1]", '{"refusal":true}'),
+        ("user", "ok, then list files", "messages[2]", None),
+        ("message", "I can't do that either.", "messages[3]", '{"refusal":true}')]
+    r = _one(tmp_path, {"input": [
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]},
+        {"type": "function_call", "call_id": "c1", "name": "ls", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c1", "output": "a b"},
+        {"type": "message", "role": "assistant", "content": [{"type": "refusal", "refusal": "No."}]}]})
+    assert [(u.kind, u.action, u.metadata) for u in r.turns][-1] == ("message", "No.", '{"refusal":true}')
+
+
+def test_an_mcp_tool_result_with_is_error_is_an_error(tmp_path: Path) -> None:
+    """Anthropic's `mcp_tool_result` block carries `is_error` (BetaMCPToolResultBlock)."""
+    def record(flag: bool) -> dict:
+        return {"messages": [{"role": "user", "content": "echo"}, {"role": "assistant", "content": [
+            {"type": "mcp_tool_use", "id": "mcptoolu_1", "name": "echo", "server_name": "srv", "input": {"a": 1}},
+            {"type": "mcp_tool_result", "tool_use_id": "mcptoolu_1", "is_error": flag,
+             "content": [{"type": "text", "text": "Error: boom" if flag else "ok"}]}]}]}
+    assert [(u.kind, u.observation, u.is_error) for u in _one(tmp_path, record(True)).turns] == [("env", "Error: boom", True)]
+    assert [(u.kind, u.observation, u.is_error) for u in _one(tmp_path, record(False)).turns] == [("env", "ok", False)]
+
+
+def test_gemini_media_parts_are_references(tmp_path: Path) -> None:
+    """Gemini `inlineData` / `fileData` parts become `[mime: reference]` where they stand (a user content
+    holding only a file was lost, and an image vanished from the task)."""
+    t = _one(tmp_path, {"contents": [
+        {"role": "user", "parts": [{"text": "What is in this picture?"}, {"inlineData": {"mimeType": "image/png", "data": "iVBORw0KGgo="}}]},
+        {"role": "model", "parts": [{"text": "Please send the PDF."}]},
+        {"role": "user", "parts": [{"file_data": {"mime_type": "application/pdf", "file_uri": "gs://bucket/spec.pdf"}}]},
+        {"role": "model", "parts": [{"text": "Thanks."}]}]})
+    assert t.task == "What is in this picture?\n[image/png: <12 characters not kept>]"
+    assert [(u.kind, u.action, u.locator) for u in t.turns] == [
+        ("message", "Please send the PDF.", "contents[1].parts[0]"),
+        ("user", "[application/pdf: gs://bucket/spec.pdf]", "contents[2]"), ("message", "Thanks.", "contents[3].parts[0]")]
+
+
+def test_a_legacy_function_call_is_located_where_it_is(tmp_path: Path) -> None:
+    t = _one(tmp_path, {"messages": [
+        {"role": "user", "content": "search x"},
+        {"role": "assistant", "content": None, "function_call": {"name": "search", "arguments": "{\"q\": \"x\"}"}},
+        {"role": "function", "name": "search", "content": "res"}]})
+    assert [(u.kind, u.tool_name, u.observation, u.locator) for u in t.turns] == [
+        ("env", "search", "res", "messages[1].function_call+messages[2]")]
