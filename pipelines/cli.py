@@ -60,11 +60,11 @@ def _add_beam_options(s: argparse.ArgumentParser, does: str) -> None:
 def _cmd_query(a: argparse.Namespace) -> int:
     import duckdb
 
-    from pipelines.query import connect, write_query
+    from pipelines.query import connect, interruptible, write_query
 
     con = connect(a.corpus)  # a damaged corpus file fails here: one line with the `check` hint, as every stage (_run)
     try:  # csv and json are written as DuckDB produces them: a large result never sits in memory
-        write_query(a.corpus, a.sql, a.format, sys.stdout, con=con)
+        interruptible(con, lambda: write_query(a.corpus, a.sql, a.format, sys.stdout, con=con))
     except duckdb.Error as e:  # the user's SQL: its message, not a traceback
         print(f"worldline query: error: {e}", file=sys.stderr)
         return 1
@@ -371,6 +371,10 @@ def _run(args: argparse.Namespace) -> int:
     except BrokenPipeError:  # the reader of the output went away (`| head`): quietly, as a killed `cat` would
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when Python flushes
         return 141
+    except RuntimeError as e:
+        if str(e) != "Query interrupted":
+            raise
+        raise KeyboardInterrupt from e  # DuckDB's answer to Ctrl-C during a query: 130 and one line, as elsewhere
     except OSError as e:  # a path that is missing, unreadable, read-only, a directory where a file goes
         where = f": {e.filename}" if e.filename is not None else ""
         print(f"worldline {args.command}: error: {e.strerror or e}{where}", file=sys.stderr)

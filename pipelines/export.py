@@ -149,7 +149,7 @@ class SplitConfig:
     salt: str = "worldline-split-1"
 
     def __post_init__(self) -> None:
-        if self.validation < 0 or self.test < 0 or self.validation + self.test > 1:
+        if not (self.validation >= 0 and self.test >= 0 and self.validation + self.test <= 1):  # NaN fails all three
             raise ValueError(f"split fractions validation={self.validation}, test={self.test}: each ≥ 0, sum ≤ 1")
 
 

@@ -17,11 +17,12 @@ import math
 import os
 import re
 import shutil
+import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import duckdb
 import orjson
@@ -29,6 +30,8 @@ import pyarrow as pa
 
 from pipelines.store import TABLE_SCHEMAS, Corpus
 from pipelines.views import define_derived_views
+
+T = TypeVar("T")
 
 
 def views(con: duckdb.DuckDBPyConnection) -> set[str]:
@@ -220,6 +223,33 @@ def write_query(corpus_dir: Path | str, sql: str, fmt: str, out: Any, batch_rows
         out.write(render(columns, rows, fmt) + "\n")
         return len(rows)
     return _write_rows(out, columns, iter(lambda: cur.fetchmany(batch_rows), []) if columns else [], fmt)
+
+
+def interruptible(con: duckdb.DuckDBPyConnection, work: Callable[[], T]) -> T:
+    """`work()` (which uses `con`) in a helper thread, so that Ctrl-C always stops it: DuckDB polls for
+    SIGINT only while the main thread drives the query, and now and then does not (a query went on
+    for minutes through repeated Ctrl-C). The main thread waits, and on KeyboardInterrupt interrupts
+    the connection and raises it again."""
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["value"] = work()
+        except BaseException as e:  # handed to the caller's thread
+            box["error"] = e
+
+    t = threading.Thread(target=run, name="worldline-query", daemon=True)
+    t.start()
+    try:
+        while t.is_alive():
+            t.join(0.2)
+    except KeyboardInterrupt:
+        con.interrupt()
+        t.join(10)  # DuckDB stops at its next check; a daemon thread cannot hold the exit up
+        raise
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
 
 
 def _write_rows(out: Any, columns: list[str], batches: Iterable[list[tuple]], fmt: str) -> int:
