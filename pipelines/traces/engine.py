@@ -21,6 +21,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from schemas.options import at_least
+
 
 @dataclass(frozen=True)
 class EngineConfig:
@@ -30,6 +32,10 @@ class EngineConfig:
     max_batch: int = 8  # requests decoded together
     max_prompt_tokens: int = 2048  # longer prompts keep their tail (the action is at the end)
     threads: int = 0  # torch intra-op threads (0: torch's default)
+
+    def __post_init__(self) -> None:
+        at_least("--threads", self.threads, 0)
+        at_least("--concurrency", self.max_batch, 1)  # the CLI's --concurrency is the batch here
 
     def fingerprint(self) -> str:
         d = asdict(self)

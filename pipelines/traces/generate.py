@@ -57,6 +57,14 @@ class Sampling:
     top_p: float = 0.95
     stop: tuple[str, ...] = ()
 
+    def __post_init__(self) -> None:
+        """Values an endpoint would refuse on every request, or a local engine would sample garbage with."""
+        at_least("--max-tokens", self.max_tokens, 1)
+        if not 0 <= self.temperature < float("inf"):
+            raise ValueError(f"--temperature must be a number at least 0 (got {self.temperature})")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"--top-p must be in (0, 1] (got {self.top_p})")
+
 
 def cache_key(model: str, messages: list[dict[str, str]], sampling: Sampling, seed: int, kind: str = "chat") -> str:
     doc = {"kind": kind, "model": model, "messages": messages, "sampling": asdict(sampling), "seed": seed}

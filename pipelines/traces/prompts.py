@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import orjson
 
 from pipelines.render import Group
+from schemas.options import at_least
 
 FORMAT = (
     "Reply in exactly this form, with nothing before or after it:\n"
@@ -46,6 +47,11 @@ class PromptLimits:
     max_observation_chars: int = 3000  # per history observation in the teacher prompt
     max_history_chars: int = 12000  # all history in the teacher prompt
     few_shot: bool = True
+
+    def __post_init__(self) -> None:
+        at_least("--max-system-chars", self.max_system_chars, 0)
+        at_least("--max-observation-chars", self.max_observation_chars, 0)
+        at_least("--max-history-chars", self.max_history_chars, 0)
 
 
 @dataclass

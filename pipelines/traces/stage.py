@@ -87,6 +87,7 @@ class JudgeConfig:
     def __post_init__(self) -> None:
         if not 0.0 <= self.weight <= 1.0:
             raise ValueError(f"judge weight {self.weight} is not in [0, 1]")
+        at_least("--judge-max-tokens", self.max_tokens, 1)
 
     def changed(self) -> list[str]:
         """The fields set to other than their defaults, sorted: what a run without a judge must not be given."""

@@ -416,6 +416,14 @@ def test_corpus_and_output_are_checked_first(small: Path, tmp_path: Path) -> Non
     (["--concurrency", "0", "--endpoint", "local", "--model", "smollm2"], "--concurrency must be at least 1 (got 0)"),
     (["-k", "0"], "-k must be at least 1 (got 0)"),
     (["--timeout", "0"], "--timeout must be above 0 seconds (got 0.0)"),
+    (["--temperature", "nan"], "--temperature must be a number at least 0 (got nan)"),
+    (["--temperature", "-1"], "--temperature must be a number at least 0 (got -1.0)"),
+    (["--top-p", "0"], "--top-p must be in (0, 1] (got 0.0)"),
+    (["--top-p", "7"], "--top-p must be in (0, 1] (got 7.0)"),
+    (["--max-tokens", "0"], "--max-tokens must be at least 1 (got 0)"),
+    (["--judge", "--judge-max-tokens", "0"], "--judge-max-tokens must be at least 1 (got 0)"),
+    (["--max-history-chars", "-1"], "--max-history-chars must be at least 0 (got -1)"),
+    (["--threads", "-1", "--endpoint", "local", "--model", "smollm2"], "--threads must be at least 0 (got -1)"),
 ])
 def test_cli_rejects_options_that_select_or_send_nothing(args: list[str], message: str, small: Path, tmp_path: Path,
                                                           capsys: pytest.CaptureFixture[str]) -> None:
