@@ -31,8 +31,9 @@ def test_valid_table_has_no_violations() -> None:
 def test_violations_name_table_column_row_and_value() -> None:
     bad = _turns(domain=pa.array(["browser"]), turn_index=pa.array([-1], pa.int32()))
     v = validate(bad, "turns")
-    assert [str(x) for x in v] == [
-        "turns.domain row 0: not one of ['mcp', 'search', 'terminal', 'swe', 'web', 'os', 'android'] (got 'browser')"
+    assert [str(x) for x in v] == [  # the negative index was not reported next to another violation
+        "turns.domain row 0: not one of ['mcp', 'search', 'terminal', 'swe', 'web', 'os', 'android'] (got 'browser')",
+        "turns.turn_index row 0: negative (got '-1')",
     ]
     v2 = validate(_turns(turn_index=pa.array([-1], pa.int32())), "turns")
     assert [str(x) for x in v2] == ["turns.turn_index row 0: negative (got '-1')"]
