@@ -654,7 +654,7 @@ def _score(corpus: Corpus, con: Any, work: Path, config: ScoreConfig, progress: 
                      "sample_seed": int(config.surface.seed) if config.max_tokens is not None else None,
                      "kept_from": kept_from}
         model = f"read_parquet({parquet_list(files)})" if summary.model_turns else None
-    elif "cond_nll" in old_names:
+    elif "cond_nll" in old_names and old_cfg.get("model") is not None:  # (the columns are there, null, without)
         model = f"(SELECT {', '.join(keys + model_names)} FROM {old_sql} WHERE cond_nll IS NOT NULL)"
         model_cfg = old_cfg.get("model")
         summary.carried.append("model")

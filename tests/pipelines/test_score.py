@@ -42,6 +42,8 @@ def test_surface_tier_via_cli(corpus: Path, capsys: pytest.CaptureFixture) -> No
     assert all(r.passed for r in score_contracts(corpus)), [r.line() for r in score_contracts(corpus) if not r.passed]
     assert [(r.name, r.severity) for r in score_contracts(corpus)] == [  # a stale table warns; a wrong one fails
         ("turn_scores_cover_turns", "error"), ("turn_scores_valid", "error"), ("turn_scores_current", "warn")]
+    assert main(["score", str(corpus), "--tier", "surface", "--quiet"]) == 0  # no model tier ran: none carried over
+    assert "carried over" not in capsys.readouterr().out
 
 
 def test_model_tier_with_cap_and_carry_over(corpus: Path, tiny_model_dir: Path, capfd: pytest.CaptureFixture[str]) -> None:
