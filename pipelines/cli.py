@@ -134,6 +134,9 @@ def _cmd_score(a: argparse.Namespace) -> int:
     cfg = ScoreConfig(tier=a.tier, surface=SurfaceConfig(seed=a.seed), model=model, max_tokens=a.max_tokens)
     runner = None
     if _beam_wanted(a, "the model tier"):
+        from pipelines.score import check_distributable
+
+        check_distributable(cfg)  # before Beam is imported: its warnings would come ahead of the error
         from pipelines.beam_score import BeamModelRunner
 
         runner = BeamModelRunner(a.beam_runner or "DirectRunner", a.beam_option)

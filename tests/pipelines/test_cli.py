@@ -267,6 +267,18 @@ def test_option_values_are_checked_before_the_run(corpus: Path, capsys, cmd: lis
     assert message in err and err.count("\n") == 1 and "Traceback" not in err
 
 
+def test_beam_with_the_surface_tier_is_refused_before_beam_loads(corpus: Path) -> None:
+    """Beam's import logs an 'apitools not found' warning (root logger, so a subprocess to see it): it came
+    ahead of the usage error."""
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "pipelines.cli", "score", str(corpus), "--tier", "surface", "--beam"],
+                       capture_output=True, text=True, timeout=120)
+    assert (r.returncode, r.stderr) == (1, "worldline score: error: --beam runs the model tier on Beam's workers; "
+                                           "--tier surface has none (drop --beam)\n")
+
+
 def test_a_reader_that_goes_away_ends_the_command_quietly(corpus: Path) -> None:
     import subprocess
     import sys
