@@ -66,7 +66,8 @@ def cleaning_every_trajectory_judged(corpus: Corpus) -> ContractResult:
         {"trajectories": total, "judged": judged, "kept": kept, "emptied": emptied, "dropped": dropped, "current": current,
          "differs_from_recorded": differ,
          "unknown_reasons": unknown, "misplaced_rows": misplaced, "orphan_rows": orphans,
-         "inspect": f'worldline query {corpus.root} "SELECT reason, count(*) FROM cleaning GROUP BY 1"'},
+         "inspect": f'worldline query {corpus.root} "SELECT reason, count(*) FROM cleaning GROUP BY 1"',
+         **({} if current else {"rerun": f"worldline clean {corpus.root}"})},
     )
 
 
@@ -106,7 +107,8 @@ def dedup_current(corpus: Corpus) -> ContractResult:
     return ContractResult(
         "dedup_current", ok, "signatures and clusters cover the current corpus and cleaning verdicts",
         {"corpus_batches": state["batches"], "signatures_batches": sig.get("corpus_state", {}).get("batches"),
-         "cleaning_fingerprint": want_clean, "used_cleaning_fingerprint": used_clean},
+         "cleaning_fingerprint": want_clean, "used_cleaning_fingerprint": used_clean,
+         **({} if ok else {"rerun": f"worldline dedup {corpus.root}"})},
     )
 
 

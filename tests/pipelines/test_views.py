@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from pipelines.clean import clean
+from pipelines.clean_contracts import run_clean_contracts
 from pipelines.dedup import dedup
 from pipelines.ingest import IngestConfig, ingest
 from pipelines.query import connect, run_query
@@ -71,6 +72,8 @@ def test_tables_from_before_an_ingest_are_stale(clusters: Path, tmp_path: Path, 
     assert stale_side_tables(Corpus(root)) == {
         name: f"computed before the corpus last changed; rerun `worldline {stage}`"
         for name, stage in (("cleaning", "clean"), ("redactions", "clean"), ("duplicates", "dedup"), ("shared_prefixes", "dedup"))}
+    failed = {r.name: r.metadata.get("rerun") for r in run_clean_contracts(root) if not r.passed}  # and the fix
+    assert failed == {"cleaning_every_trajectory_judged": f"worldline clean {root}", "dedup_current": f"worldline dedup {root}"}
 
 
 def test_dedup_between_an_ingest_and_clean_is_stale_until_it_runs_again(clusters: Path, tmp_path: Path, sample: Path,
