@@ -77,6 +77,10 @@ def test_export_refuses_a_directory_that_is_not_an_export(corpus: Path, tmp_path
     assert main(["export", str(corpus), "--out", str(mine), "--formats", "parquet"]) == 1
     assert "its manifest.json is not an export's" in capsys.readouterr().err
     assert (mine / "manifest.json").read_text() == "{}"
+    (mine / "manifest.json").unlink()  # a folder with other things in it is used, and they are left alone
+    (mine / "notes.txt").write_text("mine")
+    assert main(["export", str(corpus), "--out", str(mine), "--formats", "parquet", "--quiet"]) == 0
+    assert (mine / "notes.txt").read_text() == "mine" and (mine / "manifest.json").is_file()
 
 
 def test_export_options_are_checked_before_anything_is_written(corpus: Path, tmp_path: Path, capsys) -> None:
