@@ -333,3 +333,15 @@ def test_ctrl_c_during_a_query_is_one_line_and_130(corpus: Path, capsys) -> None
     assert main(["query", str(corpus), "SELECT sum(hash(range)) FROM range(100000000000)"]) == 130
     assert capsys.readouterr().err == "worldline query: interrupted\n"
     assert time.monotonic() - start < 10
+
+
+def test_every_traces_option_is_in_its_doc() -> None:
+    import argparse
+
+    from pipelines.traces.cli import add_arguments
+
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "traces.md").read_text()
+    flags = [s for a in p._actions for s in a.option_strings if s not in ("-h", "--help")]
+    assert [f for f in flags if f"`{f}" not in doc] == []
