@@ -302,11 +302,30 @@ def _anthropic_in_order(b: _Builder, blocks: list[dict], reasoning: str | None, 
             b.call(p.get("name"), p.get("input"), p.get("id"), said.take(), block_loc, _call_meta(p))
         elif _server_result(p):
             content = p.get("content")
+            if _ran_code(content):
+                _code_execution_result(b, content, p.get("tool_use_id"), block_loc)
+                continue
             # an error content block (`web_search_tool_result_error`), or the block's own flag (`mcp_tool_result`)
             failed = isinstance(content, dict) and str(content.get("type", "")).endswith("_error")
             flag = p.get("is_error") if isinstance(p.get("is_error"), bool) else None
             b.result(as_text(content), p.get("tool_use_id"), None, block_loc, True if failed else flag)
     said.finish(b, loc)
+
+
+def _ran_code(content: Any) -> bool:
+    """Anthropic's code execution result (`code_execution_result`, `bash_code_execution_result`):
+    stdout, stderr and a return code, which are the environment's answer, not a JSON document."""
+    return isinstance(content, dict) and str(content.get("type", "")).endswith("code_execution_result") \
+        and type(content.get("return_code")) is int
+
+
+def _code_execution_result(b: _Builder, content: dict, call_id: Any, loc: str) -> None:
+    stdout, stderr = str(content.get("stdout") or ""), str(content.get("stderr") or "")
+    files = [f for f in content.get("content") or [] if isinstance(f, dict) and f.get("file_id")]
+    t = b.result(stdout + stderr, call_id, None, loc, content["return_code"] != 0,
+                 {"files": [f["file_id"] for f in files]} if files else None)  # files it wrote (Files API ids)
+    t.observation_kind, t.exit_code = "stdout", content["return_code"]
+    t.stdout, t.stderr = stdout or None, stderr or None
 
 
 def _anthropic_results(b: _Builder, blocks: list[dict], loc: str) -> bool:
@@ -860,7 +879,8 @@ class ChatImporter(Importer):
     name = "chat"
     container = "jsonl"
     generic = True
-    version = "2"  # 2: refusals, Gemini media parts, Anthropic mcp_tool_result is_error, legacy function_call locators
+    version = "3"  # 2: refusals, Gemini media parts, Anthropic mcp_tool_result is_error, legacy function_call locators;
+    # 3: Anthropic code execution results as stdout/stderr with their exit code
 
     def sniff(self, sample: Any) -> bool:
         if isinstance(sample, list):

@@ -408,6 +408,23 @@ def test_anthropic_server_tool_results_in_the_assistant_message() -> None:
     assert_schema_valid([t])
 
 
+def test_anthropic_code_execution_results_are_output_and_exit_code() -> None:
+    """They were kept as the result block's JSON, their return code a field in it."""
+    (t,) = _trajs(DATA / "anthropic_code_execution.jsonl")
+    assert [u.kind for u in t.turns] == ["env", "env", "message"]
+    py, sh, answer = t.turns
+    assert (py.tool_name, py.tool_call_id, py.thought) == ("code_execution", "srvtoolu_11", "I'll compute it.")
+    assert (py.observation, py.stdout, py.stderr, py.exit_code, py.is_error, py.observation_kind) == (
+        "5.5\n", "5.5\n", None, 0, False, "stdout")
+    assert json.loads(py.metadata) == {"type": "server_tool_use", "files": ["file_011"]}
+    err = "ls: cannot access '/nope': No such file or directory\n"
+    assert (sh.tool_name, json.loads(sh.tool_args), sh.observation, sh.stdout, sh.stderr, sh.exit_code, sh.is_error) == (
+        "bash_code_execution", {"command": "ls /nope"}, err, None, err, 2, True)
+    assert sh.locator == "messages[1].content[3]+messages[1].content[4]"
+    assert answer.action == "The mean is 5.5; /nope does not exist."
+    assert_schema_valid([t])
+
+
 def test_openai_responses_builtin_tools() -> None:
     # openai-python src/openai/types/responses/: response_function_shell_tool_call(_output).py,
     # response_apply_patch_tool_call(_output).py, response_input_item_param.py (LocalShellCall, its output
