@@ -450,8 +450,9 @@ def _is_header(obj: Any) -> bool:
 class AsciicastImporter(Importer):
     name = "asciicast"
     container = "text"
-    version = "3"  # 2: full-screen programs (alternate screen) and terminal replies read as described above;
-    # 3: input events that hold no key make an output-only recording
+    version = "4"  # 2: full-screen programs (alternate screen) and terminal replies read as described above;
+    # 3: input events that hold no key make an output-only recording;
+    # 4: a turn's locator covers the markers and resizes its metadata holds
 
     def sniff(self, head: bytes) -> bool:
         nl = head.find(b"\n")
@@ -689,6 +690,7 @@ class _Builder:
         elif code == "m":
             mark = {"t": t, "label": data, "line": lineno}
             (self.cur["markers"] if self.cur is not None else self.markers).append(mark)
+            self._covers(lineno)
         elif code == "r":
             m = re.match(r"^(\d+)x(\d+)$", data.strip())
             if m:
@@ -696,9 +698,15 @@ class _Builder:
                 self.resize_lines.append((lineno, int(m[1]), int(m[2])))
             rz = {"t": t, "size": data}
             (self.cur["resizes"] if self.cur is not None else self.resizes).append(rz)
+            self._covers(lineno)
         elif code == "x":
             self.exit_status = int(data) if data.strip().lstrip("-").isdigit() else data
         # unknown codes are ignored: the format reserves them for extensions
+
+    def _covers(self, lineno: int) -> None:
+        """A marker or resize kept in the current turn's metadata is within its locator's lines."""
+        if self.cur is not None:
+            self.cur["last_line"] = lineno
 
     def _time(self, t: float | None):
         if self.t0 is None or t is None:

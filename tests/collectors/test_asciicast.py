@@ -283,6 +283,19 @@ def test_terminal_replies_are_not_keys_and_real_keys_stay(tmp_path: Path) -> Non
     assert second["input_raw"] == "x\x1b[200~p\x1b[I\x1b[201~\r"
 
 
+def test_a_turn_locator_covers_its_markers_and_resizes(tmp_path: Path) -> None:
+    """A marker or resize after a turn's last output is in its metadata: its locator ended before them."""
+    cast = tmp_path / "marks.cast"
+    events = [[0.1, "o", "$ "], [1.0, "i", "ls\r"], [1.1, "o", "ls\r\nfoo\r\n$ "], [1.2, "r", "100x30"],
+              [1.3, "m", "listed"], [2.0, "i", "pwd\r"], [2.1, "o", "pwd\r\n/root\r\n$ "], [2.2, "m", "done"]]
+    cast.write_text('{"version": 2, "width": 80, "height": 24}\n' + "".join(json.dumps(e) + "\n" for e in events))
+    t = one_trajectory(cast)
+    assert [(u.action, u.locator) for u in t.turns] == [("ls", "line:3-6"), ("pwd", "line:7-9")]
+    first, second = (json.loads(u.metadata) for u in t.turns)
+    assert (first["resizes"], first["markers"]) == ([{"t": 1.2, "size": "100x30"}], [{"t": 1.3, "label": "listed", "line": 6}])
+    assert second["markers"] == [{"t": 2.2, "label": "done", "line": 9}]
+
+
 def test_only_terminal_replies_is_an_output_only_recording(tmp_path: Path) -> None:
     cast = tmp_path / "replies_only.cast"
     cast.write_text('{"version": 2, "width": 40, "height": 5}\n[0.1, "o", "\\u001b[6nhi"]\n'
