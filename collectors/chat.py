@@ -23,11 +23,13 @@ reasoning), and `tool_result` blocks `{tool_use_id, content, is_error}` in the n
 results (text after them in that message is a user turn); top-level `system` may be text blocks too.
 Server tools (`server_tool_use` / `mcp_tool_use`) are answered by a `*_tool_result` block of the same
 assistant message; such a message is read in order (text before a call its thought, text after the
-last call a message turn).
+last call a message turn). A code execution result (`code_execution_result`, `bash_code_execution_result`)
+is stdout and stderr with `return_code` as the exit code.
 OpenAI Responses form (`input`, `messages` or a bare array of items, as openai-agents' `to_input_list()`
 saves them): `function_call` / `custom_tool_call` items are calls, `*_output` items their results by
 `call_id`, a `reasoning` item's summary the thought of the next call or message; top-level
-`instructions` is the system prompt. Built-in tools: those the client runs (`computer_call`,
+`instructions` is the system prompt; a request logged with its response, `{"input": TEXT or items,
+"output": [items]}`, is read as input then output. Built-in tools: those the client runs (`computer_call`,
 `local_shell_call`, `shell_call` with exit codes and stdout/stderr, `apply_patch_call`) pair with their
 `*_output` items the same way; those the API runs itself (`code_interpreter_call` with its logs,
 `file_search_call` with its results, `web_search_call` with its sources, `mcp_call` with its output or
@@ -600,6 +602,15 @@ def _is_responses(items: Any) -> bool:
     return any(i.get("type") in _RESPONSES_ITEMS for i in items)
 
 
+def _responses_log(record: dict) -> bool:
+    """A Responses request and its response logged together: `{"input": TEXT or messages, "output":
+    [items]}` (`response.output`, the model's calls and answer, follows what it was given)."""
+    given = record.get("input")
+    return _is_responses(record.get("output")) and (
+        (isinstance(given, str) and bool(given)) or _is_responses(given)
+        or (isinstance(given, list) and bool(given) and all(isinstance(m, dict) and "role" in m for m in given)))
+
+
 def _responses_type(kind: Any) -> bool:
     return isinstance(kind, str) and (kind in _RESPONSES_ITEMS or _LATER_ITEM.fullmatch(kind) is not None)
 
@@ -880,7 +891,8 @@ class ChatImporter(Importer):
     container = "jsonl"
     generic = True
     version = "3"  # 2: refusals, Gemini media parts, Anthropic mcp_tool_result is_error, legacy function_call locators;
-    # 3: Anthropic code execution results as stdout/stderr with their exit code
+    # 3: Anthropic code execution results as stdout/stderr with their exit code; a Responses request logged
+    # with its `output`
 
     def sniff(self, sample: Any) -> bool:
         if isinstance(sample, list):
@@ -893,7 +905,7 @@ class ChatImporter(Importer):
         conv = sample.get("conversations")
         if isinstance(conv, list) and conv:
             return all(isinstance(m, dict) and ("from" in m or "role" in m) for m in conv[:5])
-        return _is_responses(sample.get("input")) or _is_gemini(sample.get("contents"))
+        return _is_responses(sample.get("input")) or _responses_log(sample) or _is_gemini(sample.get("contents"))
 
     def convert(self, record: Any, locator: str, ctx: ImportContext) -> Trajectory:
         b = _Builder(locator)
@@ -905,13 +917,17 @@ class ChatImporter(Importer):
                 field = "messages"
             elif "conversations" in record:
                 field = "conversations"
-            elif _is_responses(record.get("input")):
+            elif _is_responses(record.get("input")) or _responses_log(record):
                 field = "input"
             elif "contents" in record:
                 field = "contents"
             else:
                 raise RecordError("missing_field", f"{locator}: none of 'messages', 'conversations', 'contents' is present")
             msgs = record[field]
+        logged = field == "input" and _responses_log(record)  # and `output`, read after it
+        if logged and isinstance(msgs, str):
+            b.user_text(msgs, "input")
+            msgs = []
         if not isinstance(msgs, list):
             raise RecordError("malformed_record", f"{locator}: {field!r} must be a list, got {type(msgs).__name__}")
         form = "gemini" if field == "contents" else _form(field, msgs)
@@ -933,11 +949,13 @@ class ChatImporter(Importer):
             _gemini(msgs, b)
         else:
             _responses(msgs, field, b)
+            if logged:
+                _responses(record["output"], "output", b)
         turns = b.finish()
         tools = _loads(record.get("tools") or record.get("functions"))
         skip = {"messages", "conversations", "tools", "functions", "system", "id", field}
         if form == "responses":
-            skip.add("instructions")
+            skip |= {"instructions", "output"} if logged else {"instructions"}
         if form == "gemini":
             skip |= {"systemInstruction", "system_instruction"}
         meta: dict[str, Any] = {"form": "anthropic" if b.content_blocks else form}

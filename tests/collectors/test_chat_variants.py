@@ -425,6 +425,23 @@ def test_anthropic_code_execution_results_are_output_and_exit_code() -> None:
     assert_schema_valid([t])
 
 
+def test_a_responses_request_logged_with_its_output() -> None:
+    """`output` was left in the metadata (the model's answer and calls lost), and a text `input` was not claimed."""
+    history, text_input = _trajs(DATA / "openai_responses_logged.jsonl")
+    assert history.task == "How many entries are in /etc?"
+    assert [(u.kind, u.action, u.observation, u.thought, u.locator) for u in history.turns] == [
+        ("env", 'shell {"cmd":"ls /etc | wc -l"}', "212\n", None, "input[1]+input[2]"),
+        ("message", "There are 212 entries.", None, "The count is known.", "output[1]")]
+    meta = json.loads(history.metadata)
+    assert (meta["form"], meta["system"], "output" in meta, history.model) == ("responses", "You are a shell agent.", False, "gpt-5")
+    assert text_input.task == "What's the weather in Paris?"
+    (call,) = text_input.turns
+    assert (call.tool_name, call.tool_call_id, call.locator, json.loads(call.metadata)) == (
+        "get_weather", "call_9", "output[0]", {"result_missing": True})
+    assert json.loads(text_input.metadata)["usage"] == {"input_tokens": 52, "output_tokens": 18}
+    assert_schema_valid([history, text_input])
+
+
 def test_openai_responses_builtin_tools() -> None:
     # openai-python src/openai/types/responses/: response_function_shell_tool_call(_output).py,
     # response_apply_patch_tool_call(_output).py, response_input_item_param.py (LocalShellCall, its output
