@@ -35,6 +35,8 @@ Turns:
 - a reply that the harness rejected (format error) is a `message` turn keeping the assistant text in
   `action`, with `metadata.format_error`, the number of commands found and the harness's reply;
 - a call whose result never arrives is a `message` turn that keeps the call (`metadata.result_missing`);
+  calls the user stopped (a user message with `extra.interrupt_type`, e.g. a rejection in confirm mode,
+  after mini's "action was not executed" padding results) come before that user message;
 - the first user message is the task; later user messages that answer nothing (errors the harness
   reported, a non-empty exit message) are `user` turns; system messages are not kept (the config holds
   them).
@@ -188,6 +190,8 @@ class _Run:
         elif role == "exit":
             call = next((c for c in self.open if c.command and any(s in c.command for s in _SUBMIT)), None)
         if call is None:
+            if role == "user" and extra.get("interrupt_type"):
+                self._close()  # the user stopped the calls before they ran: they come before the user's message
             if text and text.strip():
                 meta = dumps({"role": role}) if role != "user" else None
                 self.turns.append(Turn(kind="user", action=text, observation_kind="none", locator=f"messages[{j}]",
@@ -336,6 +340,7 @@ def _unix(value: Any) -> datetime | None:
 class MiniSweAgentImporter(Importer):
     name = "mini-swe-agent"
     container = "json"
+    version = "2"  # 2: calls the user stopped come before the user's message
 
     def sniff(self, doc: Any) -> bool:
         return (

@@ -424,3 +424,34 @@ def test_bare_list_without_mini_marks_is_not_claimed(tmp_path: Path, edit) -> No
 def test_bare_list_one_mini_mark_is_enough(tmp_path: Path, edit) -> None:
     (t,) = _bare_edit(tmp_path, edit)
     assert isinstance(t, Trajectory) and t.source_format == "mini-swe-agent" and len(t.turns) == 2
+
+
+# A user who rejects the proposed commands in mini's confirm mode (InteractiveAgent): mini 2.x raises
+# UserInterruption before running them; `execute_actions` still pads every tool call with a
+# `returncode: -1` / "action was not executed" result, then the run loop appends the user's message.
+
+_REJECTION = "Commands not executed. The user rejected your commands with the following message: look in tests/ first"
+
+
+def _not_executed(cid: str) -> dict:
+    return {"role": "tool", "tool_call_id": cid,
+            "content": "<exception>action was not executed</exception>\n<returncode>-1</returncode>\n<output>\n</output>",
+            "extra": {"raw_output": "", "returncode": -1, "exception_info": "action was not executed"}}
+
+
+def test_v2_tool_calls_rejected_by_the_user_come_before_the_rejection(tmp_path: Path) -> None:
+    def edit(doc: dict) -> None:
+        msgs = doc["messages"]
+        msgs[5:6] = [_not_executed(msgs[4]["tool_calls"][0]["id"]),
+                     {"role": "user", "content": _REJECTION, "extra": {"interrupt_type": "UserRejection"}}]
+
+    t = one_trajectory(_variant(tmp_path, V2, edit))
+    assert [(u.kind, u.locator) for u in t.turns] == [
+        ("env", "messages[2]+messages[3]"), ("message", "messages[4]"), ("user", "messages[6]"),
+        ("env", "messages[7]+messages[8]")]
+    call, reply = t.turns[1], t.turns[2]
+    assert (call.action, call.tool_call_id, call.observation, call.exit_code) == (
+        'find . -type f -name "*.py" | xargs grep -l "sqlmigrate" | head -20', "call_00_imhW6auGF5alml3R52flaprm",
+        None, None)
+    assert reply.action == _REJECTION
+    assert_schema_valid([t])
