@@ -35,8 +35,14 @@ Turns:
 - a reply that the harness rejected (format error) is a `message` turn keeping the assistant text in
   `action`, with `metadata.format_error`, the number of commands found and the harness's reply;
 - a call whose result never arrives is a `message` turn that keeps the call (`metadata.result_missing`);
-  calls the user stopped (a user message with `extra.interrupt_type`, e.g. a rejection in confirm mode,
-  after mini's "action was not executed" padding results) come before that user message;
+- a user's interruption in interactive runs (`extra.interrupt_type` in 2.x; the same fixed texts as plain
+  user messages in 1.x): a command the user rejected in confirm mode (`UserRejection`, "Command(s) not
+  executed. ...") never ran and is a `message` turn keeping the call, `metadata.rejected`; one stopped
+  by Ctrl-C (`UserInterruption`) or a submit the user answered with a new task (`UserNewTask`) may have
+  run, but mini kept no output: a `message` turn with `metadata.result_missing`; both carry
+  `metadata.interrupt_type`, and the user's message follows them as a `user` turn (same
+  `interrupt_type`). Tool calls get mini's "action was not executed" padding results first; those are
+  not results;
 - the first user message is the task; later user messages that answer nothing (errors the harness
   reported, a non-empty exit message) are `user` turns; system messages are not kept (the config holds
   them).
@@ -67,6 +73,14 @@ _SUBMIT = ("COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT", "MINI_SWE_AGENT_FINAL_OUTPUT
 _ACTION_PATTERN = re.compile(r"```(?:bash|mswea_bash_command)\s*\n(.*?)\n```", re.S)  # mini 1.x default, 2.x text models
 _NOT_EXECUTED = "action was not executed"  # mini 2.x format_toolcall_observation_messages
 _TIMEOUT_PREFIX = "The last command <command>"  # mini's default timeout_template
+# mini 1.x wrote the user's interruptions as plain user messages (`NonTerminatingException` text); 2.x adds
+# `extra.interrupt_type` to the same texts (InteractiveAgent)
+_INTERRUPT_TEXT = (
+    ("Command not executed.", "UserRejection"),
+    ("Commands not executed.", "UserRejection"),
+    ("Interrupted by user: ", "UserInterruption"),
+    ("The user added a new task: ", "UserNewTask"),
+)
 _OBS = re.compile(
     r"\A(?:<exception>(?P<exc>.*?)</exception>\n)?<returncode>(?P<rc>-?\d+)</returncode>\n(?P<rest>.*)\Z", re.S
 )
@@ -168,6 +182,12 @@ class _Run:
 
     def _reply(self, j: int, m: dict, role: str, extra: dict) -> None:
         text = as_text(m.get("content"))
+        interrupt = extra.get("interrupt_type")
+        if role == "user" and not interrupt and "returncode" not in extra:
+            interrupt = next((t for p, t in _INTERRUPT_TEXT if (text or "").startswith(p)), None)
+        if role == "user" and isinstance(interrupt, str) and interrupt != "FormatError":
+            self._interrupted(j, text, interrupt)
+            return
         if (self.rejected and role == "user" and not extra.get("interrupt_type")
                 and ("returncode" in extra or _OBS.match(text or ""))):
             # the harness ran a command (its own action_regex found one): not a format error
@@ -190,8 +210,6 @@ class _Run:
         elif role == "exit":
             call = next((c for c in self.open if c.command and any(s in c.command for s in _SUBMIT)), None)
         if call is None:
-            if role == "user" and extra.get("interrupt_type"):
-                self._close()  # the user stopped the calls before they ran: they come before the user's message
             if text and text.strip():
                 meta = dumps({"role": role}) if role != "user" else None
                 self.turns.append(Turn(kind="user", action=text, observation_kind="none", locator=f"messages[{j}]",
@@ -263,18 +281,31 @@ class _Run:
         self.turns.append(Turn(kind="message", action=text, observation_kind="none", locator=locator,
                                metadata=dumps(meta)))
 
-    def _missing(self, c: _Call) -> None:
+    def _interrupted(self, j: int, text: str | None, interrupt: str) -> None:
+        """A user message that stopped the run: the commands waiting for a result did not run to one (a rejected
+        command never ran; mini writes no output, or only its "not executed" padding), so they are kept as calls
+        and come first, then the user's message."""
+        self._close(interrupt)
+        self.turns.append(Turn(kind="user", action=text, observation_kind="none", locator=f"messages[{j}]",
+                               metadata=dumps({"interrupt_type": interrupt})))
+
+    def _missing(self, c: _Call, interrupt: str | None = None) -> None:
+        if interrupt == "UserRejection":  # refused before it ran, as OpenHands' `rejected` answers are marked
+            meta: dict[str, Any] = {"rejected": True, "interrupt_type": interrupt}
+        else:  # interrupted (it may have started) or never answered: no result was kept
+            meta = {"result_missing": True, **({"interrupt_type": interrupt} if interrupt else {})}
         self.turns.append(Turn(
             kind="message", action=c.command, observation_kind="none", tool_name=c.tool_name,
             tool_args=dumps(c.tool_args) if c.tool_args is not None else None, tool_call_id=c.call_id,
             thought=c.thought, started_at=c.started_at, locator=f"messages[{c.assistant}]",
-            metadata=dumps({"result_missing": True}),
+            metadata=dumps(meta),
         ))
 
-    def _close(self) -> None:
-        """Before the next assistant message (or at the end): what got no reply is kept as a message."""
+    def _close(self, interrupt: str | None = None) -> None:
+        """Before the next assistant message, a user's interruption (its `interrupt_type`) or the end: what got
+        no reply is kept as a message."""
         for c in self.open:
-            self._missing(c)
+            self._missing(c, interrupt)
         self.open = []
         if self.rejected is not None:
             i, text, n = self.rejected
@@ -340,7 +371,8 @@ def _unix(value: Any) -> datetime | None:
 class MiniSweAgentImporter(Importer):
     name = "mini-swe-agent"
     container = "json"
-    version = "2"  # 2: calls the user stopped come before the user's message
+    version = "3"  # 2: calls the user stopped come before the user's message; 3: a command the user rejected or
+    # interrupted is a `message` turn (`rejected` / `result_missing`, `interrupt_type`), never run with his text as output
 
     def sniff(self, doc: Any) -> bool:
         return (

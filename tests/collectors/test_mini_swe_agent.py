@@ -453,5 +453,63 @@ def test_v2_tool_calls_rejected_by_the_user_come_before_the_rejection(tmp_path: 
     assert (call.action, call.tool_call_id, call.observation, call.exit_code) == (
         'find . -type f -name "*.py" | xargs grep -l "sqlmigrate" | head -20', "call_00_imhW6auGF5alml3R52flaprm",
         None, None)
-    assert reply.action == _REJECTION
+    assert json.loads(call.metadata) == {"rejected": True, "interrupt_type": "UserRejection"}
+    assert reply.action == _REJECTION and json.loads(reply.metadata) == {"interrupt_type": "UserRejection"}
     assert_schema_valid([t])
+
+
+def _v2_text(doc: dict) -> None:
+    """The v1 file as a mini 2.x text model writes it: each reply's command parsed into `extra.actions`."""
+    doc["trajectory_format"] = "mini-swe-agent-1.1"
+    for m in doc["messages"]:
+        if m["role"] == "assistant":
+            (block,) = re.findall(r"```bash\s*\n(.*?)\n```", m["content"], re.S)
+            m["extra"] = {"actions": [{"command": block.strip()}]}
+
+
+@pytest.mark.parametrize("v2", [True, False], ids=["v2-interrupt_type", "v1-text"])
+def test_text_command_rejected_by_the_user_did_not_run(tmp_path: Path, v2: bool) -> None:
+    # a text model's command the user rejected gets no result message at all (mini 2.x: the user's message
+    # with `interrupt_type`; mini 1.x: the same text, as a plain user message): it was not executed
+    text = "Command not executed. The user rejected your command with the following message: use grep -r"
+
+    def edit(doc: dict) -> None:
+        if v2:
+            _v2_text(doc)
+        doc["messages"][5] = {"role": "user", "content": text, **({"extra": {"interrupt_type": "UserRejection"}} if v2 else {})}
+
+    t = one_trajectory(_variant(tmp_path, V1, edit))
+    assert [(u.kind, u.locator) for u in t.turns] == [
+        ("env", "messages[2]+messages[3]"), ("message", "messages[4]"), ("user", "messages[5]"),
+        ("env", "messages[6]+messages[7]"), ("env", "messages[8]+messages[9]")]
+    call, reply = t.turns[1], t.turns[2]
+    assert (call.action, call.observation, call.observation_kind, call.exit_code, call.is_error) == (
+        'find . -name "validators.py" | grep "contrib/auth"', None, "none", None, None)
+    assert call.thought.startswith("THOUGHT: ") and "```" not in call.thought
+    assert json.loads(call.metadata) == {"rejected": True, "interrupt_type": "UserRejection"}
+    assert (reply.action, reply.observation_kind) == (text, "none")
+    assert json.loads(reply.metadata) == {"interrupt_type": "UserRejection"}
+    assert_schema_valid([t])
+
+
+@pytest.mark.parametrize(
+    "at, interrupt, text",
+    [
+        (5, "UserInterruption", "Interrupted by user: stop, that takes too long"),  # Ctrl-C while the command ran
+        (9, "UserNewTask", "The user added a new task: also add a test"),  # after the submit command, in place of the exit
+    ],
+)
+def test_text_command_interrupted_by_the_user_has_no_result(tmp_path: Path, at: int, interrupt: str, text: str) -> None:
+    # the command was started (the submit command even ran), but mini kept no output of it
+    def edit(doc: dict) -> None:
+        _v2_text(doc)
+        doc["messages"][at] = {"role": "user", "content": text, "extra": {"interrupt_type": interrupt}}
+
+    t = one_trajectory(_variant(tmp_path, V1, edit))
+    call, reply = t.turns[at // 2 - 1], t.turns[at // 2]
+    assert (call.kind, call.locator, call.observation, call.exit_code) == ("message", f"messages[{at - 1}]", None, None)
+    assert call.action == json.loads(V1.read_text())["messages"][at - 1]["content"].split("```bash\n")[1].split("\n```")[0]
+    assert json.loads(call.metadata) == {"result_missing": True, "interrupt_type": interrupt}
+    assert (reply.kind, reply.locator, reply.action) == ("user", f"messages[{at}]", text)
+    assert json.loads(reply.metadata) == {"interrupt_type": interrupt}
+    assert len(t.turns) == 5 and [u.kind for u in t.turns].count("env") == 3
