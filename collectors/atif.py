@@ -9,6 +9,8 @@ reasoning_effort, llm_call_count, is_copied_context, extra}`.
 
 Turns, in step order:
 - each tool call of an agent step with the result whose `source_call_id` names it is one `env` turn;
+  calls that share one id (models that repeat an id across parallel calls) take the results naming it
+  in order, and results beyond their number are more answers to the last of them;
 - results without `source_call_id` are paired with the step's remaining calls in order when the counts
   agree; one such result for several calls (Terminus-2 sends a batch of keystrokes and records one
   terminal screen) makes one `env` turn for the whole batch (actions joined by newlines, `tool_args` the
@@ -52,6 +54,7 @@ number in `rewards` (`reward_key`); several numbers and no "reward" leave the re
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
@@ -167,6 +170,7 @@ class AtifImporter(Importer):
 
     name = "atif"
     container = "json"
+    version = "2"  # 2: calls sharing one tool_call_id in a step take the results naming it in order
 
     def sniff(self, doc: Any) -> bool:
         if not isinstance(doc, dict) or not isinstance(doc.get("steps"), list):
@@ -351,7 +355,13 @@ class AtifImporter(Importer):
             step_meta["task_complete"] = True
 
         # Pair results with calls: by source_call_id, then the rest in order.
-        by_id = {str(calls[k].get("tool_call_id")): k for k in active if calls[k].get("tool_call_id") is not None}
+        # One id may name several calls (models that repeat an id across parallel calls): the results naming
+        # it answer them in order, and any beyond their number are more answers to the last.
+        by_id: dict[str, list[int]] = {}
+        for k in active:
+            if calls[k].get("tool_call_id") is not None:
+                by_id.setdefault(str(calls[k]["tool_call_id"]), []).append(k)
+        named_so_far: Counter[str] = Counter()
         matched: dict[int, list[int]] = {}
         loose: list[int] = []  # results that name no call: paired by position
         unknown: list[int] = []  # results that name a call the step does not have: never paired
@@ -360,7 +370,9 @@ class AtifImporter(Importer):
             if sid is None:
                 loose.append(r_i)
             elif str(sid) in by_id:
-                matched.setdefault(by_id[str(sid)], []).append(r_i)
+                ks = by_id[str(sid)]
+                matched.setdefault(ks[min(named_so_far[str(sid)], len(ks) - 1)], []).append(r_i)
+                named_so_far[str(sid)] += 1
             else:
                 unknown.append(r_i)
         if not calls:  # results of a step that made no call: all answer its message

@@ -86,6 +86,7 @@ def _trials(directory: Path) -> list[Path]:
 class HarborJobImporter(Importer):
     name = "harbor"
     container = "dir"
+    version = "2"  # 2: its ATIF trajectories as `AtifImporter` 2 reads them (calls sharing one tool_call_id)
 
     def sniff(self, directory: Path) -> bool:
         return bool(_trials(directory))

@@ -267,3 +267,35 @@ def test_a_non_zero_exit_code_without_a_flag_is_an_error(tmp_path: Path) -> None
     [t] = list(read_path(tmp_path / "trajectory.json"))
     assert isinstance(t, Trajectory)
     assert [(u.exit_code, u.is_error) for u in t.turns] == [(2, True), (1, True), (0, False)]
+
+
+def test_one_tool_call_id_used_twice_in_a_step_pairs_results_in_order(tmp_path: Path) -> None:
+    # some models give every parallel call the same id (or converters write a constant one): the two results
+    # naming it answer the two calls in order; the second call had lost its result to the first
+    calls = [{"tool_call_id": "call_0", "function_name": "bash", "arguments": {"command": c}} for c in ("ls", "pwd")]
+    step = {"step_id": 2, "source": "agent", "message": "look around", "tool_calls": calls,
+            "observation": {"results": [{"source_call_id": "call_0", "content": "a.txt\n"},
+                                        {"source_call_id": "call_0", "content": "/work\n"}]}}
+    doc = {"schema_version": "ATIF-v1.5", "session_id": "s", "agent": {"name": "a", "version": "1"},
+           "steps": [{"step_id": 1, "source": "user", "message": "task"}, step]}
+    p = tmp_path / "trajectory.json"
+    p.write_text(json.dumps(doc))
+    (t,) = list(read_path(p))
+    assert [(u.kind, u.action, u.tool_call_id, u.observation, u.locator) for u in t.turns] == [
+        ("env", "ls", "call_0", "a.txt\n", "steps[1].tool_calls[0]+steps[1].observation.results[0]"),
+        ("env", "pwd", "call_0", "/work\n", "steps[1].tool_calls[1]+steps[1].observation.results[1]")]
+    assert [json.loads(u.metadata).get("result_count") for u in t.turns] == [None, None]
+    # one result for the two calls answers the first; the second stays without one
+    step["observation"]["results"].pop()
+    p.write_text(json.dumps(doc))
+    (t,) = list(read_path(p))
+    assert [(u.kind, u.action, u.observation, json.loads(u.metadata).get("result_missing")) for u in t.turns] == [
+        ("env", "ls", "a.txt\n", None), ("message", "pwd", None, True)]
+    # a third result naming it is one more answer to the last call with that id
+    step["observation"]["results"] += [{"source_call_id": "call_0", "content": "/work\n"},
+                                       {"source_call_id": "call_0", "content": "again\n"}]
+    p.write_text(json.dumps(doc))
+    (t,) = list(read_path(p))
+    assert [(u.action, u.observation, u.locator) for u in t.turns] == [
+        ("ls", "a.txt\n", "steps[1].tool_calls[0]+steps[1].observation.results[0]"),
+        ("pwd", "/work\n" + "\n\n" + "again\n", "steps[1].tool_calls[1]+steps[1].observation.results[1:3]")]
