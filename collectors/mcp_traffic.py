@@ -39,7 +39,8 @@ Mapping (the recorder's shape, through its own functions in `collectors.mcp.shap
   Locator `line:12+line:14` (request + response), `line:12` for a request left without one.
 - A request left without a response is still a turn: no observation (kind `none`, `is_error`
   null) and `metadata.unanswered`: `log_ended`, `session_ended` (a new `initialize` came first),
-  `cancelled` (a `notifications/cancelled` named it) or `duplicate_id` (the client reused its id).
+  `cancelled` (a `notifications/cancelled` named it, even when its id came again later) or
+  `duplicate_id` (the client reused its id while it was in flight).
 - `tools/list` (all pages, the first complete listing) is the action space; later listings that
   differ set `metadata.tools_changed`. `resources/list` / `prompts/list` go into `initial_state`
   next to the `initialize` result; `clientInfo.name` is `agent`, the model named by a
@@ -54,13 +55,17 @@ is not and holds no JSON-RPC 2.0 message (`not_jsonrpc`), a JSON-RPC object of n
 id), a logged message whose JSON never completes (the unprefixed lines read on with it belong to
 that row). Kept in trajectory metadata (the message is valid traffic, only its partner is missing):
 a response to an unknown or already answered id (`orphan_responses`), a reused id
-(`duplicate_ids`), an error response with id null (`null_id_errors`). So records = sessions +
+(`duplicate_ids`: MCP ids are unique within a session, so a reuse is noted whether the earlier
+request was in flight, cancelled or answered (`answered` names its response then); answered ids are
+remembered up to `_ANSWERED_IDS` per session, and a ping in a log without directions is not checked
+against them, since either side sends pings with ids of its own), an error response with id null
+(`null_id_errors`). So records = sessions +
 quarantined lines, and every line is either in a session, quarantined, or a log line that is not
 a message (counted in `log_events` / `server_stderr_lines`; those of a connection that never sent
 a message have no session to be counted in).
 
 Memory: lines are read one at a time (bounded by the run's `ctx.limits.max_record_bytes`); what is held is
-the open sessions' turns and pending requests, and bounded lists of notes. A JSON-array export is
+the open sessions' turns and pending requests, the ids they answered (bounded), and bounded lists of notes. A JSON-array export is
 one document, read whole within the same limit.
 
 Sources read (structure only; no code taken from them):
@@ -109,6 +114,7 @@ from collectors.mcp import shape
 from pipelines.sources import ReadLimits, iter_lines, json_problem, parse_json, read_bounded
 from schemas.records import RecordError, Trajectory, Turn, dumps, value_json
 
+_ANSWERED_IDS = 100_000  # answered ids kept per session to notice a reuse: bounds memory on endless sessions
 _NOTES = 20  # entries kept per list of notes (orphan responses, duplicate ids, ...); the count is kept too
 _EVENTS = 100  # log lifecycle lines kept per session
 _STDERR_TAIL = 2000  # characters of server stderr kept per session
@@ -621,6 +627,7 @@ class _Session:
     container: str = ""
     requests: list[_Request] = field(default_factory=list)  # turns, in request order
     pending: dict[tuple[str, str], _Request] = field(default_factory=dict)
+    answered: dict[tuple[str, str], tuple[str, str]] = field(default_factory=dict)  # id -> request, response locators
     seq: int = 0  # requests seen (`_Request.seq`)
     messages: int = 0
     forms: Counter = field(default_factory=Counter)
@@ -686,10 +693,15 @@ class _Session:
         key = (direction, _id_key(w.msg["id"]))
         old = self.pending.pop(key, None)
         if old is not None:  # the id is still in flight: the earlier request will get no answer of its own
-            old.unanswered = "duplicate_id"
+            old.unanswered = "cancelled" if old.cancelled else "duplicate_id"  # a cancelled one was not waiting for it
             self._unanswered(old)
             _note(self.notes, self.note_counts, "duplicate_ids",
                   {"id": w.msg["id"], "first": old.wire.loc, "again": w.loc})
+        elif (done := self.answered.pop(key, None)) is not None and (w.direction or method != "ping"):
+            # answered already, so the pairing is not in doubt, but MCP ids are unique within a session; a ping
+            # in a log without directions may be the other side's own id
+            _note(self.notes, self.note_counts, "duplicate_ids",
+                  {"id": w.msg["id"], "first": done[0], "again": w.loc, "answered": done[1]})
         self.seq += 1
         req = _Request(w, method, direction, direction == "c2s" and method in shape.TURN_METHODS, seq=self.seq)
         self.pending[key] = req
@@ -729,6 +741,8 @@ class _Session:
         req = max(candidates, key=lambda c: c[1].seq)[1] if candidates else None
         if req is not None:
             del self.pending[(req.direction, _id_key(rid))]
+            if len(self.answered) < _ANSWERED_IDS:
+                self.answered[(req.direction, _id_key(rid))] = (req.wire.loc, w.loc)
         if req is None:
             _note(self.notes, self.note_counts, "orphan_responses", {"locator": w.loc, "id": rid})
             return
@@ -822,7 +836,7 @@ class _Sessions:
 
 class McpTrafficImporter(Importer):
     name = "mcp-traffic"
-    version = "1"
+    version = "2"  # 2: a cancelled request whose id came again is `cancelled`; ids reused after a response are noted
     container = "text"
 
     def sniff(self, head: bytes) -> bool:

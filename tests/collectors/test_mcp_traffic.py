@@ -535,3 +535,49 @@ def test_a_log_without_directions_pairs_nested_requests_of_the_same_id(tmp_path:
         ("line:1+line:4", {"content": [{"text": "it is sunny", "type": "text"}]}),
         ("line:5+line:8", {"content": [{"text": "done", "type": "text"}]})]
     assert t.model == "m-1"
+
+
+def _jsonrpc_log(tmp_path: Path, messages: list[dict]) -> Trajectory:
+    path = tmp_path / "bare.jsonl"
+    path.write_text("\n".join(json.dumps({"jsonrpc": "2.0", **m}) for m in messages) + "\n")
+    trajs, bad = _read(path)
+    assert bad == [] and len(trajs) == 1
+    return trajs[0]
+
+
+_INIT = [{"id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                                                     "clientInfo": {"name": "c", "version": "1"}}},
+         {"id": 1, "result": {"protocolVersion": "2025-06-18", "capabilities": {}, "serverInfo": {"name": "s", "version": "1"}}}]
+
+
+def _call(i: int, text: str) -> dict:
+    return {"id": i, "method": "tools/call", "params": {"name": "echo", "arguments": {"text": text}}}
+
+
+def _answer(i: int, text: str) -> dict:
+    return {"id": i, "result": {"content": [{"type": "text", "text": text}]}}
+
+
+def test_an_id_reused_after_its_request_was_cancelled(tmp_path: Path) -> None:
+    # the cancelled request got no answer because it was cancelled, not because its id came again
+    t = _jsonrpc_log(tmp_path, [*_INIT, _call(2, "slow"),
+                                {"method": "notifications/cancelled", "params": {"requestId": 2, "reason": "too slow"}},
+                                _call(2, "fast"), _answer(2, "fast")])
+    slow, fast = t.turns
+    assert (slow.locator, slow.observation, _meta(slow)["unanswered"], _meta(slow)["cancelled"]) == (
+        "line:3", None, "cancelled", {"locator": "line:4", "reason": "too slow"})
+    assert (fast.locator, fast.observation) == ("line:5+line:6", '{"content":[{"text":"fast","type":"text"}]}')
+    m = _meta(t)
+    # MCP ids are unique within a session, a cancelled request's too: the reuse is still noted
+    assert (m["duplicate_ids"], m["duplicate_ids_count"]) == ([{"id": 2, "first": "line:3", "again": "line:5"}], 1)
+
+
+def test_an_id_reused_after_its_response_is_noted(tmp_path: Path) -> None:
+    # the pairing is unambiguous (the first request was answered), but MCP forbids reusing an id in a session
+    t = _jsonrpc_log(tmp_path, [*_INIT, _call(2, "a"), _answer(2, "a"), _call(2, "b"), _answer(2, "b"), _call(3, "c"),
+                                _answer(3, "c")])
+    assert [(u.locator, json.loads(u.observation)["content"][0]["text"]) for u in t.turns] == [
+        ("line:3+line:4", "a"), ("line:5+line:6", "b"), ("line:7+line:8", "c")]
+    m = _meta(t)
+    assert (m["duplicate_ids"], m["duplicate_ids_count"]) == (
+        [{"id": 2, "first": "line:3", "again": "line:5", "answered": "line:4"}], 1)
