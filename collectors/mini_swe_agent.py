@@ -372,7 +372,7 @@ class MiniSweAgentImporter(Importer):
     name = "mini-swe-agent"
     container = "json"
     version = "3"  # 2: calls the user stopped come before the user's message; 3: a command the user rejected or
-    # interrupted is a `message` turn (`rejected` / `result_missing`, `interrupt_type`), never run with his text as output
+    # interrupted is a `message` turn (`rejected` / `result_missing`, `interrupt_type`), never run with the user's text as output
 
     def sniff(self, doc: Any) -> bool:
         return (
