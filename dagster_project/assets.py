@@ -14,11 +14,14 @@ from dagster_project.resources import CorpusResource
 from pipelines.inbox import inputs_for
 from pipelines.report import write_report
 from pipelines.stats import ingest_overview
+from pipelines.store import CorpusError
 
 # Collection assets retry (transient I/O, a busy corpus lock); derived assets do not.
 COLLECTION_RETRY = dg.RetryPolicy(max_retries=3, delay=10, backoff=dg.Backoff.EXPONENTIAL)
 # ... but not an error of the settings, which fails the same way every time
-SETTINGS_ERRORS = (FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError, ValueError)
+# (a corpus setting that names a file, a folder with data but no manifest, a folder inside a corpus: CorpusError;
+# not CorpusLocked, a writer that finishes)
+SETTINGS_ERRORS = (FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError, ValueError, CorpusError)
 
 
 @contextmanager
@@ -96,11 +99,12 @@ def ingested_traces(context: dg.AssetExecutionContext, corpus: CorpusResource,
     files = [i.path for i in offered]
     context.log.info(f"{len(files)} settled inputs in {corpus.inbox_path / source} for {day}")
     t0 = time.monotonic()
-    with no_retry_for_settings((ValueError,)):  # an inbox input that left meanwhile is retried (re-listed)
+    with no_retry_for_settings((ValueError, CorpusError)):  # an inbox input that left meanwhile is retried (re-listed)
         summary = corpus.ingest(files)
     context.log.info(summary.render())
     overview = ingest_overview(corpus.root, summary.batch_id)  # this run's rows only
-    query = f'worldline query {corpus.root} "SELECT * FROM trajectories WHERE source LIKE \'%/{source}/%\' LIMIT 20"'
+    prefix = f"{corpus.inbox_path / source}/".replace("'", "''")  # this source's inputs (LIKE took `_` for any character)
+    query = f'worldline query {corpus.root} "SELECT * FROM trajectories WHERE starts_with(source, \'{prefix}\') LIMIT 20"'
     return dg.MaterializeResult(
         metadata={
             "inputs": len(files),
@@ -134,7 +138,7 @@ def ingested_traces(context: dg.AssetExecutionContext, corpus: CorpusResource,
     description="The self-contained HTML corpus report (`worldline report`).",
 )
 def corpus_report(context: dg.AssetExecutionContext, corpus: CorpusResource) -> dg.MaterializeResult:
-    out = write_report(corpus.root, Path(corpus.root).parent / "report.html")
+    out = write_report(corpus.root)  # beside the corpus, as `worldline report` (a relative root resolved first)
     context.log.info(f"report written to {out}")
     return dg.MaterializeResult(
         metadata={"report": dg.MetadataValue.url(out.resolve().as_uri()), "path": dg.MetadataValue.path(str(out))}

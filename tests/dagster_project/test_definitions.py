@@ -416,3 +416,48 @@ def test_a_source_that_cannot_be_walked_does_not_stop_the_others(tmp_path: Path,
     found, errors = json.loads(run.stdout)
     # `bad` is walked in name order: its file (f...) comes before `locked`, where the walk broke off
     assert found == ["function_calling_simple.traj", "ctf_pwn_warmup.traj"] and errors == [["bad", "Permission denied"]]
+
+
+def test_a_corpus_setting_that_is_not_a_corpus_fails_at_once(tmp_path: Path) -> None:
+    """A CorpusError is the settings' (here: the root is a file): it was retried three times, 110 s."""
+    import time
+
+    (tmp_path / "inbox" / "swe").mkdir(parents=True)
+    (tmp_path / "afile").write_text("x")
+    corpus = CorpusResource(root=str(tmp_path / "afile"), inbox=str(tmp_path / "inbox"), settle_seconds=0)
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions(SOURCES.name, ["swe"])
+    t0 = time.monotonic()
+    res = dg.materialize([ingested_traces], partition_key=key("swe", DAY), resources={"corpus": corpus},
+                         instance=instance, raise_on_error=False)
+    assert not res.success and time.monotonic() - t0 < 9  # the first retry waits 10 s
+    [failure] = [e for e in res.all_events if e.event_type_value == "STEP_FAILURE"]
+    assert "CorpusError" in failure.step_failure_data.error.message and "afile" in failure.step_failure_data.error.message
+    assert not [e for e in res.all_events if e.event_type_value == "STEP_UP_FOR_RETRY"]
+
+
+def test_see_more_lists_only_the_partition_source(tmp_path: Path, sample: Path) -> None:
+    """`source LIKE '%/team_a/%'` matched team-a's inputs too (`_` is any character in LIKE)."""
+    inbox = tmp_path / "inbox"
+    _drop(inbox, "team-a", [sample / "swe-agent" / "pydicom__pydicom-1458.traj"])
+    _drop(inbox, "team_a", sorted((sample / "swe-agent").glob("*.traj"))[:2])
+    corpus = CorpusResource(root=str(tmp_path / "corpus"), inbox=str(inbox), settle_seconds=0)
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions(SOURCES.name, ["team-a", "team_a"])
+    for source in ("team-a", "team_a"):
+        res = dg.materialize([ingested_traces], partition_key=key(source, DAY), resources={"corpus": corpus},
+                             instance=instance)
+        md = {k: v.value for k, v in res.asset_materializations_for_node("ingested_traces")[0].metadata.items()}
+        sql = re.fullmatch(r'worldline query \S+ "(.*)"', md["see_more"])[1]
+        rows = connect(corpus.root).sql(sql).fetchall()
+        assert len(rows) == md["accepted"] == (1 if source == "team-a" else 2)
+
+
+def test_the_report_of_a_relative_corpus_root_goes_beside_it(tmp_path: Path, sample: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """Root `.`: `Path('.').parent` is `.`, so the report was refused as inside the corpus (`worldline report .` works)."""
+    ingest([sample / "swe-agent"], tmp_path / "corpus", progress=False)
+    monkeypatch.chdir(tmp_path / "corpus")
+    res = dg.materialize([corpus_report], resources={"corpus": CorpusResource(root=".", inbox=str(tmp_path / "inbox"))})
+    assert Path(res.asset_materializations_for_node("corpus_report")[0].metadata["path"].value) == tmp_path / "report.html"
+    assert (tmp_path / "report.html").is_file()
