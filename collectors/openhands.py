@@ -1,6 +1,10 @@
 """OpenHands event streams (`save_trajectory_path` dumps) and evaluation `output.jsonl` rows.
 
-A turn is an action event and the observation whose `cause` is the action's `id`. Actions that
+A turn is an action event and the observation whose `cause` is the action's `id`. An observation
+with no `cause` answers the unanswered action with its `tool_call_metadata.tool_call_id`; failing
+that, a delegate's result (`AgentDelegateObservation`, which `end_delegate` adds with no `cause`, only
+the delegate action's tool call id, and older versions without even that) answers the latest delegate
+action still unanswered (delegations nest: the innermost ends first). Actions that
 got no observation, or only a `null`/`think` acknowledgement (`message`, `finish`, `think`, ...),
 are kept as `kind="message"` turns (`kind="user"` for the user's messages). Observations that
 answer no action (an `error` raised when the agent's tool call could not be parsed) are `env`
@@ -205,6 +209,12 @@ def _obs_type(ev: dict) -> str:
     return "unknown"
 
 
+def _call_id(ev: dict) -> Any:
+    """The `tool_call_metadata.tool_call_id` an action carries, and the observation that answers it."""
+    tcm = ev.get("tool_call_metadata")
+    return tcm.get("tool_call_id") if isinstance(tcm, dict) else None
+
+
 def _tool_call(ev: dict) -> tuple[str | None, Any, str | None, dict]:
     """(function name, arguments, tool_call_id, extras) from `tool_call_metadata`."""
     tcm = ev.get("tool_call_metadata")
@@ -326,20 +336,39 @@ class _Stream:
             if role == "action" and ev.get("id") is not None:
                 action_at.setdefault(ev["id"], k)
         paired_obs = set(pairs.values())
-        for k, (role, ev, _) in enumerate(entries):
-            if role != "observation" or k in paired_obs:
-                continue
-            a = None
-            if has_cause:
-                c = ev.get("cause")
-                a = action_at.get(c) if c is not None else None
-                if a is not None and a > k:
-                    a = None
-            elif k > 0 and entries[k - 1][0] == "action" and (k - 1) not in pairs and _obs_type(ev) not in _HARNESS_OBS:
-                a = k - 1  # no ids: an observation answers the action just before it (a state change answers none)
+
+        def pair(a: int | None, k: int) -> None:
             if a is not None and a not in pairs:
                 pairs[a] = k
                 paired_obs.add(k)
+
+        causeless: list[int] = []
+        calls: dict[Any, list[int]] = {}  # action entries by tool call id
+        delegates: list[int] = []
+        for k, (role, ev, _) in enumerate(entries):
+            if role == "action":
+                if (call_id := _call_id(ev)) is not None:
+                    calls.setdefault(call_id, []).append(k)
+                if _action_type(ev) == "delegate":
+                    delegates.append(k)
+        for k, (role, ev, _) in enumerate(entries):
+            if role != "observation" or k in paired_obs:
+                continue
+            c = ev.get("cause") if has_cause else None
+            if c is None:
+                causeless.append(k)
+                continue
+            a = action_at.get(c)
+            pair(a if a is not None and a < k else None, k)
+        # then what answers an action without naming it: every `cause` has had its pick
+        for k in causeless:
+            ev = entries[k][1]
+            a = self._answered(ev, k, calls, delegates, pairs)
+            prev = k - 1  # no ids: an observation answers the action just before it (a state change none)
+            after_action = prev >= 0 and entries[prev][0] == "action" and prev not in pairs
+            if a is None and not has_cause and after_action and _obs_type(ev) not in _HARNESS_OBS:
+                a = prev
+            pair(a, k)
         for k, (role, ev, loc) in enumerate(entries):
             self._note(ev)
             if role == "action":
@@ -352,6 +381,25 @@ class _Stream:
                 )
             elif k not in paired_obs:
                 self._orphan(ev, loc)
+
+    @staticmethod
+    def _answered(
+        obs: dict, k: int, calls: dict[Any, list[int]], delegates: list[int], pairs: dict[int, int]
+    ) -> int | None:
+        """The action a cause-less observation at `k` answers, found another way: the latest unanswered
+        action before it with its tool call id (`calls`: action entries by id), else, for an
+        `AgentDelegateObservation` (`end_delegate` gives it no cause, only the delegate action's
+        `tool_call_metadata`, and older versions not even that), the latest delegate action still
+        unanswered (delegations nest: the innermost ends first)."""
+        call_id = _call_id(obs)
+        candidates = [calls.get(call_id, []) if call_id is not None else []]
+        if _obs_type(obs) == "delegate":
+            candidates.append(delegates)
+        for found in candidates:
+            for a in reversed(found):
+                if a < k and a not in pairs:
+                    return a
+        return None
 
     def _note(self, ev: dict) -> None:
         ts = parse_time(ev.get("timestamp"))
@@ -528,6 +576,8 @@ class OpenHandsEventsImporter(Importer):
 
     name = "openhands-events"
     container = "json"
+    version = "2"  # 2: a cause-less observation answers the action with its tool call id, a delegate's
+    # result its delegation
 
     def sniff(self, doc: Any) -> bool:
         if isinstance(doc, dict) and set(doc) == {"trajectory"}:
@@ -569,6 +619,8 @@ class OpenHandsOutputImporter(Importer):
 
     name = "openhands-output"
     container = "jsonl"
+    version = "2"  # 2: a cause-less observation answers the action with its tool call id, a delegate's
+    # result its delegation
 
     def sniff(self, row: Any) -> bool:
         if not isinstance(row, dict) or not isinstance(row.get("history"), list):
@@ -667,6 +719,8 @@ class OpenHandsSessionImporter(Importer):
 
     name = "openhands-session"
     container = "dir"
+    version = "2"  # 2: a cause-less observation answers the action with its tool call id, a delegate's
+    # result its delegation
 
     def sniff(self, directory: Path) -> bool:
         """Every directory walked is sniffed: one stat. Ids count from 0, so a session has event 0."""

@@ -353,6 +353,95 @@ def test_v0_session_directory(tmp_path: Path) -> None:
         "completion_tokens": 400, "total_tokens": 9400}
 
 
+# --- own event lists: delegation, recall -------------------------------------------------------------
+
+
+def _tcm(call_id: str, name: str) -> dict:
+    """`tool_call_metadata` as CodeActAgent attaches it to the actions one LLM response asked for."""
+    return {"function_name": name, "tool_call_id": call_id, "total_calls_in_response": 1,
+            "model_response": {"id": f"resp-{call_id}", "model": "claude-3-5-sonnet-20241022", "choices": []}}
+
+
+def _delegation(obs_call: bool) -> list[dict]:
+    """CodeActAgent delegating to BrowsingAgent (`openhands/controller/agent_controller.py`): the
+    delegate's own events follow the `AgentDelegateAction` in the same stream, and `end_delegate` adds an
+    `AgentDelegateObservation` with no `cause`, carrying the delegate action's `tool_call_metadata`
+    (`obs_call`; older versions did not copy it)."""
+    ts = "2025-03-01T09:00:{:02d}.000001"
+    task = "Look up the capital of France on the web."
+    delegate = {"id": 1, "timestamp": ts.format(1), "source": "agent",
+                "message": "I'm asking BrowsingAgent for help with this task.", "action": "delegate",
+                "args": {"agent": "BrowsingAgent", "inputs": {"task": task}, "thought": "The browser knows."},
+                "tool_call_metadata": _tcm("toolu_d1", "delegate_to_browsing_agent")}
+    result = {"id": 6, "timestamp": ts.format(6), "source": "agent", "message": "", "observation": "delegate",
+              "content": "Delegated agent finished with result:\n\nBrowsingAgent finishes task with content: Paris",
+              "extras": {"outputs": {"content": "Paris"}}}
+    if obs_call:
+        result["tool_call_metadata"] = delegate["tool_call_metadata"]
+    return [
+        {"id": 0, "timestamp": ts.format(0), "source": "user", "message": task, "action": "message",
+         "args": {"content": task, "image_urls": None, "wait_for_response": False}},
+        delegate,
+        # the delegate's steps: a browser action answered by its `cause`, then its finish
+        {"id": 2, "timestamp": ts.format(2), "source": "agent", "message": "Executing browser actions: goto",
+         "action": "browse_interactive",
+         "args": {"browser_actions": 'goto("https://en.wikipedia.org/wiki/France")', "thought": "",
+                  "browsergym_send_msg_to_user": "", "return_axtree": False}},
+        {"id": 3, "timestamp": ts.format(3), "source": "environment", "message": "Visited France", "cause": 2,
+         "observation": "browse", "content": "France ... Capital: Paris",
+         "extras": {"url": "https://en.wikipedia.org/wiki/France", "error": False}},
+        {"id": 4, "timestamp": ts.format(4), "source": "agent", "message": "Paris", "action": "finish",
+         "args": {"outputs": {"content": "Paris"}, "thought": "", "final_thought": "Paris"}},
+        {"id": 5, "timestamp": ts.format(5), "source": "environment", "message": "", "cause": None,
+         "observation": "agent_state_changed", "content": "", "extras": {"agent_state": "finished"}},
+        result,
+        {"id": 7, "timestamp": ts.format(7), "source": "agent", "message": "The capital is Paris.",
+         "action": "finish", "args": {"outputs": {}, "thought": "", "final_thought": "The capital is Paris."}},
+    ]
+
+
+@pytest.mark.parametrize("obs_call", [True, False], ids=["tool_call_id", "last_open_delegate"])
+def test_delegate_observation_without_cause_answers_its_delegate_action(tmp_path: Path, obs_call: bool) -> None:
+    """An `AgentDelegateObservation` has no `cause`: it answers its delegate action by tool call id, else
+    as the latest delegate action still unanswered, not as an unpaired env turn."""
+    path = tmp_path / "delegation.json"
+    path.write_text(json.dumps(_delegation(obs_call)))
+    (t,) = _trajs(path)
+    assert len(t.turns) == 4
+    assert [(u.kind, u.locator) for u in t.turns] == [
+        ("env", "[1]+[6]"), ("env", "[2]+[3]"), ("message", "[4]"), ("message", "[7]")]
+    d = t.turns[0]
+    assert (d.tool_name, d.tool_call_id) == ("delegate_to_browsing_agent", "toolu_d1")
+    assert d.action == 'delegate_to_browsing_agent {"agent":"BrowsingAgent","inputs":{"task":"Look up the ' \
+        'capital of France on the web."}}'
+    assert d.observation == "Delegated agent finished with result:\n\nBrowsingAgent finishes task with content: Paris"
+    assert (d.observation_kind, d.is_error, d.duration_s) == ("tool_result", False, 5.0)
+    meta = json.loads(d.metadata)
+    assert (meta["observation_type"], meta["observation_id"]) == ("delegate", 6)
+    assert meta["extras"] == {"outputs": {"content": "Paris"}}
+    assert "unpaired" not in meta
+
+
+def test_delegate_observations_answer_nested_delegations(tmp_path: Path) -> None:
+    """Nested delegations end innermost first; a cause-less observation with a tool call id answers the
+    action with that id, one without answers the latest delegate action still unanswered."""
+    events = _delegation(True)
+    inner = {"id": 10, "timestamp": "2025-03-01T09:00:03.500001", "source": "agent", "message": "",
+             "action": "delegate", "args": {"agent": "CodeActAgent", "inputs": {"task": "count"}, "thought": ""}}
+    inner_done = {"id": 11, "timestamp": "2025-03-01T09:00:03.900001", "source": "agent", "message": "",
+                  "observation": "delegate", "content": "CodeActAgent finishes task with content: 3",
+                  "extras": {"outputs": {"content": "3"}}}
+    events[4:4] = [inner, inner_done]  # after the browser step, before BrowsingAgent's finish
+    path = tmp_path / "nested.json"
+    path.write_text(json.dumps(events))
+    (t,) = _trajs(path)
+    assert [(u.kind, u.locator, u.tool_name) for u in t.turns] == [
+        ("env", "[1]+[8]", "delegate_to_browsing_agent"), ("env", "[2]+[3]", "browse_interactive"),
+        ("env", "[4]+[5]", "delegate"), ("message", "[6]", None), ("message", "[9]", None)]
+    assert t.turns[2].observation == "CodeActAgent finishes task with content: 3"
+    assert t.turns[0].observation.endswith("content: Paris")
+
+
 def test_domain_override(sample: Path) -> None:
     (t,) = list(read_path(sample / "openhands" / "runtime_trajs_basic.json", domain_override="terminal"))
     assert t.domain == "terminal"
