@@ -12,7 +12,11 @@ turns with no action, so that no environment output is lost.
 
 Not turns, but kept in trajectory metadata: the first user message before any agent turn (it is
 the `task`), the `system` action (its prompt goes to metadata, its `tools` to `action_space`) and
-the harness' agent-state bookkeeping (`change_agent_state`, `agent_state_changed`).
+the harness' agent-state bookkeeping (`change_agent_state`, `agent_state_changed`). Not a turn either:
+the `recall` the controller makes of each user message (its `query` is the message) when it found
+nothing (`NullObservation`, an empty `RecallObservation`, or no answer); it is noted as `recall` on the
+message it repeats (`task_event`, or that user turn's metadata) so that the message is not there twice.
+A recall that found something (workspace context, microagent knowledge) is an `env` turn.
 
 V1 rows (the software-agent-sdk's events, typed by `kind`) are walked by `collectors.openhands_v1`
 into the same turns.
@@ -302,6 +306,9 @@ class _Stream:
         self.finished = False
         self.model: str | None = None
         self.first_ts: datetime | None = None
+        # the user's latest message, while it is the last thing kept: (its text, the dict a recall of it is
+        # noted in, its turn if it is one, the turn count after it)
+        self._said: tuple[str, dict, Turn | None, int] | None = None
         self._walk(history)
 
     def _loc(self, i: int, sub: int | None = None) -> str:
@@ -430,9 +437,12 @@ class _Stream:
                 "image_urls": _arg(ev, "image_urls") or None,
             }
             self.task = _text(_arg(ev, "content")) or _text(ev.get("message"))
+            self._said = (self.task, self.task_event, None, 0) if self.task else None
             return
         otype = _obs_type(obs) if obs is not None else None
         env = obs is not None and otype not in _ACK_OBS and otype not in _HARNESS_OBS
+        if atype == "recall" and self._recalled_nothing(ev, loc, obs, obs_loc):
+            return
         tool_name, tool_args, call_id, tc_extra = _tool_call(ev)
         if tool_args is None and (env or tool_name):
             plain = {k: v for k, v in _args(ev).items() if k not in _ARG_NOISE}
@@ -484,6 +494,39 @@ class _Stream:
             }
         turn.metadata = dumps(meta)
         self.turns.append(turn)
+        if atype == "message" and turn.kind == "user" and turn.action:
+            self._said = (turn.action, meta, turn, len(self.turns))
+
+    def _recalled_nothing(self, ev: dict, loc: str, obs: dict | None, obs_loc: str | None) -> bool:
+        """A `RecallAction` that found nothing, of the user message kept just before it: noted on that
+        message (the task's event, or its turn) instead of repeating it as a turn. The controller recalls
+        each user message (its `query`); `Memory` answers `NullObservation(content='')` when no repo
+        info or microagent matched. A recall that found something (a `RecallObservation` with content or
+        knowledge) stays an env turn."""
+        said = self._said
+        if said is None or said[3] != len(self.turns):
+            return False
+        text, holder, turn, _ = said
+        if (_text(_arg(ev, "query")) or "").strip() != text.strip():
+            return False
+        if obs is not None and _obs_type(obs) not in _ACK_OBS:
+            found = any(v for k, v in _extras(obs).items() if k != "recall_type")
+            if _obs_type(obs) != "recall" or found or _text(obs.get("content")):
+                return False
+        note = {
+            "id": ev.get("id"),
+            "locator": loc,
+            "recall_type": _arg(ev, "recall_type"),
+            "source": ev.get("source"),
+            "observation": _obs_type(obs) if obs is not None else None,
+            "observation_id": obs.get("id") if obs is not None else None,
+            "observation_locator": obs_loc,
+        }
+        holder["recall"] = {k: v for k, v in note.items() if v is not None}
+        if turn is not None:
+            turn.metadata = dumps(holder)
+        self._said = None  # one recall per message
+        return True
 
     def _fill(self, turn: Turn, obs: dict, meta: dict) -> None:
         otype = _obs_type(obs)
@@ -576,8 +619,8 @@ class OpenHandsEventsImporter(Importer):
 
     name = "openhands-events"
     container = "json"
-    version = "2"  # 2: a cause-less observation answers the action with its tool call id, a delegate's
-    # result its delegation
+    version = "3"  # 2: a cause-less observation answers the action with its tool call id, a delegate's
+    # result its delegation; 3: a recall that found nothing is a note on the user message it repeats
 
     def sniff(self, doc: Any) -> bool:
         if isinstance(doc, dict) and set(doc) == {"trajectory"}:
@@ -619,8 +662,8 @@ class OpenHandsOutputImporter(Importer):
 
     name = "openhands-output"
     container = "jsonl"
-    version = "2"  # 2: a cause-less observation answers the action with its tool call id, a delegate's
-    # result its delegation
+    version = "3"  # 2: a cause-less observation answers the action with its tool call id, a delegate's
+    # result its delegation; 3: a recall that found nothing is a note on the user message it repeats
 
     def sniff(self, row: Any) -> bool:
         if not isinstance(row, dict) or not isinstance(row.get("history"), list):
@@ -719,8 +762,8 @@ class OpenHandsSessionImporter(Importer):
 
     name = "openhands-session"
     container = "dir"
-    version = "2"  # 2: a cause-less observation answers the action with its tool call id, a delegate's
-    # result its delegation
+    version = "3"  # 2: a cause-less observation answers the action with its tool call id, a delegate's
+    # result its delegation; 3: a recall that found nothing is a note on the user message it repeats
 
     def sniff(self, directory: Path) -> bool:
         """Every directory walked is sniffed: one stat. Ids count from 0, so a session has event 0."""

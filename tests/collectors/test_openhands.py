@@ -442,6 +442,104 @@ def test_delegate_observations_answer_nested_delegations(tmp_path: Path) -> None
     assert t.turns[0].observation.endswith("content: Paris")
 
 
+def _recalls(source: str, answer: str | None) -> list[dict]:
+    """A V0 conversation with microagents (`openhands/memory/memory.py`): each user message is followed by
+    a `RecallAction` of it (`workspace_context` for the first, `knowledge` after; source "user", "agent"
+    in some versions), answered by a `RecallObservation` when something was found, else by
+    `NullObservation(content='')`. `answer` is how the second recall is answered: "null", an empty
+    "recall" observation, or nothing (a state change in its place)."""
+    ts = "2025-05-02T08:00:{:02d}.000001"
+
+    def user(i: int, text: str) -> dict:
+        return {"id": i, "timestamp": ts.format(i), "source": "user", "message": text, "action": "message",
+                "args": {"content": text, "image_urls": None, "wait_for_response": False}}
+
+    def recall(i: int, text: str, kind: str, src: str = "user") -> dict:
+        return {"id": i, "timestamp": ts.format(i), "source": src, "message": f"Retrieving content for: {text[:50]}",
+                "action": "recall", "args": {"recall_type": kind, "query": text, "thought": ""}}
+
+    def null(i: int, cause: int) -> dict:
+        return {"id": i, "timestamp": ts.format(i), "source": "environment", "message": "No observation",
+                "cause": cause, "observation": "null", "content": "", "extras": {}}
+
+    def run(i: int, cmd: str) -> list[dict]:
+        return [{"id": i, "timestamp": ts.format(i), "source": "agent", "message": f"Running command: {cmd}",
+                 "action": "run", "args": {"command": cmd, "is_input": False, "thought": "", "blocking": False,
+                                           "hidden": False, "confirmation_state": "confirmed"}},
+                {"id": i + 1, "timestamp": ts.format(i + 1), "source": "agent", "cause": i, "observation": "run",
+                 "message": f"Command `{cmd}` executed with exit code 0.", "content": "",
+                 "extras": {"command": cmd, "metadata": {"exit_code": 0, "working_dir": "/workspace"}}}]
+
+    second = {"null": [null(10, 9)],
+              None: [{"id": 10, "timestamp": ts.format(10), "source": "environment", "message": "",
+                      "observation": "agent_state_changed", "content": "", "extras": {"agent_state": "running"}}],
+              "recall": [{"id": 10, "timestamp": ts.format(10), "source": "environment", "message": "", "cause": 9,
+                          "observation": "recall", "content": "",
+                          "extras": {"recall_type": "knowledge", "microagent_knowledge": []}}]}[answer]
+    return [
+        user(0, "Add a README to the repo."),
+        recall(1, "Add a README to the repo.", "workspace_context"),
+        {"id": 2, "timestamp": ts.format(2), "source": "environment", "message": "", "observation": "agent_state_changed",
+         "content": "", "extras": {"agent_state": "running", "reason": ""}},
+        null(3, 1),
+        *run(4, "echo hi > README.md"),
+        {"id": 6, "timestamp": ts.format(6), "source": "agent", "message": "Done. Anything else?", "action": "message",
+         "args": {"content": "Done. Anything else?", "image_urls": None, "wait_for_response": True}},
+        {"id": 7, "timestamp": ts.format(7), "source": "environment", "message": "", "observation": "agent_state_changed",
+         "content": "", "extras": {"agent_state": "awaiting_user_input", "reason": ""}},
+        user(8, "Also add a LICENSE."),
+        recall(9, "Also add a LICENSE.", "knowledge", source),
+        *second,
+        *run(11, "touch LICENSE"),
+        user(13, "Note it in the changelog."),
+        recall(14, "Note it in the changelog.", "knowledge"),
+        {"id": 15, "timestamp": ts.format(15), "source": "environment", "message": "Added microagent knowledge",
+         "cause": 14, "observation": "recall", "content": "Added microagent knowledge",
+         "extras": {"recall_type": "knowledge", "microagent_knowledge": [
+             {"name": "changelog", "trigger": "changelog", "content": "Keep CHANGELOG.md entries short."}]}},
+        {"id": 16, "timestamp": ts.format(16), "source": "agent", "message": "All done!", "action": "finish",
+         "args": {"outputs": {}, "thought": "", "final_thought": "Added README, LICENSE and a changelog note."}},
+    ]
+
+
+@pytest.mark.parametrize(
+    "source, answer", [("user", "null"), ("agent", "null"), ("agent", None), ("user", "recall")],
+    ids=["user-null", "agent-null", "agent-unanswered", "user-empty-recall"],
+)
+def test_a_recall_that_found_nothing_does_not_repeat_the_user_message(
+    tmp_path: Path, source: str, answer: str | None
+) -> None:
+    """A `RecallAction` repeats the user message just before it as its query: when it found nothing
+    (`NullObservation`, an empty `RecallObservation`, no answer) it is a note on that message (the task's
+    event, or the user turn), not a second user turn. A recall that found microagent knowledge stays a turn."""
+    path = tmp_path / "recalls.json"
+    path.write_text(json.dumps(_recalls(source, answer)))
+    (t,) = _trajs(path)
+    assert t.task == "Add a README to the repo."
+    assert len(t.turns) == 7
+    assert [(u.kind, u.locator, u.tool_name, u.observation_kind) for u in t.turns] == [
+        ("env", "[4]+[5]", "run", "stdout"),
+        ("message", "[6]", None, "none"),
+        ("user", "[8]", None, "none"),
+        ("env", "[11]+[12]", "run", "stdout"),
+        ("user", "[13]", None, "none"),
+        ("env", "[14]+[15]", "recall", "tool_result"),
+        ("message", "[16]", None, "none"),
+    ]
+    assert [u.action for u in t.turns if u.kind == "user"] == ["Also add a LICENSE.", "Note it in the changelog."]
+    knowledge = t.turns[5]
+    assert knowledge.action == "Note it in the changelog." and knowledge.observation == "Added microagent knowledge"
+    assert json.loads(knowledge.metadata)["extras"]["microagent_knowledge"][0]["name"] == "changelog"
+    # the recalls that found nothing are kept as notes on the message they repeat
+    assert json.loads(t.metadata)["task_event"]["recall"] == {
+        "id": 1, "locator": "[1]", "recall_type": "workspace_context", "source": "user",
+        "observation": "null", "observation_id": 3, "observation_locator": "[3]"}
+    note = {"id": 9, "locator": "[9]", "recall_type": "knowledge", "source": source}
+    if answer is not None:
+        note.update(observation=answer, observation_id=10, observation_locator="[10]")
+    assert json.loads(t.turns[2].metadata)["recall"] == note
+
+
 def test_domain_override(sample: Path) -> None:
     (t,) = list(read_path(sample / "openhands" / "runtime_trajs_basic.json", domain_override="terminal"))
     assert t.domain == "terminal"
