@@ -7,13 +7,14 @@ OpenHands `execute_bash`/`bash` tool calls run their `command` argument; their o
 (editors, browsing) are skipped. SWE-agent commands that are its own tools (`open`, `edit`,
 `submit`, ...) are skipped, plain shell commands run.
 
-InterCode bash trajectories act on /testbed, so they replay in a sandbox whose work dir is
+InterCode's other environments (`ic_sql`, `ic_python`, ...) are not a shell: counted
+without shell actions. InterCode bash trajectories act on /testbed, so they replay in a sandbox whose work dir is
 /testbed, set up by `replay/intercode-testbed.yaml` (our own stand-in for InterCode's file system).
 Every replayed trajectory names its original in metadata `replay_of`.
 
 A replay is only as good as its environment. A trajectory that acted on files the sandbox does not
-have (a SWE task's repository, a CTF challenge's files: any `swe` trajectory, and any trajectory whose
-turns record a working directory, as OpenHands and SWE-agent do) would record "No such file or
+have (a SWE task's repository, a CTF challenge's files: any `swe` trajectory, InterCode's `ic_ctf`, and any
+trajectory whose turns record a working directory, as OpenHands and SWE-agent do) would record "No such file or
 directory" where the original saw its repository, and a world model would learn that. Such
 trajectories are left out and counted, unless `allow_missing_env` (`--allow-missing-env`) asks for them
 anyway: they then start in the original's working directory (created empty) and say so in
@@ -53,7 +54,7 @@ def shell_actions(traj: Trajectory) -> list[Action]:
             continue
         text = t.action
         if traj.source_format == "intercode":
-            if text.strip() == "submit" or text.strip().startswith("submit["):
+            if re.match(r"\s*submit(?:$|[\s\[])", text):  # `submit`, `submit[...]`, CTF's `submit FLAG`
                 continue
             m = _EXECUTE.match(text)
             cmd = m.group(1) if m else text
@@ -73,6 +74,19 @@ def shell_actions(traj: Trajectory) -> list[Action]:
             continue
         out.append(Action(text=text, tool_name="bash", tool_args={"command": cmd}, thought=t.thought))
     return out
+
+
+def intercode_environment(traj: Trajectory) -> str | None:
+    """The InterCode environment of an InterCode trajectory: `ic_bash` (replayed in our /testbed stand-in),
+    `ic_ctf` (a bash shell among a challenge's files, which no fixture has), `ic_sql`, `ic_python`, ...
+    (not a shell); None for another format. A record that does not name it was a bash run."""
+    if traj.source_format != "intercode":
+        return None
+    try:
+        env = json.loads(traj.metadata or "{}").get("environment")
+    except (ValueError, AttributeError):
+        env = None
+    return env if isinstance(env, str) and env else "ic_bash"
 
 
 def _fixture(name: str) -> TaskSpec:
@@ -157,21 +171,23 @@ def plan_replay(paths: Iterable[Path | str], limit: int | None = None, allow_mis
             if not isinstance(rec, Trajectory):
                 plan.unreadable += 1
                 continue
-            fixture = fx if rec.source_format == "intercode" else None
-            actions = shell_actions(rec)
+            env = intercode_environment(rec)
+            fixture = fx if env == "ic_bash" else None
+            actions = shell_actions(rec) if env in (None, "ic_bash", "ic_ctf") else []  # SQL, Python: no shell
             if not actions:
                 plan.no_shell += 1
                 continue
             # the original acted on files a sandbox lacks (see the module docstring)
             workdir = original_workdir(rec)
-            missing = fixture is None and (rec.domain == "swe" or workdir is not None)
+            missing = fixture is None and (rec.domain == "swe" or workdir is not None or env == "ic_ctf")
             if missing and not allow_missing_env:
-                plan.missing_env[workdir or f"({rec.domain} task)"] += 1
+                plan.missing_env[workdir or f"({env or rec.domain} task)"] += 1
                 continue
-            plan.jobs.append(_replay_job(rec, actions, fixture, (workdir or "/work") if missing else None))
-            plan.originals.append(rec)
-            if limit is not None and len(plan.jobs) >= limit:
+            if limit is not None and len(plan.jobs) >= limit:  # one more to replay: the limit stopped the reading
+                plan.records -= 1  # (not accounted for: as if not read)
                 plan.beyond_limit = True
                 return plan
+            plan.jobs.append(_replay_job(rec, actions, fixture, (workdir or "/work") if missing else None))
+            plan.originals.append(rec)
     return plan
 

@@ -71,18 +71,44 @@ def test_plan_accounts_for_every_record_and_leaves_out_missing_environments() ->
     # the sample's working directories, as its files record them (OpenHands `working_dir`, SWE-agent `state`):
     # every OpenHands and SWE-agent trajectory with a shell action acted on files a sandbox lacks
     plan = plan_replay([SAMPLE / "openhands", SAMPLE / "swe-agent", SAMPLE / "intercode"])
-    assert (plan.records, len(plan.jobs), plan.no_shell, sum(plan.missing_env.values()), plan.unreadable) == (136, 124, 2, 10, 0)
+    # (the 4 InterCode CTF runs were replayed in the bash stand-in: "cmd: command not found")
+    assert (plan.records, len(plan.jobs), plan.no_shell, sum(plan.missing_env.values()), plan.unreadable) == (136, 120, 2, 14, 0)
     assert {j.native_id.split(":")[1] for j in plan.jobs} == {"intercode"}
     assert dict(plan.missing_env) == {
-        "/workspace/ponylang__ponyc__0.1": 3, "/workspace": 1, "/marshmallow-code__marshmallow": 1, "/testbed": 1,
+        "(ic_ctf task)": 4, "/workspace/ponylang__ponyc__0.1": 3, "/workspace": 1, "/marshmallow-code__marshmallow": 1, "/testbed": 1,
         "/pydicom__pydicom": 1, "(swe task)": 1,
         "/__home__udiboy__projects__LLM_CTF__llm_ctf_automation__LLM_CTF_Dataset_Dev__2016__CSAW-Quals__pwn__WarmUp": 1,
         "/__Users__talora__LLM_CTF_Dataset_Dev__2016__CSAW-Quals__web__I-Got-Id": 1}
-    assert plan.render().startswith("replay: 136 records read: 124 to replay; 2 without shell actions; 10 left out: "
-                                    "they acted on files the sandbox lacks (/workspace/ponylang__ponyc__0.1 (3), ")
+    assert plan.render().startswith("replay: 136 records read: 120 to replay; 2 without shell actions; 14 left out: "
+                                    "they acted on files the sandbox lacks ((ic_ctf task) (4), /workspace/ponylang__ponyc__0.1 (3), ")
     allowed = plan_replay([SAMPLE / "openhands", SAMPLE / "swe-agent"], allow_missing_env=True)
     assert (allowed.records, len(allowed.jobs), allowed.no_shell, sum(allowed.missing_env.values())) == (12, 10, 2, 0)
     assert len({j.native_id for j in allowed.jobs}) == 10
+
+
+def test_intercode_runs_that_are_not_bash_are_not_replayed_in_the_bash_stand_in(tmp_path: Path) -> None:
+    ctf = SAMPLE / "intercode" / "ic_ctf_gpt-4_25_turns.json"
+    plan = plan_replay([ctf])
+    assert (plan.records, len(plan.jobs), dict(plan.missing_env)) == (4, 0, {"(ic_ctf task)": 4})
+    anyway = plan_replay([ctf], allow_missing_env=True)  # asked for: an empty sandbox, and `submit FLAG` is not run
+    commands = [a.text for j in anyway.jobs for a in j.policy_factory(j.task).actions]
+    assert commands and not [c for c in commands if c.startswith("submit")]
+    assert {j.extra_meta["replay_of"]["environment"] for j in anyway.jobs} == {"missing"}
+    sql = tmp_path / "ic_sql.json"
+    sql.write_text(json.dumps({"0": {"environment": "ic_sql", "dataset": "spider", "task_id": 0, "query": "How many?",
+                                     "turn_history": {"actions": ["SELECT count(*) FROM singer"], "observations": ["[(6,)]"],
+                                                      "rewards": [1.0], "valid_action": [True]}, "summary": {}}}))
+    plan = plan_replay([sql])
+    assert (plan.records, len(plan.jobs), plan.no_shell) == (1, 0, 1)
+
+
+def test_the_limit_note_only_when_something_was_left_unread() -> None:
+    bash = SAMPLE / "intercode" / "ic_bash_react_gpt-3.5_10_turns_fs_1.json"
+    n = len(plan_replay([bash]).jobs)
+    assert not plan_replay([bash], limit=n).beyond_limit  # it said "stopped at --limit" with nothing left
+    short = plan_replay([bash], limit=n - 1)
+    assert short.beyond_limit and short.render().endswith("; stopped at --limit")
+    assert short.records == len(short.jobs) + short.no_shell + sum(short.missing_env.values()) + short.unreadable
 
 
 def test_same_file_in_two_places_gets_two_replay_ids(tmp_path: Path) -> None:
