@@ -25,6 +25,7 @@ Every error names the file and the field (`tasks/x.yaml: actions[2].timeout_s: .
 from __future__ import annotations
 
 import hashlib
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,7 +33,7 @@ from typing import Any
 
 import yaml
 
-from sandboxes.perturb import PERTURBATIONS
+from sandboxes.perturb import PARAM_KINDS, PERTURBATIONS, canonical
 
 TASKS_DIR = Path(__file__).resolve().parent / "tasks"
 SANDBOX_DOMAINS = ("terminal", "os", "swe")
@@ -99,7 +100,22 @@ def _str(path: Path, where: str, v: Any, allow_empty: bool = False) -> str:
 def _num(path: Path, where: str, v: Any, positive: bool = True) -> float:
     if isinstance(v, bool) or not isinstance(v, int | float) or (positive and v <= 0):
         raise _err(path, where, f"expected a {'positive ' if positive else ''}number, got {_type(v)} {v!r}")
+    if not math.isfinite(v):  # YAML's .nan, .inf: a NaN timeout failed in the engine, an infinite memory limit crashed
+        raise _err(path, where, f"expected a finite number, got {v!r}")
     return float(v)
+
+
+def _param(path: Path, where: str, key: str, v: Any) -> Any:
+    """A perturbation parameter of the kind it is applied as: `bytes: 5.9` was recorded as 5.9 and cut
+    at 5, `size_kb: abc` failed at collection naming no file."""
+    kind = PARAM_KINDS.get(key, str)
+    if kind is str:
+        return _str(path, where, v)
+    if kind is int:
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise _err(path, where, f"expected an integer, got {_type(v)} {v!r}")
+        return v
+    return canonical(key, _num(path, where, v, positive=False))
 
 
 def _mapping(path: Path, where: str, v: Any, known: tuple[str, ...]) -> dict:
@@ -215,7 +231,7 @@ def parse_task(doc: Any, path: Path) -> TaskSpec:
         perts = _mapping(path, "perturbations", d["perturbations"], tuple(PERTURBATIONS))
         for name, params in perts.items():
             pm = _mapping(path, f"perturbations.{name}", params or {}, tuple(PERTURBATIONS[name].defaults))
-            spec.perturbations[name] = dict(pm)
+            spec.perturbations[name] = {k: _param(path, f"perturbations.{name}.{k}", k, v) for k, v in pm.items()}
     tags = d.get("tags", [])
     if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
         raise _err(path, "tags", "expected a list of strings")
@@ -239,6 +255,8 @@ def load_tasks(path: Path | str) -> list[TaskSpec]:
             doc = yaml.safe_load(path.read_text(encoding="utf-8"))
         except yaml.YAMLError as e:
             raise SpecError(f"{path}: not valid YAML: {e}") from e
+        except UnicodeDecodeError as e:  # the message named no file
+            raise SpecError(f"{path}: not UTF-8 text: byte {e.object[e.start]:#04x} at offset {e.start}") from e
         docs = doc if isinstance(doc, list) else [doc]
         out = []
         for i, d in enumerate(docs):

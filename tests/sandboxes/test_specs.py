@@ -57,6 +57,16 @@ def _write(tmp_path: Path, text: str) -> Path:
     ("id: a\ntask: x\nactions: [ls]\nchecks: [{command: ls, exit: yes}]\n", "checks[0].exit: expected an integer exit code, got bool True"),
     ("id: a\ntask: x\nactions: [ls]\nperturbations: {oom: {}}\n", "perturbations.oom: unknown field; known: disk_full"),
     ("id: a\ntask: x\nactions: [ls]\nperturbations: {oom_kill: {mem: 3}}\n", "perturbations.oom_kill.mem: unknown field; known: memory_mb"),
+    # recorded as given but applied as int(): `bytes: 5.9` cut at 5; `abc` failed at collection naming no file
+    ("id: a\ntask: x\nactions: [ls]\nperturbations: {truncated_output: {bytes: 5.9}}\n",
+     "perturbations.truncated_output.bytes: expected an integer, got float 5.9"),
+    ("id: a\ntask: x\nactions: [ls]\nperturbations: {disk_full: {size_kb: abc}}\n",
+     "perturbations.disk_full.size_kb: expected an integer, got str 'abc'"),
+    ("id: a\ntask: x\nactions: [ls]\nperturbations: {slow_command: {delay_s: .nan}}\n",
+     "perturbations.slow_command.delay_s: expected a finite number, got nan"),
+    ("id: a\ntask: x\ntimeout_s: .nan\nactions: [ls]\n", "timeout_s: expected a finite number, got nan"),
+    ("id: a\ntask: x\nactions: [{command: ls, timeout_s: .inf}]\n", "actions[0].timeout_s: expected a finite number, got inf"),
+    ("id: a\ntask: x\nactions: [ls]\nlimits: {memory_mb: .inf}\n", "limits.memory_mb: expected a finite number, got inf"),
     ("id: a\ntask: x\nactions: [ls]\nworkdir: /etc\n", "workdir: expected an absolute path of plain characters outside system dirs, got '/etc'"),
     # the harness's own state (it ran, the agent's saved shell state in its work dir), and a tmpfs it shadows
     ("id: a\ntask: x\nactions: [ls]\nworkdir: /run/wl\n", "workdir: expected an absolute path of plain characters outside system dirs, got '/run/wl'"),
@@ -74,6 +84,14 @@ def test_invalid_spec_names_the_field(tmp_path: Path, body: str, message: str) -
         load_tasks(p)
     assert str(e.value).startswith(f"{p}: ")
     assert message in str(e.value)
+
+
+def test_a_spec_that_is_not_utf8_names_its_file(tmp_path: Path) -> None:
+    p = tmp_path / "latin1.yaml"
+    p.write_bytes(b"id: a\ntask: caf\xe9\nactions: [ls]\n")  # the error named no file
+    with pytest.raises(SpecError) as e:
+        load_tasks(p)
+    assert str(e.value) == f"{p}: not UTF-8 text: byte 0xe9 at offset 15"
 
 
 def test_duplicate_ids_are_refused(tmp_path: Path) -> None:
