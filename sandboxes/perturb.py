@@ -206,11 +206,12 @@ import os as _os
 import time as _t
 
 _OFF = float(_os.environ.get("WL_CLOCK_OFFSET_S", "0"))
-_time, _time_ns, _lt, _gm, _strftime = _t.time, _t.time_ns, _t.localtime, _t.gmtime, _t.strftime
+_time, _time_ns, _lt, _gm, _strftime, _asctime = _t.time, _t.time_ns, _t.localtime, _t.gmtime, _t.strftime, _t.asctime
 _t.time = lambda: _time() + _OFF
 _t.time_ns = lambda: _time_ns() + int(_OFF * 1_000_000_000)
 _t.localtime = lambda secs=None: _lt(_t.time() if secs is None else secs)
 _t.gmtime = lambda secs=None: _gm(_t.time() if secs is None else secs)
+_t.asctime = lambda tup=None: _asctime(_t.localtime() if tup is None else tup)  # its own clock, unshifted
 _t.ctime = lambda secs=None: _t.asctime(_t.localtime(secs))
 _t.strftime = lambda fmt, tup=None: _strftime(fmt, _t.localtime() if tup is None else tup)
 

@@ -219,3 +219,22 @@ def test_the_docs_count_the_suite_as_it_is() -> None:
                     "`ledger` tests before and after a fix")
     assert (kinds["build"], kinds["net"]) == (2, 1)  # the make build and the shell script; the download
     assert sum(kinds.values()) == len(tasks)
+
+
+def test_clock_skew_shifts_every_python_clock_function(tmp_path: Path) -> None:
+    """The sitecustomize the sandbox installs, run by this Python: `time.asctime()` kept the real time."""
+    import os
+    import subprocess
+    import sys
+
+    from sandboxes.perturb import _SITECUSTOMIZE
+
+    (tmp_path / "sitecustomize.py").write_text(_SITECUSTOMIZE)
+    code = ("import time, datetime; print(time.gmtime().tm_year, time.localtime().tm_year, time.asctime()[-4:], "
+            "time.ctime()[-4:], time.strftime('%Y'), datetime.datetime.now().year, datetime.date.today().year)")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path), "WL_CLOCK_OFFSET_S": "-400000000", "TZ": "UTC"}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+    import time
+
+    year = str(time.gmtime(time.time() - 400000000).tm_year)
+    assert r.stdout.split() == [year] * 7, r.stderr
