@@ -238,3 +238,16 @@ def test_clock_skew_shifts_every_python_clock_function(tmp_path: Path) -> None:
 
     year = str(time.gmtime(time.time() - 400000000).tm_year)
     assert r.stdout.split() == [year] * 7, r.stderr
+
+
+def test_one_perturbation_spelled_two_ways_is_one_job(tmp_path: Path) -> None:
+    """Jobs were told apart by the command line's spelling: the same fault collected twice in a run."""
+    from sandboxes.collect import plan_jobs
+
+    plain = load_tasks(_write(tmp_path, "id: a\ntask: x\nactions: [ls]\n"))
+    (tmp_path / "own").mkdir()
+    own = load_tasks(_write(tmp_path / "own", "id: b\ntask: x\nactions: [ls]\nperturbations: {oom_kill: {memory_mb: 32}}\n"))
+    perts = parse_list(["oom_kill", "oom_kill:memory_mb=24", "timeout:hang_s=30.0", "timeout"])
+    assert [j.key for j in plan_jobs(plain + own, perturbations=perts)] == [
+        "a", "a@oom_kill", "a@timeout:hang_s=30",
+        "b", "b@oom_kill", "b@oom_kill:memory_mb=24", "b@timeout:hang_s=30"]  # b's own default is 32, not 24
