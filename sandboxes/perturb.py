@@ -75,11 +75,29 @@ class Perturbation:
     apply: Callable[[Plan, dict[str, Any], random.Random, list[str]], None]
 
 
+def _without_heredocs(cmd: str) -> str:
+    """Shell text without the bodies of its here-documents (data, not commands)."""
+    out, end = [], None
+    for line in cmd.split("\n"):
+        if end is not None:
+            if line.strip() == end:
+                end = None
+            continue
+        out.append(line)
+        m = re.search(r"<<-?\s*(['\"]?)(\w+)\1", line)
+        end = m.group(2) if m else None
+    return "\n".join(out)
+
+
 def command_names(commands: list[str]) -> list[str]:
     """Names at command position in shell text (at the start, after | ; && || ( and keywords)."""
     names: list[str] = []
     for cmd in commands:
+        # a comment starts a word (`${f#IMG_}` is none: shlex cut the line there) and ends at its line; a
+        # line break separates commands
+        cmd = re.sub(r"(?m)(^|[\s;&|()])#.*$", r"\1", _without_heredocs(cmd)).replace("\n", " ; ")
         lex = shlex.shlex(cmd, posix=True, punctuation_chars=True)
+        lex.commenters = ""
         lex.whitespace_split = True
         try:
             toks = list(lex)
@@ -94,8 +112,10 @@ def command_names(commands: list[str]) -> list[str]:
                 expect = True
             elif t and set(t) <= set("<>"):
                 skip = True  # the redirection's target
-            elif t in ("then", "do", "else", "!", "{", "}", "if", "while", "until", "time"):
+            elif t in ("then", "do", "else", "elif", "!", "{", "}", "if", "while", "until", "time"):
                 expect = True
+            elif expect and t in ("for", "case", "select", "done", "fi", "esac"):
+                expect = False  # keywords, and what follows `for`/`case` up to `do`/`in` is no command
             elif expect and "=" in t and re.fullmatch(r"[A-Za-z_]\w*=.*", t):
                 continue  # VAR=value before a command
             elif expect:

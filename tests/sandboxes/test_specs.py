@@ -116,6 +116,13 @@ def test_perturbation_arguments() -> None:
 def test_command_names_find_commands_in_pipelines() -> None:
     assert command_names(["grep -c ERROR app.log > count.txt", "cat a | sort -u && FOO=1 python3 x.py; (cd d && make)"]) == [
         "grep", "cat", "sort", "python3", "cd", "make"]
+    # `#` inside a word is no comment (everything after it was lost); a comment ends at its line
+    assert command_names(["n=${f#IMG_}; grep x y", "ls # list\ncat a", "echo '# not' | wc -l"]) == [
+        "grep", "ls", "cat", "echo", "wc"]
+    assert command_names(["for f in *.log; do\n  wc -l \"$f\"\ndone | sort", "if true; then :; elif id; then ps; fi"]) == [
+        "wc", "sort", "true", "id", "ps"]
+    # a here-document's lines are data
+    assert command_names(["cat > a.py <<'PY'\nimport sys\nsort = 1\nPY\npython3 a.py"]) == ["cat", "python3"]
 
 
 @pytest.mark.parametrize("name", ["missing_binary", "slow_command", "timeout"])
