@@ -164,8 +164,15 @@ _PIECES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def _template_pieces(tokenizer: Any, n_messages: int, roles: list[str]) -> list[str]:
+    from jinja2 import TemplateError
+
     msgs = [{"role": r, "content": _PH.format(i)} for i, r in enumerate(roles)]
-    text = tokenizer.apply_chat_template(msgs, tokenize=False)
+    try:
+        text = tokenizer.apply_chat_template(msgs, tokenize=False)
+    except TemplateError as e:  # e.g. `raise_exception('System role not supported')` (Gemma): a traceback
+        raise ValueError(f"the chat template refuses "
+                         f"messages of roles {', '.join(dict.fromkeys(roles))}: {e}; give one that takes them "
+                         "(--chat-template)") from None
     pieces, pos = [], 0
     for i in range(n_messages):
         ph = _PH.format(i)

@@ -86,12 +86,17 @@ def test_export_refuses_a_directory_that_is_not_an_export(corpus: Path, tmp_path
 def test_export_options_are_checked_before_anything_is_written(corpus: Path, tmp_path: Path, capsys) -> None:
     out = tmp_path / "ex"
     (tmp_path / "bad.jinja").write_text("{% for m in messages %}\n{{ m.content }")
+    (tmp_path / "nosys.jinja").write_text(  # as Gemma's: it was a jinja2 traceback
+        "{% for m in messages %}{% if m.role == 'system' %}{{ raise_exception('System role not supported') }}"
+        "{% endif %}{{ m.content }}{% endfor %}")
     for args, message in [
         (["--domain-weight", "bogus=2"], "--domain-weight bogus: not a domain; the domains are mcp, search, terminal, swe, web, os, android"),
         (["--shard-tokens", "0"], "--shard-tokens 0: must be positive"),
         (["--eval-middle-turns", "-1"], "--eval-middle-turns -1: must be ≥ 0"),
         (["--test", "nan"], "split fractions validation=0.05, test=nan: each ≥ 0, sum ≤ 1"),
         (["--chat-template", str(tmp_path / "bad.jinja")], "--chat-template: line 2: unexpected '}'"),
+        (["--chat-template", str(tmp_path / "nosys.jinja")], "the chat template refuses messages of roles "
+         "system, user, assistant: System role not supported; give one that takes them (--chat-template)"),
     ]:
         assert main(["export", str(corpus), "--out", str(out), "--quiet", *args]) == 1
         assert capsys.readouterr().err == f"worldline export: error: {message}\n"
