@@ -108,18 +108,11 @@ def plan_jobs(tasks: list[TaskSpec], only: list[str] | None = None, perturbation
     for t in tasks:
         seen = set()
         for p in variants:  # `oom_kill` and `oom_kill:memory_mb=24` are one job (for a task that sets no other)
-            if (same := _resolved(t, p)) not in seen:
+            same = None if p is None else (p.name, tuple(sorted(perturb.resolved_params(p, t.perturbations).items())))
+            if same not in seen:
                 seen.add(same)
                 jobs.append(Job(t, p, policy_factory=policy_factory))
     return jobs
-
-
-def _resolved(task: TaskSpec, p: perturb.PerturbationSpec | None) -> tuple | None:
-    """A perturbation as it would be applied to `task`: its defaults, the task's own values, the command line's."""
-    if p is None:
-        return None
-    params = {**perturb.PERTURBATIONS[p.name].defaults, **task.perturbations.get(p.name, {}), **dict(p.params)}
-    return p.name, tuple(sorted((k, perturb.canonical(k, v)) for k, v in params.items()))
 
 
 def scripted(task: TaskSpec) -> ScriptedPolicy:

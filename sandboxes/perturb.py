@@ -371,6 +371,12 @@ def parse_list(items: list[str]) -> list[PerturbationSpec]:
     return list(seen.values())
 
 
+def resolved_params(spec: PerturbationSpec, task_params: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The parameters `spec` is applied with to a task: its defaults, the task's own values, the command line's."""
+    return {k: canonical(k, v) for k, v in {**PERTURBATIONS[spec.name].defaults, **(task_params or {}).get(spec.name, {}),
+                                            **dict(spec.params)}.items()}
+
+
 def plan(base: SandboxConfig, spec: PerturbationSpec | None, seed: int, task_id: str, commands: list[str],
          task_params: dict[str, dict[str, Any]] | None = None) -> Plan:
     """The sandbox plan for one trajectory: unperturbed, or with `spec` applied."""
@@ -378,8 +384,7 @@ def plan(base: SandboxConfig, spec: PerturbationSpec | None, seed: int, task_id:
     if spec is None:
         return pl
     pert = PERTURBATIONS[spec.name]
-    params = {k: canonical(k, v) for k, v in {**pert.defaults, **(task_params or {}).get(spec.name, {}),
-                                              **dict(spec.params)}.items()}
+    params = resolved_params(spec, task_params)
     rng = random.Random(f"{seed}|{task_id}|{spec.name}")
     pl.label = spec.name
     pert.apply(pl, params, rng, command_names(commands))
@@ -389,4 +394,4 @@ def plan(base: SandboxConfig, spec: PerturbationSpec | None, seed: int, task_id:
 
 
 __all__ = ["HARNESS_BINARIES", "PERTURBATIONS", "Limits", "Perturbation", "PerturbationError", "PerturbationSpec",
-           "Plan", "canonical", "command_names", "parse_list", "plan"]
+           "Plan", "canonical", "command_names", "parse_list", "plan", "resolved_params"]
