@@ -213,6 +213,11 @@ def _obs_type(ev: dict) -> str:
     return "unknown"
 
 
+# The three importers read one `_Stream`: 2: a cause-less observation answers the action with its tool call id,
+# a delegate's result its delegation; 3: a recall that found nothing is a note on the user message it repeats
+STREAM_VERSION = "3"
+
+
 def _call_id(ev: dict) -> Any:
     """The `tool_call_metadata.tool_call_id` an action carries, and the observation that answers it."""
     tcm = ev.get("tool_call_metadata")
@@ -619,8 +624,7 @@ class OpenHandsEventsImporter(Importer):
 
     name = "openhands-events"
     container = "json"
-    version = "3"  # 2: a cause-less observation answers the action with its tool call id, a delegate's
-    # result its delegation; 3: a recall that found nothing is a note on the user message it repeats
+    version = STREAM_VERSION
 
     def sniff(self, doc: Any) -> bool:
         if isinstance(doc, dict) and set(doc) == {"trajectory"}:
@@ -662,8 +666,7 @@ class OpenHandsOutputImporter(Importer):
 
     name = "openhands-output"
     container = "jsonl"
-    version = "3"  # 2: a cause-less observation answers the action with its tool call id, a delegate's
-    # result its delegation; 3: a recall that found nothing is a note on the user message it repeats
+    version = STREAM_VERSION
 
     def sniff(self, row: Any) -> bool:
         if not isinstance(row, dict) or not isinstance(row.get("history"), list):
@@ -762,8 +765,7 @@ class OpenHandsSessionImporter(Importer):
 
     name = "openhands-session"
     container = "dir"
-    version = "3"  # 2: a cause-less observation answers the action with its tool call id, a delegate's
-    # result its delegation; 3: a recall that found nothing is a note on the user message it repeats
+    version = STREAM_VERSION
 
     def sniff(self, directory: Path) -> bool:
         """Every directory walked is sniffed: one stat. Ids count from 0, so a session has event 0."""
