@@ -326,7 +326,12 @@ def _code_execution_result(b: _Builder, content: dict, call_id: Any, loc: str) -
     files = [f for f in content.get("content") or [] if isinstance(f, dict) and f.get("file_id")]
     t = b.result(stdout + stderr, call_id, None, loc, content["return_code"] != 0,
                  {"files": [f["file_id"] for f in files]} if files else None)  # files it wrote (Files API ids)
-    t.observation_kind, t.exit_code = "stdout", content["return_code"]
+    _shell_output(t, stdout, stderr, content["return_code"])
+
+
+def _shell_output(t: Turn, stdout: str, stderr: str, exit_code: int | None) -> None:
+    """A result turn that is a command's output: its streams and exit code."""
+    t.observation_kind, t.exit_code = "stdout", exit_code
     t.stdout, t.stderr = stdout or None, stderr or None
 
 
@@ -757,8 +762,7 @@ def _client_output(b: _Builder, item: dict, kind: str, loc: str) -> None:
         if timeout:
             meta["timeout"] = True
         t = b.result("".join(o + e for o, e in streams), call_id, None, loc, is_error, meta or None)
-        t.observation_kind, t.exit_code = "stdout", exit_code
-        t.stdout, t.stderr = stdout or None, stderr or None
+        _shell_output(t, stdout, stderr, exit_code)
     elif kind == "local_shell_call_output":
         t = b.result(as_text(output), call_id, None, loc)
         t.observation_kind = "stdout"
@@ -909,6 +913,7 @@ class ChatImporter(Importer):
 
     def convert(self, record: Any, locator: str, ctx: ImportContext) -> Trajectory:
         b = _Builder(locator)
+        logged = False  # a Responses request logged with its `output`, read after it
         if isinstance(record, list):  # a bare Responses item list, as `result.to_input_list()` is saved
             field, msgs, record = "", record, {}
         else:
@@ -917,14 +922,13 @@ class ChatImporter(Importer):
                 field = "messages"
             elif "conversations" in record:
                 field = "conversations"
-            elif _is_responses(record.get("input")) or _responses_log(record):
+            elif (logged := _responses_log(record)) or _is_responses(record.get("input")):
                 field = "input"
             elif "contents" in record:
                 field = "contents"
             else:
                 raise RecordError("missing_field", f"{locator}: none of 'messages', 'conversations', 'contents' is present")
             msgs = record[field]
-        logged = field == "input" and _responses_log(record)  # and `output`, read after it
         if logged and isinstance(msgs, str):
             b.user_text(msgs, "input")
             msgs = []
