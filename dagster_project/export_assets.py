@@ -40,7 +40,7 @@ class ExportRunConfig(dg.Config):
 
 
 def export_out(corpus: CorpusResource, out: str = "") -> Path:
-    return Path(out) if out else Path(corpus.root).resolve().parent / "export"  # `.`: beside it, not inside
+    return Path(out) if out else corpus.beside("export")
 
 
 @dg.asset(

@@ -96,6 +96,10 @@ class CorpusResource(dg.ConfigurableResource):
     def inbox_path(self) -> Path:
         return Path(self.inbox)
 
+    def beside(self, name: str) -> Path:
+        """A default output next to the corpus, as the CLI puts it (root `.`: in the parent, not inside)."""
+        return Path(self.root).resolve().parent / name
+
     def ingest(self, paths: list[Path], domain: str | None = None) -> IngestSummary:
         cfg = IngestConfig(domain_override=domain, lock_wait_s=self.lock_wait_seconds)
         runner = None

@@ -78,7 +78,7 @@ class TracesRunConfig(dg.Config):
 
 
 def traces_out(corpus: CorpusResource, config: TracesRunConfig) -> Path:
-    return Path(config.out) if config.out else Path(corpus.root).resolve().parent / "traces"  # `.`: beside it
+    return Path(config.out) if config.out else corpus.beside("traces")
 
 
 @dg.asset(
@@ -133,7 +133,7 @@ def thinking_traces(context: dg.AssetExecutionContext, corpus: CorpusResource, t
 
 @dg.multi_asset_check(specs=check_specs(TRACE_CHECKS, thinking_traces), can_subset=True)
 def traces_checks(context: dg.AssetCheckExecutionContext, corpus: CorpusResource):
-    out = Path(corpus.root).resolve().parent / "traces"
+    out = corpus.beside("traces")
     floor = 0.0
     mat, _ = materialization_checked(context, thinking_traces.key)
     if mat is not None and "sft" in mat.metadata:  # the directory the run really wrote, and its floor

@@ -461,3 +461,8 @@ def test_the_report_of_a_relative_corpus_root_goes_beside_it(tmp_path: Path, sam
     res = dg.materialize([corpus_report], resources={"corpus": CorpusResource(root=".", inbox=str(tmp_path / "inbox"))})
     assert Path(res.asset_materializations_for_node("corpus_report")[0].metadata["path"].value) == tmp_path / "report.html"
     assert (tmp_path / "report.html").is_file()
+    from dagster_project.export_assets import export_out
+    from dagster_project.traces_assets import TracesRunConfig, traces_out
+
+    here = CorpusResource(root=".", inbox=str(tmp_path / "inbox"))  # `Path('.').parent / 'export'` was inside it
+    assert (export_out(here), traces_out(here, TracesRunConfig())) == (tmp_path / "export", tmp_path / "traces")
