@@ -350,3 +350,23 @@ def test_every_traces_option_is_in_its_doc() -> None:
     doc = (Path(__file__).resolve().parents[2] / "docs" / "traces.md").read_text()
     flags = [s for a in p._actions for s in a.option_strings if s not in ("-h", "--help")]
     assert [f for f in flags if f"`{f}" not in doc] == []
+
+
+def test_duckdb_interrupted_in_any_stage_is_130(corpus: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    """Outside `query` (no helper thread there) DuckDB's answer to Ctrl-C, RuntimeError('Query interrupted'),
+    reaches `_run`: one line and 130; any other RuntimeError stays a traceback."""
+    import pipelines.stats
+
+    def interrupted(corpus_dir: object) -> str:
+        raise RuntimeError("Query interrupted")
+
+    monkeypatch.setattr(pipelines.stats, "render_stats", interrupted)
+    assert main(["stats", str(corpus)]) == 130
+    assert capsys.readouterr().err == "worldline stats: interrupted\n"
+
+    def broken(corpus_dir: object) -> str:
+        raise RuntimeError("something else")
+
+    monkeypatch.setattr(pipelines.stats, "render_stats", broken)
+    with pytest.raises(RuntimeError, match="something else"):
+        main(["stats", str(corpus)])
