@@ -35,8 +35,8 @@ thread.
 Long trajectories are split on turn boundaries into windows (`pipelines.pack.windows`): each
 window re-renders the system prompt plus recent whole turns as context (up to
 `history_fraction` of the room) and new turns to train on; a single turn longer than the window is
-cut at `seq_len` (the cut observation keeps its loss, the lost end-of-message token is not
-trained); a message longer than any sequence can reach is cut before it is encoded
+cut: its action first (to no less than a quarter of the room, as the scorer cuts it), then at
+`seq_len` (the cut observation keeps its loss, the lost end-of-message token is not trained); a message longer than any sequence can reach is cut before it is encoded
 (`cut_for_tokens`: the same ids, bounded memory), while the chat form keeps it whole. Documents
 are packed best-fit-decreasing (`pipelines.pack`) per split.
 
@@ -129,8 +129,9 @@ from schemas.options import process_count
 from schemas.tables import check_domains
 
 EXPORT_FORMAT = "worldline-export/1"
-EXPORT_CODE_VERSION = "4"  # bump when a change to this module changes what is written (3: trajectories with no turn
-# counted; 4: a shared prefix that train trains is context only in validation and test, and no eval row)
+EXPORT_CODE_VERSION = "5"  # bump when a change to this module changes what is written (3: trajectories with no turn
+# counted; 4: a shared prefix that train trains is context only in validation and test, and no eval row; 5: a turn
+# longer than the sequence has its action cut before its observation)
 SPLITS = ("train", "validation", "test")
 DATA_DIRS = ("parquet", "chat", "megatron", "eval")
 SIDE_TABLES = ("cleaning", "duplicates", "shared_prefixes", "turn_scores")  # what the export reads
@@ -1033,23 +1034,26 @@ class DocumentBuilder:
         self.systems_truncated = 0
 
     def _doc(self, w: _Work, groups: list[Group], system: str, train_from: int, ids: np.ndarray,
-             spans: np.ndarray, window: int, loss: list[bool]) -> Document:
+             spans: np.ndarray, window: int, loss: list[bool], action_cut: bool = False) -> Document:
+        """`groups` as rendered into `ids`; where `action_cut`, the one group's action is cut already
+        (the chat form carries it so, to render to the same tokens)."""
         mask = np.zeros(len(ids), dtype=np.uint8)
         train = [i >= train_from and bool(t) for i, t in enumerate(loss)]
         for t, (s, e) in zip(train, spans.tolist(), strict=True):
             if t:
                 mask[s:e] = 1
-        truncated = len(ids) > self.cfg.seq_len
-        if truncated:
+        truncated = action_cut or len(ids) > self.cfg.seq_len
+        if len(ids) > self.cfg.seq_len:
             ids, mask = ids[: self.cfg.seq_len], mask[: self.cfg.seq_len]
         if len(mask):
             mask[0] = 0
-        # a turn counts as trained where some of its tokens are left (an action that fills the
-        # window leaves none of its observation): the manifest's count and the chat form say so too
+        # a turn counts as trained where some of its tokens are left (a cut that leaves none of its
+        # observation): the manifest's count and the chat form say so too
         train = [t and bool(mask[s:e].any()) for t, (s, e) in zip(train, spans.tolist(), strict=True)]
         t = w.traj
-        if w.full:
-            groups = [w.full.get(g.turn_index, g) for g in groups]  # the chat form keeps the whole texts
+        if w.full:  # the chat form keeps the whole texts (an action cut to the window excepted)
+            groups = [Group(g.turn_index, g.user if action_cut else f.user, f.observation)
+                      for g, f in ((g, w.full.get(g.turn_index, g)) for g in groups)]
         chat = (system, groups, train) if "chat" in self.cfg.formats else None  # texts a worker need not send back
         return Document(ids, mask, t["trajectory_id"], window, 0, t["domain"], t["source_format"], truncated, chat,
                         loss_turns=sum(train))
@@ -1144,7 +1148,7 @@ class DocumentBuilder:
             for (j, s, e), (wids, wspans) in zip(plan, encoded[at: at + len(plan)], strict=True):
                 if not self._fits(len(wids), j, s, e):
                     break
-                docs.append(self._doc(w, w.conv.groups[j:e], system, s - j, wids, wspans, len(docs) + 1, w.loss[j:e]))
+                docs.append(self._window_doc(w, system, sys_len, j, s, e, wids, wspans, len(docs) + 1))
             at += len(plan)
             if len(docs) < len(plan):
                 self._windows_from(w, system, glen, sys_len, plan[len(docs)][1], docs)
@@ -1166,8 +1170,25 @@ class DocumentBuilder:
                     j += 1
                 else:
                     e -= 1
-            docs.append(self._doc(w, groups_all[j:e], system, s - j, wids, wspans, len(docs) + 1, w.loss[j:e]))
+            docs.append(self._window_doc(w, system, sys_len, j, s, e, wids, wspans, len(docs) + 1))
             s = e
+
+    def _window_doc(self, w: _Work, system: str, sys_len: int, j: int, s: int, e: int, wids: np.ndarray,
+                    wspans: np.ndarray, window: int) -> Document:
+        """The document of window groups[j:e] (training from s). One turn longer than the sequence
+        has its action cut first, to no less than a quarter of the room, as the scorer cuts it
+        (`TurnScorer.windows`): its observation loses only what cutting the action could not take
+        (cut at `seq_len` alone, a long action left none of it, and the turn no loss)."""
+        if len(wids) > self.cfg.seq_len and e == s + 1 == j + 1:
+            g = w.conv.groups[s]
+            u_ids = self.tok.encode([g.user], [[]])[0][0]
+            keep = max((self.cfg.seq_len - sys_len) // 4, len(u_ids) - (len(wids) - self.cfg.seq_len))
+            if keep < len(u_ids):
+                user = self.tok.backend.decode(u_ids[:keep].tolist(), skip_special_tokens=False)
+                text, wcs = chat_text(self.tok, messages(w.conv, [Group(g.turn_index, user, g.observation)], system))
+                return self._doc(w, [Group(g.turn_index, user, g.observation)], system, 0, *self.tok.encode([text], [wcs])[0],
+                                 window, w.loss[s:e], action_cut=True)
+        return self._doc(w, w.conv.groups[j:e], system, s - j, wids, wspans, window, w.loss[j:e])
 
 
 @dataclass

@@ -22,7 +22,7 @@ reproduces the document's tokens exactly, with each message's content encoded as
 prints `<|im_end|>`) is its text's tokens, never the control token. `apply_chat_template(...,
 tokenize=True)` makes it the control token, so it reproduces the tokens only of documents without
 such strings. Where `truncated` is true the rendering is cut at `num_tokens` (a single turn longer
-than the sequence length).
+than the sequence length; an action cut to fit is cut already in `messages`).
 
 **Megatron indexed binary** (`megatron/<split>/part-NNNNN_tokens.{bin,idx}` and
 `part-NNNNN_loss_mask.{bin,idx}`): two indexed datasets with identical sequence lengths, one

@@ -638,7 +638,7 @@ def test_two_exports_are_byte_identical(corpus: Path, tok: ex.ExportTokenizer, e
     out, _ = exported
     export(corpus, tmp_path / "again", small_config(), tokenizer=tok, progress=False)
     a, b = _tree(out), _tree(tmp_path / "again")
-    assert sorted(a) == sorted(b) and len(a) == 64  # 62 data files, the manifest and the assignments (ASSIGNMENTS_FILE)
+    assert sorted(a) == sorted(b) and len(a) == 70  # 68 data files, the manifest and the assignments (ASSIGNMENTS_FILE)
     assert [k for k in a if a[k] != b[k]] == []
     m = _manifest(out)
     for f in ex.manifest_files(m):
@@ -794,7 +794,7 @@ def test_manifest_describes_the_export(exported: tuple[Path, ex.ExportSummary]) 
         assert sum(x["samples"] for x in s["shards"]) == s["samples"]
         assert sum(v["tokens"] for v in m["mix"][split]["domain"].values()) == s["tokens"]
     assert [sh["samples"] for sh in m["splits"]["train"]["shards"]] == [sh["samples"] for sh in m["splits"]["train"]["shards"]]
-    assert Counter(f["path"].split("/")[0] for f in ex.manifest_files(m)) == {"parquet": 10, "chat": 10, "megatron": 40, "eval": 2}
+    assert Counter(f["path"].split("/")[0] for f in ex.manifest_files(m)) == {"parquet": 11, "chat": 11, "megatron": 44, "eval": 2}
 
 
 def test_chat_template_from_config_and_tokenizer_directory(corpus: Path, tok: ex.ExportTokenizer, tmp_path: Path) -> None:
@@ -1151,10 +1151,10 @@ def test_control_token_strings_stay_text_in_a_batch_of_thousands_of_windows(tok:
     assert tok.careful == {}  # each remembered text was taken when encoded
 
 
-def test_a_turn_whose_action_fills_the_window_is_not_counted_as_trained(tok: ex.ExportTokenizer, tmp_path: Path) -> None:
-    """An action longer than the sequence leaves none of its observation in its window (cut at the
-    sequence length, then dropped for having no loss): the manifest counted the turn as trained,
-    and the chat form marked it `train`."""
+def test_a_turn_whose_action_fills_the_window_keeps_its_observation(tok: ex.ExportTokenizer, tmp_path: Path) -> None:
+    """An action longer than the sequence is cut first, to a quarter of the room, as the scorer
+    cuts it: its short observation stays whole and trained (cut at the sequence length alone, the
+    turn kept none of its observation, and no loss)."""
     from pipelines.ingest import IngestConfig, ingest
 
     def chat(i: int, cmd: str) -> bytes:
@@ -1170,15 +1170,24 @@ def test_a_turn_whose_action_fills_the_window_is_not_counted_as_trained(tok: ex.
     root = tmp_path / "corpus"
     ingest([tmp_path / "in.jsonl"], root, IngestConfig(domain_override="terminal", workers=1), progress=False)
     out = tmp_path / "out"
-    s = export(root, out, small_config(split=ex.SplitConfig(validation=0.0, test=0.0)), tokenizer=tok, progress=False)
+    cfg = small_config(split=ex.SplitConfig(validation=0.0, test=0.0))
+    s = export(root, out, cfg, tokenizer=tok, progress=False)
     train = _manifest(out)["splits"]["train"]
-    assert (train["trajectories"], train["groups"], train["loss_turns"]) == (2, 4, 3)
-    assert s.splits["train"].loss_turns == 3
+    assert (train["trajectories"], train["groups"], train["loss_turns"]) == (2, 4, 4)
+    assert s.splits["train"].loss_turns == 4 and s.splits["train"].truncated == 1
     docs = documents(out, "train")
-    assert sorted((len(ids) > 0, int(mask.any())) for _, ids, mask in docs) == [(True, 1), (True, 1)]
+    assert len(docs) == 3 and all(mask.any() for _, _, mask in docs)
+    done = tok.backend.encode("done", add_special_tokens=False).ids
+    cut = [ids for _, ids, _ in docs if len(ids) > 100]
+    assert len(cut) == 1 and len(cut[0]) <= cfg.seq_len
+    text = tok.backend.decode(cut[0].tolist(), skip_special_tokens=False)
+    assert "w0 w1 w2" in text and "w399" not in text and text.count("done") == 1  # the action's head, the whole reply
+    mask = next(mask for _, ids, mask in docs if len(ids) > 100)
+    trained = cut[0][mask.astype(bool)].tolist()
+    assert trained[: len(done)] == done
     records = [r for shard in train["shards"] for r in fmt.read_chat(out / shard["files"]["chat"][0]["path"])]
-    trained = sorted(tuple(m["content"] for m in r["messages"] if m["role"] == "assistant" and m["train"]) for r in records)
-    assert trained == [("a.txt b.txt run 0",), ("done", "a.txt b.txt run 1")]
+    trained_msgs = sorted(tuple(m["content"] for m in r["messages"] if m["role"] == "assistant" and m["train"]) for r in records)
+    assert trained_msgs == [("a.txt b.txt run 0",), ("done",), ("done", "a.txt b.txt run 1")]
 
 
 def test_a_trajectory_without_turns_is_counted(tmp_path: Path, tok: ex.ExportTokenizer) -> None:

@@ -67,14 +67,30 @@ def test_an_export_without_parquet_is_checked_from_its_own_files(formats: tuple[
 
 
 def test_documents_without_loss_kept_on_purpose_pass(corpus: Path, tok: ExportTokenizer, tmp_path: Path) -> None:
-    """`drop_no_loss=False` keeps documents without a loss token: the chat check refused every one of them."""
+    """`drop_no_loss=False` keeps documents without a loss token (here: scoring masked every turn
+    of every other trajectory): the chat check refused every one of them."""
+    import shutil
+
+    import pyarrow as pa
+
+    from pipelines.side import write_side_table
+    from pipelines.store import Corpus
+
+    c = tmp_path / "corpus"
+    shutil.copytree(corpus, c)
+    turns = run_query(c, "SELECT trajectory_id, turn_index, dense_rank() OVER (ORDER BY trajectory_id) FROM turns ORDER BY ALL")[1]
+    write_side_table(Corpus(c), "turn_scores", pa.table({
+        "trajectory_id": [t for t, _, _ in turns], "turn_index": pa.array([i for _, i, _ in turns], pa.int32()),
+        "loss_mask": [r % 2 == 0 for _, _, r in turns]}),
+        pa.schema([pa.field("trajectory_id", pa.string()), pa.field("turn_index", pa.int32()), pa.field("loss_mask", pa.bool_())]),
+        "test", "fp-score", {})
     out = tmp_path / "out"
-    s = export(corpus, out, small_config(formats=("chat",), drop_no_loss=False, seq_len=128), tokenizer=tok, progress=False)
+    s = export(c, out, small_config(formats=("chat",), drop_no_loss=False, seq_len=128), tokenizer=tok, progress=False)
     from pipelines.export_formats import read_chat
 
     zero = sum(1 for f in (out / "chat").rglob("*.jsonl.zst") for r in read_chat(f) if r["num_loss_tokens"] == 0)
     assert zero > 0 and s.tokens > 0
-    assert _results(out, corpus) == ALL_PASS
+    assert _results(out, c) == ALL_PASS
 
 
 def test_an_eval_row_of_a_training_trajectory_fails(corpus: Path, tok: ExportTokenizer, tmp_path: Path) -> None:

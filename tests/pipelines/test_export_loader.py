@@ -27,24 +27,24 @@ def _key(s: dict[str, torch.Tensor]) -> tuple[int, ...]:
 
 def test_ranks_and_workers_split_the_epoch_without_overlap(out: Path) -> None:
     n = len(parquet_rows(out, "train"))
-    assert n == 373
+    assert n == 401
     seen: list[tuple[int, int]] = []
     for rank in range(3):
         ds = PackedShards(out, "train", seed=7, rank=rank, world_size=3)
-        assert ds.samples_per_rank() == n // 3 == 124
+        assert ds.samples_per_rank() == n // 3 == 133
         per_worker = [list(ds.positions(w, 2)) for w in range(2)]
-        assert len(per_worker[0]) + len(per_worker[1]) == 124
+        assert len(per_worker[0]) + len(per_worker[1]) == 133
         assert not set(per_worker[0]) & set(per_worker[1])
         seen += per_worker[0] + per_worker[1]
-    assert len(seen) == len(set(seen)) == 372  # the last n mod 3 samples sit this epoch out
+    assert len(seen) == len(set(seen)) == 399  # the last n mod 3 samples sit this epoch out
     stream = [(b, int(r)) for b, rows in PackedShards(out, "train", seed=7, rank=0, world_size=1).order() for r in rows]
-    assert sorted(seen) == sorted(stream[:372])
+    assert sorted(seen) == sorted(stream[:399])
 
 
 def test_dataloader_workers_reassemble_the_rank_stream_in_order(out: Path) -> None:
     ds = PackedShards(out, "train", seed=3, rank=1, world_size=2)
     direct = [_key(s) for s in ds]
-    assert len(direct) == 186
+    assert len(direct) == 200
     loaded = [tuple(s["input_ids"][0].tolist()) for s in DataLoader(ds, batch_size=1, num_workers=2)
               if True]
     assert loaded == direct
