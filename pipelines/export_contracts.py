@@ -67,10 +67,14 @@ def _files(shards: list[dict[str, Any]], fmt: str) -> list[str]:
     return [f["path"] for shard in shards for f in shard["files"].get(fmt, [])]
 
 
+PARQUET_COLUMNS = ["input_ids", "labels", "loss_mask", "position_ids", "cu_seqlens", "num_tokens", "num_loss_tokens",
+                   "trajectory_ids", "windows"]
+
+
 def _parquet_masks(out: Path, shards: list[dict[str, Any]], seq_len: int, bad: list[str]) -> tuple[int, int]:
     tokens = loss = 0
     for path in _files(shards, "parquet"):
-        t = pq.read_table(out / path, columns=["input_ids", "labels", "loss_mask", "position_ids", "cu_seqlens"])
+        t = pq.read_table(out / path, columns=PARQUET_COLUMNS)
         cols = {c: t.column(c).combine_chunks() for c in t.column_names}
         off = cols["input_ids"].offsets.to_numpy()
         ids, lab, mask, pos = (cols[c].values.to_numpy() for c in ("input_ids", "labels", "loss_mask", "position_ids"))
@@ -81,12 +85,21 @@ def _parquet_masks(out: Path, shards: list[dict[str, Any]], seq_len: int, bad: l
         if not np.array_equal(lab, np.where(mask == 1, ids, -100)):
             row = int(np.searchsorted(off, np.flatnonzero(lab != np.where(mask == 1, ids, -100))[0], "right") - 1)
             bad.append(f"{path} sample {row}: labels disagree with loss_mask")
+        num_tokens, num_loss = cols["num_tokens"].to_numpy(), cols["num_loss_tokens"].to_numpy()
+        n_ids, n_windows = np.diff(cols["trajectory_ids"].offsets.to_numpy()), np.diff(cols["windows"].offsets.to_numpy())
         for r in range(len(off) - 1):
             n = off[r + 1] - off[r]
             cu = cols["cu_seqlens"][r].values.to_numpy()
             if n > seq_len or cu[0] != 0 or cu[-1] != n or np.any(np.diff(cu) <= 0):
                 bad.append(f"{path} sample {r}: length {n} or cu_seqlens {cu.tolist()[:8]} invalid")
                 continue
+            if n_ids[r] != len(cu) - 1 or n_windows[r] != len(cu) - 1:
+                bad.append(f"{path} sample {r}: {len(cu) - 1} documents by cu_seqlens, {n_ids[r]} trajectory_ids, "
+                           f"{n_windows[r]} windows")
+            n_loss = int(mask[off[r]:off[r + 1]].sum())
+            if (num_tokens[r], num_loss[r]) != (n, n_loss):
+                bad.append(f"{path} sample {r}: num_tokens {num_tokens[r]} / num_loss_tokens {num_loss[r]}, "
+                           f"the sample has {n} / {n_loss}")
             expect = np.arange(n) - np.repeat(cu[:-1], np.diff(cu))
             if not np.array_equal(pos[off[r]:off[r + 1]], expect):
                 bad.append(f"{path} sample {r}: position_ids do not restart at cu_seqlens")
@@ -263,9 +276,85 @@ def _splits_of(corpus: Path, cfg: Any, ids: set[str]) -> dict[str, str]:
     return {t: split_of(k, cfg) for t, k in _group_keys(corpus, cfg, ids).items()}
 
 
+def _parquet_documents(out: Path, paths: list[str]) -> list[tuple[str, int, np.ndarray, np.ndarray]]:
+    """(trajectory id, window, ids, mask) of each document of the samples, in order."""
+    docs = []
+    for path in paths:
+        t = pq.read_table(out / path, columns=["input_ids", "loss_mask", "cu_seqlens", "trajectory_ids", "windows"])
+        cols = {c: t.column(c).combine_chunks() for c in t.column_names}
+        off = cols["input_ids"].offsets.to_numpy()
+        ids, mask = cols["input_ids"].values.to_numpy(), cols["loss_mask"].values.to_numpy()
+        for base, cu, tids, wins in zip(off, *(cols[c].to_pylist() for c in ("cu_seqlens", "trajectory_ids", "windows")),
+                                        strict=False):
+            docs += [(tid, w, ids[base + a:base + z], mask[base + a:base + z])
+                     for tid, w, a, z in zip(tids, wins, cu, cu[1:], strict=False)]
+    return docs
+
+
+def _shard_disagreements(out: Path, files: dict[str, list[dict[str, Any]]], where: str) -> list[str]:
+    """How one shard's formats disagree: Megatron's documents are the Parquet documents' tokens and
+    masks, the chat records their ids, windows and counts (in order); without Parquet, the chat
+    records' counts are Megatron's."""
+    from pipelines.export_formats import read_chat, read_indexed
+
+    paths = {f: [x["path"] for x in xs] for f, xs in files.items()}
+    pq_docs = _parquet_documents(out, paths["parquet"]) if "parquet" in paths else None
+    mega = None
+    if "megatron" in paths:
+        mega = []
+        for p in paths["megatron"]:
+            if p.endswith("_tokens.idx"):
+                prefix = out / p[: -len("_tokens.idx")]
+                ids, _ = read_indexed(prefix.with_name(prefix.name + "_tokens"))
+                masks, _ = read_indexed(prefix.with_name(prefix.name + "_loss_mask"))
+                mega += list(zip(ids, masks, strict=False))
+    chat = [r for p in paths.get("chat", []) for r in read_chat(out / p)] if "chat" in paths else None
+    bad: list[str] = []
+
+    def count(name: str, n: int, want: int) -> bool:
+        if n != want:
+            bad.append(f"{where}: {n} {name} documents, {want} {'Parquet' if pq_docs is not None else 'Megatron'} ones")
+        return n == want
+
+    if pq_docs is not None and mega is not None and count("Megatron", len(mega), len(pq_docs)):
+        for d, ((tid, w, ids, mask), (mi, mm)) in enumerate(zip(pq_docs, mega, strict=True)):
+            if not (np.array_equal(ids, mi.astype(np.int64)) and np.array_equal(mask, mm.astype(np.int64))):
+                bad.append(f"{where} document {d} ({tid} window {w}): Megatron's tokens or loss mask differ from Parquet's")
+    if chat is not None:
+        if pq_docs is not None:
+            want = [(tid, w, len(ids), int(mask.sum())) for tid, w, ids, mask in pq_docs]
+            got = [(r["trajectory_id"], r["window"], r["num_tokens"], r["num_loss_tokens"]) for r in chat]
+        elif mega is not None:
+            want = [(len(i), int(m.sum())) for i, m in mega]
+            got = [(r["num_tokens"], r["num_loss_tokens"]) for r in chat]
+        else:
+            return bad
+        if count("chat", len(got), len(want)):
+            bad += [f"{where} document {d}: chat record {g}, expected {x}" for d, (g, x) in enumerate(zip(got, want, strict=True))
+                    if g != x]
+    return bad
+
+
+def export_formats_agree(out: Path, corpus: Path | None = None) -> ContractResult:
+    """Each shard's formats hold the same documents: a trainer reading Megatron's or the chat
+    form's files gets what the Parquet samples (which `export_masks` checks) hold."""
+    m = _manifest(out)
+    formats = m["settings"]["formats"]
+    bad: list[str] = []
+    shards = 0
+    if len([f for f in formats if f in MASK_CHECKS]) > 1:
+        for split, s in m["splits"].items():
+            for i, shard in enumerate(s["shards"]):
+                shards += 1
+                bad += _shard_disagreements(out, shard["files"], f"{split} shard {i}")
+    return ContractResult("export_formats_agree", not bad, "every format holds the same documents",
+                          {"formats": formats, "shards": shards, "bad": bad[:MAX_LISTED], "problems": len(bad)})
+
+
 EXPORT_CONTRACTS: dict[str, Callable[[Path, Path | None], ContractResult]] = {
     "export_complete": export_complete,
     "export_masks": export_masks,
+    "export_formats_agree": export_formats_agree,
     "export_splits_disjoint": export_splits_disjoint,
     "export_eval_set": export_eval_set,
 }

@@ -27,7 +27,7 @@ def test_export_asset_after_cleaning_and_dedup(tmp_path: Path) -> None:
                                                                             "validation": 0.1, "test": 0.2}}}})
     assert res.success
     assert {e.check_name: e.passed for e in res.get_asset_check_evaluations()} == {
-        "export_complete": True, "export_masks": True, "export_splits_disjoint": True, "export_eval_set": True}
+        "export_complete": True, "export_masks": True, "export_formats_agree": True, "export_splits_disjoint": True, "export_eval_set": True}
     md = {k: v.value for k, v in res.asset_materializations_for_node("training_export")[0].metadata.items()}
     m = orjson.loads((out / "manifest.json").read_bytes())
     assert md["fingerprint"] == m["fingerprint"] and md["tokens"] == sum(s["tokens"] for s in m["splits"].values())

@@ -4,8 +4,10 @@ pass on a valid export."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import orjson
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -36,7 +38,7 @@ def _bump_manifest_tokens(out: Path) -> None:
     (out / "manifest.json").write_bytes(orjson.dumps(m))
 
 
-ALL_PASS = {"export_complete": (True, "error"), "export_masks": (True, "error"),
+ALL_PASS = {"export_complete": (True, "error"), "export_masks": (True, "error"), "export_formats_agree": (True, "error"),
             "export_splits_disjoint": (True, "error"), "export_eval_set": (True, "error")}
 
 
@@ -91,6 +93,69 @@ def test_documents_without_loss_kept_on_purpose_pass(corpus: Path, tok: ExportTo
     zero = sum(1 for f in (out / "chat").rglob("*.jsonl.zst") for r in read_chat(f) if r["num_loss_tokens"] == 0)
     assert zero > 0 and s.tokens > 0
     assert _results(out, c) == ALL_PASS
+
+
+def _rewrite_parquet(path: Path, change: Any) -> None:
+    t = pq.read_table(path)
+    rows = t.to_pylist()
+    change(rows[0])
+    pq.write_table(pa.Table.from_pylist(rows, schema=t.schema), path)
+
+
+@pytest.mark.parametrize("change, said", [
+    (lambda r: r.update(num_tokens=r["num_tokens"] + 1), "sample 0: num_tokens"),
+    (lambda r: r.update(num_loss_tokens=r["num_loss_tokens"] - 1), "sample 0: num_tokens"),
+    (lambda r: r.update(windows=r["windows"][:-1]), "sample 0: "),
+    (lambda r: r.update(trajectory_ids=[*r["trajectory_ids"], "x"]), "sample 0: "),
+])
+def test_parquet_counts_and_document_lists_are_checked(corpus: Path, tok: ExportTokenizer, tmp_path: Path,
+                                                      change: Any, said: str) -> None:
+    """A sample's num_tokens / num_loss_tokens columns and its trajectory_ids and windows lists
+    (one per document by cu_seqlens) are what a trainer reads: `export_masks` did not look."""
+    out = tmp_path / "out"
+    export(corpus, out, small_config(formats=("parquet",)), tokenizer=tok, progress=False)
+    assert _results(out, corpus) == ALL_PASS
+    m = orjson.loads((out / "manifest.json").read_bytes())
+    path = m["splits"]["train"]["shards"][0]["files"]["parquet"][0]["path"]
+    _rewrite_parquet(out / path, change)
+    [r] = [r for r in run_export_contracts(out, corpus) if r.name == "export_masks"]
+    assert not r.passed and r.metadata["problems"] == 1 and r.metadata["bad"][0].startswith(f"{path} {said}"), r.metadata
+
+
+def test_formats_holding_other_documents_fail(corpus: Path, tok: ExportTokenizer, tmp_path: Path) -> None:
+    """Megatron's documents and the chat records are the Parquet documents, shard by shard: a
+    Megatron token or a chat record's window that differs is named (each format passed its own checks)."""
+    from pipelines.export_formats import read_chat
+
+    out = tmp_path / "out"
+    export(corpus, out, small_config(), tokenizer=tok, progress=False)
+    assert _results(out, corpus) == ALL_PASS
+    [ok] = [r for r in run_export_contracts(out, corpus) if r.name == "export_formats_agree"]
+    m = orjson.loads((out / "manifest.json").read_bytes())
+    assert ok.metadata["shards"] == sum(len(s["shards"]) for s in m["splits"].values()) > 1
+    files = m["splits"]["train"]["shards"][1]["files"]
+    [tokens_bin] = [f["path"] for f in files["megatron"] if f["path"].endswith("_tokens.bin")]
+    data = bytearray((out / tokens_bin).read_bytes())
+    data[2] ^= 1  # the first document's second token (uint16)
+    (out / tokens_bin).write_bytes(bytes(data))
+    chat = out / files["chat"][0]["path"]
+    recs = list(read_chat(chat))
+    recs[3]["window"] += 1
+    import zstandard
+    chat.write_bytes(zstandard.ZstdCompressor().compress(b"".join(orjson.dumps(r) + b"\n" for r in recs)))
+    [r] = [r for r in run_export_contracts(out, corpus) if r.name == "export_formats_agree"]
+    first = recs[0]
+    assert not r.passed and r.metadata["problems"] == 2
+    assert r.metadata["bad"] == [
+        f"train shard 1 document 0 ({first['trajectory_id']} window {first['window']}): Megatron's tokens or loss mask "
+        "differ from Parquet's",
+        f"train shard 1 document 3: chat record {(recs[3]['trajectory_id'], recs[3]['window'], recs[3]['num_tokens'], recs[3]['num_loss_tokens'])}"
+        f", expected {(recs[3]['trajectory_id'], recs[3]['window'] - 1, recs[3]['num_tokens'], recs[3]['num_loss_tokens'])}"]
+    for fmt_ in ("parquet", "chat", "megatron"):  # one format alone has nothing to agree with
+        one = tmp_path / fmt_
+        export(corpus, one, small_config(formats=(fmt_,)), tokenizer=tok, progress=False)
+        [r] = [r for r in run_export_contracts(one, corpus) if r.name == "export_formats_agree"]
+        assert r.passed and r.metadata["shards"] == 0
 
 
 def test_an_eval_row_of_a_training_trajectory_fails(corpus: Path, tok: ExportTokenizer, tmp_path: Path) -> None:
@@ -150,7 +215,7 @@ def test_worldline_check_runs_the_export_contracts(corpus: Path, tok: ExportToke
     lines = capsys.readouterr().out.splitlines()
     at = lines.index(f"export {out}:")
     assert [ln.split(":")[0] for ln in lines[at + 1:]] == ["PASS  export_complete", "PASS  export_masks",
-                                                           "PASS  export_splits_disjoint", "PASS  export_eval_set"]
+                                                           "PASS  export_formats_agree", "PASS  export_splits_disjoint", "PASS  export_eval_set"]
     [part] = sorted((out / "parquet" / "train").glob("part-*.parquet"))[:1]
     data = bytearray(part.read_bytes())
     data[100:104] = b"XXXX"
