@@ -42,6 +42,10 @@ HARNESS_BINARIES = frozenset({"bash", "sh", "timeout", "find", "xargs", "md5sum"
 REMOVABLE = ("python3", "git", "make", "grep", "sed", "awk", "sort", "uniq", "wc", "cut", "tr", "diff", "patch",
              "jq", "bc", "gzip", "curl", "file", "tail", "ls", "cat", "cp", "mv", "mkdir", "ps", "du", "df")
 WRAPPABLE = tuple(c for c in REMOVABLE if c not in ("ls", "cat", "cp", "mv", "mkdir"))
+# slow_command / timeout wrap a tool the task uses, the plain file commands only where it uses no other
+# (files-rename-batch runs ls and mv alone: python3, which it never runs, was wrapped, and the
+# trajectory was labelled with a perturbation that changed nothing)
+WRAPPED_FIRST = (WRAPPABLE, REMOVABLE)
 MIRROR_PLACEHOLDER_IP = "172.31.255.2"  # what `mirror` resolves to when the network is gone
 
 
@@ -125,9 +129,13 @@ def command_names(commands: list[str]) -> list[str]:
     return names
 
 
-def _pick(rng: random.Random, used: list[str], pool: tuple[str, ...], fallback: str) -> str:
-    cands = sorted({n for n in used if n in pool})
-    return rng.choice(cands) if cands else fallback
+def _pick(rng: random.Random, used: list[str], pools: tuple[tuple[str, ...], ...], fallback: str) -> str:
+    """One of the first pool's commands the task uses, else the next pool's, else `fallback`."""
+    for pool in pools:
+        cands = sorted({n for n in used if n in pool})
+        if cands:
+            return rng.choice(cands)
+    return fallback
 
 
 def _shim(name: str, body: str) -> Callable[[Sandbox], None]:
@@ -166,11 +174,11 @@ def _permission_denied(plan: Plan, p: dict, rng: random.Random, used: list[str])
     plan.setup_cfg = plan.run_cfg
 
 
-def _binary(perturbation: str, p: dict, rng: random.Random, used: list[str], pool: tuple[str, ...] | list[str]) -> str:
-    """The command a perturbation acts on: the one named (`binary=NAME`), else one of `pool` the task uses.
+def _binary(perturbation: str, p: dict, rng: random.Random, used: list[str], pools: tuple[tuple[str, ...], ...]) -> str:
+    """The command a perturbation acts on: the one named (`binary=NAME`), else one the task uses (`_pick`).
     A name is a plain command name (it becomes a file name, and for missing_binary part of an image
     build step), never one the harness itself runs."""
-    binary = p.get("binary") or _pick(rng, used, pool, "python3")
+    binary = p.get("binary") or _pick(rng, used, pools, "python3")
     if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.+-]*", str(binary)):
         raise PerturbationError(f"{perturbation}: binary {binary!r} is not a command name (letters, digits, _ . + -)")
     if binary in HARNESS_BINARIES:
@@ -179,7 +187,7 @@ def _binary(perturbation: str, p: dict, rng: random.Random, used: list[str], poo
 
 
 def _missing_binary(plan: Plan, p: dict, rng: random.Random, used: list[str]) -> None:
-    binary = p["binary"] = _binary("missing_binary", p, rng, used, REMOVABLE)
+    binary = p["binary"] = _binary("missing_binary", p, rng, used, (REMOVABLE,))
     plan.two_phase = True
     plan.derive_without = [binary]
 
@@ -200,14 +208,14 @@ def _oom(plan: Plan, p: dict, rng: random.Random, used: list[str]) -> None:
 def _slow(plan: Plan, p: dict, rng: random.Random, used: list[str]) -> None:
     if float(p["delay_s"]) < 0:
         raise PerturbationError(f"slow_command: delay_s must be >= 0, got {p['delay_s']}")
-    binary = p["binary"] = _binary("slow_command", p, rng, used, WRAPPABLE)
+    binary = p["binary"] = _binary("slow_command", p, rng, used, WRAPPED_FIRST)
     plan.after_setup.append(_shim(binary, f"/usr/bin/sleep {float(p['delay_s']):g}"))
 
 
 def _timeout(plan: Plan, p: dict, rng: random.Random, used: list[str]) -> None:
     if float(p["timeout_s"]) <= 0 or float(p["hang_s"]) < 0:
         raise PerturbationError(f"timeout: timeout_s must be > 0 and hang_s >= 0, got timeout_s={p['timeout_s']}, hang_s={p['hang_s']}")
-    binary = p["binary"] = _binary("timeout", p, rng, used, WRAPPABLE)
+    binary = p["binary"] = _binary("timeout", p, rng, used, WRAPPED_FIRST)
     plan.run_cfg = replace(plan.run_cfg, action_timeout_s=float(p["timeout_s"]))
     plan.fixed_timeout = True
     plan.after_setup.append(_shim(binary, f"/usr/bin/sleep {float(p['hang_s']):g}"))

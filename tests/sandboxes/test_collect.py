@@ -206,7 +206,8 @@ def test_whole_suite_with_and_without_every_perturbation(images, tmp_path: Path)
         ("permission_denied", "failure", 26, 84), ("permission_denied", "success", 3, 9),
         ("read_only_fs", "failure", 26, 84), ("read_only_fs", "success", 3, 9),
         ("slow_command", "success", 29, 93),
-        ("timeout", "failure", 11, 30), ("timeout", "success", 18, 63),
+        # (os-limits's cat hangs: a failure; files-rename-batch's ls hangs, its mv loop still renames: a success)
+        ("timeout", "failure", 12, 34), ("timeout", "success", 17, 59),
         ("truncated_output", "success", 29, 93),
     ]
     # every turn of a perturbed trajectory carries its perturbation; unperturbed ones none

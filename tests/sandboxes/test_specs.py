@@ -143,6 +143,24 @@ def test_perturbations_refuse_the_harness_binaries(name: str) -> None:
             plan(SandboxConfig(image="x"), PerturbationSpec(name, (("binary", b),)), 0, "t", [f"{b} x"])
 
 
+@pytest.mark.parametrize("name", ["slow_command", "timeout"])
+def test_a_wrapper_goes_on_a_command_the_task_runs(name: str) -> None:
+    """A task that runs only file commands gets one of them wrapped: files-rename-batch (ls, mv) and
+    os-limits (cat, tee) had python3 wrapped, which they never run: labelled, yet unperturbed.
+    A task running a tool as well keeps the tool (the draw is the same as before)."""
+    tasks = {t.id: t for t in load_tasks(TASKS_DIR)}
+
+    def binary(task: str) -> str:
+        t = tasks[task]
+        return plan(SandboxConfig(image="x"), PerturbationSpec(name), 0, t.id, t.commands, t.perturbations).params["binary"]
+
+    assert binary("files-rename-batch") in {"ls", "mv"} and binary("os-limits") == "cat"
+    assert binary("files-organize") == "sort" and binary("os-process-report") == "ps"
+    for t in tasks.values():
+        assert binary(t.id) in command_names(t.commands), t.id
+    assert plan(SandboxConfig(image="x"), PerturbationSpec(name), 0, "t", ["echo hi", "cd /tmp"]).params["binary"] == "python3"
+
+
 @pytest.mark.parametrize("name", ["missing_binary", "slow_command", "timeout"])
 @pytest.mark.parametrize("binary", ["grep -c", "../bin/grep", "grep;rm", "-x"])
 def test_perturbations_refuse_a_binary_that_is_no_command_name(name: str, binary: str) -> None:
