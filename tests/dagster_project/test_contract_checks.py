@@ -36,5 +36,5 @@ def test_every_check_says_what_it_checks_in_the_ui() -> None:
     from dagster_project.definitions import defs
 
     specs = [s for c in defs.asset_checks or [] for s in c.check_specs]
-    assert len(specs) == 38
+    assert len(specs) == 39
     assert [s.name for s in specs if not s.description or s.description.strip() == s.name] == []
