@@ -17,6 +17,13 @@ at batches × B would repeat some samples and skip others.)
 
 Resume: `start_index` is the number of samples this rank has already consumed in the epoch
 (batches × batch size); the stream continues at that position, identically to an uninterrupted run.
+It belongs to the epoch it was given with: `set_epoch` to another epoch starts that one at 0.
+
+`rank` and `world_size` are given together (a data-parallel rank need not be the global one) or
+not at all (then torch.distributed's, or 0 of 1 when it is not initialised: build the dataset after
+`init_process_group`). `set_epoch` changes the dataset in this process: DataLoader workers that
+persist across epochs (`persistent_workers=True`) keep the copy they started with, and repeat its
+epoch; make a new DataLoader per epoch, or do not keep the workers.
 
 Usage: `DataLoader(PackedShards(dir, "train", batch_size=B), batch_size=B, num_workers=W,
 collate_fn=pad_collate)`.
@@ -63,6 +70,8 @@ class PackedShards(IterableDataset):
             raise ValueError(f"{self.root}: no split {split!r} (have {sorted(self.manifest['splits'])})")
         if "parquet" not in self.manifest["settings"]["formats"]:
             raise ValueError(f"{self.root}: exported without the parquet format")
+        if (rank is None) != (world_size is None):
+            raise ValueError(f"rank={rank}, world_size={world_size}: give both or neither (neither: torch.distributed's)")
         if rank is None or world_size is None:
             dist = torch.distributed
             on = dist.is_available() and dist.is_initialized()
@@ -72,12 +81,21 @@ class PackedShards(IterableDataset):
             raise ValueError(f"rank {rank} outside world size {world_size}")
         if batch_size < 1:
             raise ValueError(f"batch_size {batch_size}: must be at least 1 (the DataLoader's batch size)")
+        for name, v in (("seed", seed), ("epoch", epoch), ("start_index", start_index)):
+            if v < 0:
+                raise ValueError(f"{name} {v}: must be at least 0")
         self.split, self.seed, self.shuffle = split, seed, shuffle
         self.rank, self.world_size = rank, world_size
         self.start_index, self.epoch, self.batch_size = start_index, epoch, batch_size
         self.blocks = _blocks(self.root, self.manifest, split)
 
     def set_epoch(self, epoch: int) -> None:
+        """The epoch to read next; another epoch than the current one starts at its first sample
+        (a resume's `start_index` counted samples of its own epoch only)."""
+        if epoch < 0:
+            raise ValueError(f"epoch {epoch}: must be at least 0")
+        if epoch != self.epoch:
+            self.start_index = 0
         self.epoch = epoch
 
     def __len__(self) -> int:

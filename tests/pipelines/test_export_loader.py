@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -65,6 +66,35 @@ def test_seeded_shuffle_and_resume(out: Path) -> None:
     # with workers, resuming gives the same tail
     ds = PackedShards(out, "train", seed=1, start_index=37)
     assert [tuple(s["input_ids"][0].tolist()) for s in DataLoader(ds, batch_size=1, num_workers=2)] == a[37:]
+
+
+def test_a_resume_offset_belongs_to_its_epoch(out: Path) -> None:
+    """After a resume at sample 100 of epoch 0, the next epoch is whole: set_epoch kept the offset,
+    and every later epoch lost its first 100 samples (len() said so too)."""
+    whole = [_key(s) for s in PackedShards(out, "train", seed=5, epoch=1)]
+    ds = PackedShards(out, "train", seed=5, start_index=100)
+    assert len(ds) == len(list(ds)) == 301
+    ds.set_epoch(0)  # the same epoch: still resumed
+    assert len(ds) == 301
+    ds.set_epoch(1)
+    assert len(ds) == 401 and [_key(s) for s in ds] == whole
+
+
+@pytest.mark.parametrize("kw, said", [
+    ({"rank": 1}, "rank=1, world_size=None: give both or neither"),
+    ({"world_size": 4}, "rank=None, world_size=4: give both or neither"),
+    ({"start_index": -3}, "start_index -3: must be at least 0"),
+    ({"seed": -1}, "seed -1: must be at least 0"),
+    ({"epoch": -1}, "epoch -1: must be at least 0"),
+])
+def test_arguments_that_would_read_the_wrong_samples_are_refused(out: Path, kw: dict, said: str) -> None:
+    """rank alone fell back to rank 0 of 1 (every process read the whole epoch); a negative
+    start_index gave len() 404 of 401 samples and reordered workers' batches; a negative seed or
+    epoch failed later, inside a worker."""
+    with pytest.raises(ValueError, match=re.escape(said)):
+        PackedShards(out, "train", **kw)
+    with pytest.raises(ValueError, match="epoch -2: must be at least 0"):
+        PackedShards(out, "train").set_epoch(-2)
 
 
 def test_tensors_and_collate(out: Path) -> None:
