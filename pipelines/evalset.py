@@ -92,15 +92,19 @@ def eval_rows(traj: dict[str, Any], conv: Conversation, middle: int = 2,
     groups = conv.groups
     n = len(groups)
     task, state = traj.get("task"), traj.get("initial_state")
-    texts = [task or "", state or ""] + [g.user for g in groups] + [g.observation for g in groups]
-    if any(_UNSAFE.search(t) for t in texts):
-        return [], len(set(evaluated_turns(n, middle)).difference(exclude))
+    # a row holds the turns up to its own: text the parser would misread in a later turn spares it
+    unsafe = [bool(_UNSAFE.search(g.user) or _UNSAFE.search(g.observation)) for g in groups]
+    first_unsafe = -1 if _UNSAFE.search(task or "") or _UNSAFE.search(state or "") else next(
+        (i for i, u in enumerate(unsafe) if u), n)
     system = system_prompt({"domain": traj.get("domain"), "action_space": traj.get("action_space")}, render or RenderConfig())
     prompts = [turn_prompt(i + 1, g.user, task, state) for i, g in enumerate(groups)]
     responses = [f"{OBS_MARKER}\n{g.observation}" for g in groups]
-    rows = []
+    rows, left_out = [], 0
     for t in evaluated_turns(n, middle):
         if t in exclude:
+            continue
+        if t >= first_unsafe:
+            left_out += 1
             continue
         rows.append({
             "task": traj["domain"],
@@ -112,7 +116,7 @@ def eval_rows(traj: dict[str, Any], conv: Conversation, middle: int = 2,
             "turn_idx": t + 1,
             "total_turns": n,
         })
-    return rows, 0
+    return rows, left_out
 
 
 def dumps_row(row: dict[str, Any]) -> bytes:
