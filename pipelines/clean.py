@@ -98,10 +98,12 @@ SHELL_TOOLS = ("bash", "execute_bash", "shell", "run_shell_command", "run_comman
 # reCAPTCHA" is an ordinary page.
 CAPTCHA_RE = (r"(?i)(?:solve|complete|enter|fill in|type)(?: in)? (?:the |this |a )?(?:re|h)?captcha"
               r"|(?:re|h)?captcha (?:challenge|verification|required|check|failed)|iframe '(?:re|h)captcha"
-              r"|are you a robot|i'?m not a robot|verify (?:that )?you are (?:a )?human"
+              r"|are you a robot|verify (?:that )?you are (?:a )?human"
               r"|unusual traffic from your computer|attention required! \| cloudflare"
               r"|checking (?:your browser before accessing|if the site connection is secure)"
-              r"|please complete the security check|press (?:&|and) hold")
+              r"|please complete the security check|press (?:&|and) hold to confirm you are (?:a )?human"
+              # the challenge's checkbox, not a song or a search result that names it
+              r"|(?:checkbox|button)[^a-z\n]{0,3}i'?m not a robot")
 HTTP_ERROR_RE = (r"(?i)(?:^|[^0-9])(?:4(?:0[0-9]|1[0-8]|2[0-9]|31|51)|5(?:0[0-9]|2[0-9]))[ :-]+"
                  r"(?:bad request|unauthori[sz]ed|payment required|forbidden|not found|method not allowed"
                  r"|not acceptable|request time-?out|gone|too many requests|internal server error|not implemented"
@@ -109,6 +111,12 @@ HTTP_ERROR_RE = (r"(?i)(?:^|[^0-9])(?:4(?:0[0-9]|1[0-8]|2[0-9]|31|51)|5(?:0[0-9]
                  r"|origin is unreachable|a timeout occurred)"
                  r"|this site can.t be reached|ERR_(?:CONNECTION_[A-Z]+|NAME_NOT_RESOLVED|TIMED_OUT"
                  r"|INTERNET_DISCONNECTED|SSL_PROTOCOL_ERROR|TOO_MANY_REDIRECTS)")
+# the agent's own container or device client: what it prints ("Cannot connect to the Docker daemon",
+# "error: device not found") is the environment answering that command, not the sandbox dying
+CONTAINER_CLIENT_RE = r"(?:^|[\s;&|(`$])(?:sudo\s+)?(?:docker|podman|nerdctl|adb|kubectl|docker-compose)(?:\s|$)"
+# observations that are someone else's text (a page, search results, a file, a user): a crash message in
+# them is content (a StackOverflow answer about the Docker daemon), never the sandbox dying
+CONTENT_KINDS = ("accessibility_tree", "search_results", "file_view", "user_reply")
 SANDBOX_CRASH_RE = (r"(?i)OCI runtime (?:exec|create|start|state) failed|container [0-9a-f]{12,64} is not running"
                     r"|cannot connect to the docker daemon|error response from daemon: (?:container|no such container)"
                     r"|no such container: |sandbox (?:crashed|died|was terminated|is not running|is unavailable|timed out)"
@@ -159,7 +167,8 @@ class CleanConfig:
         d.pop("memory_limit")  # where DuckDB works, not what it finds
         d["decontam"] = self.decontam.fingerprint(eval_digest)
         d["redact"] = self.redact.fingerprint()
-        d["patterns"] = hashlib.sha256("\n".join((CAPTCHA_RE, HTTP_ERROR_RE, SANDBOX_CRASH_RE, MALFORMED_RE, *WEB_DOMAINS,
+        d["patterns"] = hashlib.sha256("\n".join((CAPTCHA_RE, HTTP_ERROR_RE, SANDBOX_CRASH_RE, CONTAINER_CLIENT_RE,
+                                                  *CONTENT_KINDS, MALFORMED_RE, *WEB_DOMAINS,
                                                   *CAPTCHA_DOMAINS)).encode()).hexdigest()[:12]
         d["verdicts"] = VERDICTS_VERSION
         return hashlib.sha256(repr(sorted(d.items())).encode()).hexdigest()[:16]
@@ -210,8 +219,7 @@ class CleanSummary:
             lines.append("  secrets/PII export will redact: none found")
         if self.eval_items or self.eval_items_too_short:
             lines.append(f"  decontamination: {self.contaminated} trajectories overlap {self.eval_items} evaluation items"
-                         + (f"; {self.eval_items_too_short} items left out, too short to judge (fewer n-grams than "
-                            "--min-item-ngrams)" if self.eval_items_too_short else ""))
+                         + (f"; {self.eval_items_too_short} items left out, too short to judge (not one n-gram: no word)" if self.eval_items_too_short else ""))
         lines.append(f'  see: worldline query {self.corpus} "SELECT reason, count(*) FROM cleaning GROUP BY 1"')
         return "\n".join(lines)
 
@@ -344,7 +352,9 @@ def _trajectory_verdicts(con: duckdb.DuckDBPyConnection, cfg: CleanConfig, summa
                                  AND regexp_matches(observation, {sql_str(CAPTCHA_RE)}) THEN 'env_captcha'
                             WHEN observation_kind IN {_in_list(WEB_KINDS)} AND domain IN {_in_list(WEB_DOMAINS)}
                                  AND regexp_matches(left(observation, 600), {sql_str(HTTP_ERROR_RE)}) THEN 'env_http_error'
-                            WHEN regexp_matches(observation, {sql_str(SANDBOX_CRASH_RE)}) THEN 'env_sandbox_crash' END AS reason
+                            WHEN coalesce(observation_kind, '') NOT IN {_in_list(CONTENT_KINDS)}
+                                 AND NOT regexp_matches(coalesce(action, ''), {sql_str(CONTAINER_CLIENT_RE)})
+                                 AND regexp_matches(observation, {sql_str(SANDBOX_CRASH_RE)}) THEN 'env_sandbox_crash' END AS reason
                 -- a fault a collector injected on purpose (a perturbation label) is what the collection was
                 -- for, and so is what it leaves on screen for the turns after it (an error page acted on)
                 FROM (SELECT *, count(perturbation) OVER (PARTITION BY trajectory_id ORDER BY turn_index) AS faults_so_far

@@ -131,7 +131,7 @@ from schemas.tables import check_domains
 EXPORT_FORMAT = "worldline-export/1"
 EXPORT_CODE_VERSION = "5"  # bump when a change to this module changes what is written (3: trajectories with no turn
 # counted; 4: a shared prefix that train trains is context only in validation and test, and no eval row; 5: a turn
-# longer than the sequence has its action cut before its observation)
+# longer than the sequence has its action cut before its observation, and an eval row is left out only for what it holds)
 SPLITS = ("train", "validation", "test")
 DATA_DIRS = ("parquet", "chat", "megatron", "eval")
 SIDE_TABLES = ("cleaning", "duplicates", "shared_prefixes", "turn_scores")  # what the export reads

@@ -268,6 +268,41 @@ def test_a_trajectory_without_turns_is_judged(tmp_path: Path) -> None:
     assert results[0].passed and results[0].metadata["orphan_rows"] == 0, results[0].metadata
 
 
+def test_failure_phrases_as_content_or_a_client_command_s_output_drop_nothing(tmp_path: Path) -> None:
+    """The agent's own `docker`/`adb` command printing the daemon's or the device's error, a search
+    result about the Docker daemon, a song called "I'm Not a Robot" and a phone's "press and hold"
+    tip are the environment answering: each dropped its trajectory whole. The harness's crash
+    message after `ls`, a CAPTCHA's checkbox and the press-and-hold challenge still do."""
+    def traj(name: str, domain: str, turns: list[Turn]) -> Trajectory:
+        return Trajectory(domain=domain, source_format="planted", native_id=name, record_digest=f"p:{name}", turns=turns)
+
+    def term(action: str, out: str) -> Trajectory:
+        return traj(action, "terminal", [Turn(action=action, observation=out, observation_kind="stdout", exit_code=1),
+                                         Turn(action="ls", observation="README.md", observation_kind="stdout", exit_code=0)])
+
+    def search(name: str, out: str) -> Trajectory:
+        return traj(name, "search", [Turn(action=f"search[{name}]", observation=out, observation_kind="search_results"),
+                                     Turn(action="finish[x]", observation="done", observation_kind="search_results")])
+
+    daemon = "Cannot connect to the Docker daemon at unix:///var/run/docker.sock. Is the docker daemon running?"
+    corpus = tmp_path / "c"
+    ids = plant(corpus, [
+        term("docker ps", daemon),
+        term("cd app && sudo docker rm -f web-old", "Error response from daemon: No such container: web-old"),
+        term("adb -s emulator-5554 shell ls", "error: device 'emulator-5554' not found"),
+        search("docker daemon", "Troubleshoot: " + daemon + " Start the service with systemctl start docker."),
+        search("robot song", "I'm Not a Robot is a song by Welsh singer Marina and the Diamonds."),
+        search("restart iphone", "Press and hold the side button until the Apple logo appears."),
+        term("ls", daemon),  # the harness's message after a command that is no client: the sandbox died
+        search("captcha", "checkbox 'I'm not a robot'  StaticText 'Privacy - Terms'"),
+        search("px", "Press & Hold to confirm you are a human (and not a bot)."),
+    ])
+    s = clean(corpus, progress=False)
+    got = {ids.index(t): r for t, r in rows(corpus, "SELECT trajectory_id, reason FROM cleaning WHERE turn_index IS NULL")}
+    assert got == {6: "env_sandbox_crash", 7: "env_captcha", 8: "env_captcha"}
+    assert s.kept_trajectories == 6
+
+
 def test_a_trajectory_dropped_for_several_reasons_has_one_verdict(tmp_path: Path) -> None:
     """Verdicts per reason add up to the trajectories dropped whole: the first reason by
     `WHOLE_DROP_ORDER` is the row's, the others follow its detail."""
