@@ -290,6 +290,14 @@ class _Steps:
         self.name = None
 
 
+def verdicts_digest(cleaning: pa.Table) -> str:
+    """What the verdicts leave out (trajectories, turns), independent of the settings that found them:
+    a rerun that drops the same things (another redaction option) leaves dedup current."""
+    cols = cleaning.select(["trajectory_id", "turn_index"]).to_pydict()
+    return hashlib.sha256(orjson.dumps(sorted(zip(cols["trajectory_id"], cols["turn_index"], strict=True),
+                                              key=lambda r: (r[0], -1 if r[1] is None else r[1])))).hexdigest()[:16]
+
+
 def _trajectory_verdicts(con: duckdb.DuckDBPyConnection, cfg: CleanConfig, summary: CleanSummary,
                          step: _Steps) -> None:
     """Fills temp table `_tdrop(trajectory_id, reason, detail)`."""
@@ -582,7 +590,7 @@ def _clean(con: duckdb.DuckDBPyConnection, corpus: Corpus, state: dict | None, c
         "trajectories": summary.trajectories, "kept_trajectories": summary.kept_trajectories,
         "kept_turns": summary.kept_turns, "emptied_trajectories": summary.emptied_trajectories,
         "dropped_trajectories": summary.dropped_trajectories,
-        "dropped_turns": summary.dropped_turns}, **common)
+        "dropped_turns": summary.dropped_turns, "verdicts_digest": verdicts_digest(cleaning)}, **common)
     if redactions is not None:
         # the rules go with the table: export trusts the scan only when its own rules are the same
         write_side_table(corpus, "redactions", redactions, REDACTIONS_SCHEMA, summary={"kinds": summary.redactions},

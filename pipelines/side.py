@@ -73,12 +73,14 @@ def side_entries(corpus: Corpus) -> dict[str, dict[str, Any]]:
 
 
 def verdicts_identity(entry: dict[str, Any] | None) -> str | None:
-    """What a stage that filters by another stage's verdicts (dedup by cleaning's) records of them: the
-    settings' fingerprint and the corpus state they judged. The settings alone miss a rerun of the
-    stage on a grown corpus, whose verdicts differ under the same settings."""
+    """What a stage that filters by another stage's verdicts (dedup by cleaning's) records of them:
+    what they leave out (`verdicts_digest`; the settings' fingerprint for a table written without
+    one) and the corpus state they judged. Settings that change no verdict (a redaction option)
+    leave it the same; the settings alone missed a rerun on a grown corpus."""
     if entry is None or entry.get("fingerprint") is None:
         return None
-    return f"{entry['fingerprint']}@{(entry.get('corpus_state') or {}).get('batches_digest')}"
+    what = (entry.get("summary") or {}).get("verdicts_digest") or entry["fingerprint"]
+    return f"{what}@{(entry.get('corpus_state') or {}).get('batches_digest')}"
 
 
 def side_fingerprints(corpus: Corpus, names: tuple[str, ...]) -> dict[str, Any]:

@@ -76,6 +76,25 @@ def test_tables_from_before_an_ingest_are_stale(clusters: Path, tmp_path: Path, 
     assert failed == {"cleaning_every_trajectory_judged": f"worldline clean {root}", "dedup_current": f"worldline dedup {root}"}
 
 
+def test_a_clean_rerun_that_drops_the_same_leaves_dedup_current(clusters: Path, tmp_path: Path) -> None:
+    """Another redaction option changes no verdict: dedup was reported stale (check failed, and the
+    next dedup recomputed every signature); verdicts that do change still make it stale."""
+    from pipelines.clean import CleanConfig
+    from pipelines.redact import RedactConfig
+
+    root = tmp_path / "corpus"
+    ingest([clusters], root, IngestConfig(domain_override="terminal"), progress=False)
+    clean(root, progress=False)
+    dedup(root, progress=False)
+    clean(root, CleanConfig(redact=RedactConfig(ip_addresses=True)), progress=False)
+    assert stale_side_tables(Corpus(root)) == {}
+    assert all(r.passed for r in run_clean_contracts(root))
+    clean(root, CleanConfig(min_turns=99), progress=False)  # drops every trajectory
+    assert stale_side_tables(Corpus(root)) == {
+        name: "computed against other cleaning verdicts than the current ones; rerun `worldline dedup`"
+        for name in ("duplicates", "shared_prefixes")}
+
+
 def test_dedup_between_an_ingest_and_clean_is_stale_until_it_runs_again(clusters: Path, tmp_path: Path, sample: Path,
                                                                          capsys: pytest.CaptureFixture[str]) -> None:
     """Cleaning rerun with the same settings on a grown corpus gives other verdicts: the dedup that used the old
