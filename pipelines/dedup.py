@@ -225,7 +225,7 @@ class DedupSummary:
 # Signatures: numpy over Arrow buffers
 # ---------------------------------------------------------------------------------------------
 
-_TOKENIZER_VERSION = 5  # bump when signatures or the stored layout change
+_TOKENIZER_VERSION = 6  # bump when signatures or the stored layout change (6: CJK characters, Unicode punctuation)
 _M64 = (1 << 64) - 1
 _P = np.uint64(0x100000001B3)  # FNV prime: odd, so invertible mod 2^64
 _Q = np.uint64(0x9E3779B97F4A7C15)
@@ -239,6 +239,31 @@ for _c in b"abcdefghijklmnopqrstuvwxyz0123456789_":
 for _c in b"ABCDEFGHIJKLMNOPQRSTUVWXYZ":
     _LOWER[_c] = _c + 32
 _LOWER[128:] = np.arange(128, 256, dtype=np.uint8)  # UTF-8 multi-byte characters are word characters
+# ... except, among the three-byte characters, punctuation (General Punctuation ’ — “, CJK symbols 。、,
+# full-width ！（）：？) separates words, and a CJK ideograph or kana is a word of its own (Chinese and
+# Japanese are written without spaces: a whole observation was one "word"), as decontamination reads them
+_PUNCT3 = ((0x2000, 0x206F), (0x3000, 0x303F), (0xFF00, 0xFF0F), (0xFF1A, 0xFF20), (0xFF3B, 0xFF40), (0xFF5B, 0xFF65))
+_CJK3 = ((0x3040, 0x30FF), (0x3400, 0x4DBF), (0x4E00, 0x9FFF), (0xF900, 0xFAFF))
+
+
+def _in_ranges(cp: np.ndarray, ranges: tuple[tuple[int, int], ...]) -> np.ndarray:
+    out = np.zeros(len(cp), dtype=bool)
+    for lo, hi in ranges:
+        out |= (cp >= lo) & (cp <= hi)
+    return out
+
+
+def _three_byte_classes(seg: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Start offsets in `seg` of the three-byte UTF-8 punctuation and CJK characters."""
+    lead = np.flatnonzero(seg >= 0xE0)
+    if not len(lead):
+        return lead, lead
+    lead = lead[(lead + 2 < len(seg))]
+    b0, b1, b2 = (seg[lead + k].astype(np.uint32) for k in range(3))
+    lead = lead[(b0 < 0xF0) & (b1 & 0xC0 == 0x80) & (b2 & 0xC0 == 0x80)]
+    b0, b1, b2 = (seg[lead + k].astype(np.uint32) for k in range(3))
+    cp = ((b0 & 0x0F) << 12) | ((b1 & 0x3F) << 6) | (b2 & 0x3F)
+    return lead[_in_ranges(cp, _PUNCT3)], lead[_in_ranges(cp, _CJK3)]
 
 _POW: np.ndarray | None = None
 _INVPOW: np.ndarray | None = None
@@ -269,8 +294,8 @@ def _fmix64(h: np.ndarray) -> np.ndarray:
 
 def token_hashes(data: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Hashes of the word tokens of byte ranges [starts[i], ends[i]) of `data`, and the range each
-    token came from. Tokens are maximal runs of [A-Za-z0-9_] and non-ASCII bytes, lower-cased;
-    they never cross a range boundary."""
+    token came from. Tokens are maximal runs of [A-Za-z0-9_] and non-ASCII bytes, lower-cased,
+    split at three-byte punctuation, and each CJK character alone; they never cross a range boundary."""
     pw, inv = _powers()
     # Cut ranges into pieces of at most one window, then pack pieces into windows.
     lens = ends - starts
@@ -298,6 +323,9 @@ def token_hashes(data: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tupl
             rel_s = np.concatenate(([0], np.cumsum(idx_e - idx_s)[:-1]))
         m = len(seg)
         if m:
+            punct, cjk = _three_byte_classes(seg)
+            for k in range(3):
+                seg[punct + k] = 0
             isw = seg != 0
             prev = np.empty(m, dtype=bool)
             prev[0] = False
@@ -308,6 +336,12 @@ def token_hashes(data: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tupl
             nxt[:-1] = isw[1:]
             rel_e = np.concatenate((rel_s[1:], [m]))
             nxt[rel_e[rel_e > 0] - 1] = False
+            if len(cjk):  # a CJK character is a token of its own: a boundary on each side
+                prev[cjk] = False
+                nxt[cjk + 2] = False
+                nxt[cjk[cjk > 0] - 1] = False
+                after = cjk + 3
+                prev[after[after < m]] = False
             ts = np.flatnonzero(isw & ~prev)
             te = np.flatnonzero(isw & ~nxt) + 1
             if len(ts):
