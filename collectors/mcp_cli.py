@@ -9,6 +9,7 @@ stopped, finished sessions written, the summary says so), as `worldline collect 
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 
@@ -22,7 +23,7 @@ def _latency(text: str) -> tuple[float, float]:
         pair = (float(lo), float(hi or lo))
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected MIN,MAX seconds, got {text!r}") from None
-    if pair[0] < 0 or pair[1] < pair[0]:
+    if not all(map(math.isfinite, pair)) or pair[0] < 0 or pair[1] < pair[0]:
         raise argparse.ArgumentTypeError(f"expected 0 <= MIN <= MAX, got {text!r}")
     return pair
 

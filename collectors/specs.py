@@ -7,6 +7,7 @@ whose spec is wrong."""
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -45,7 +46,54 @@ def spec_files(paths: list[Path | str], what: str, error: type[ValueError]) -> l
             out += found
         else:
             out.append(p)
-    return out
+    # a spec named twice (itself and its folder) runs once: twice gave two trajectories of one id
+    seen: set[Path] = set()
+    return [p for p in out if not (p.resolve() in seen or seen.add(p.resolve()))]
+
+
+def integer(where: str, v: Any, error: type[ValueError], least: int) -> int:
+    """A YAML integer of at least `least`."""
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise error(f"{where}: expected an integer, got {v!r}")
+    if v < least:
+        raise error(f"{where}: must be at least {least}, got {v}")
+    return v
+
+
+def number(where: str, v: Any, error: type[ValueError], positive: bool = True) -> float:
+    """A finite YAML number, above 0 (`positive`) or at least 0."""
+    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+        raise error(f"{where}: expected a finite number, got {v!r}")
+    if v < 0 or (positive and v == 0):
+        raise error(f"{where}: must be {'above' if positive else 'at least'} 0, got {v}")
+    return float(v)
+
+
+def text(where: str, v: Any, error: type[ValueError], default: str = "") -> str:
+    """A YAML scalar as text; left blank (null), `default`."""
+    if v is None:
+        return default
+    if isinstance(v, dict | list):
+        raise error(f"{where}: expected text, got {type(v).__name__}")
+    return str(v)
+
+
+def text_list(where: str, v: Any, error: type[ValueError]) -> list[str]:
+    """A YAML list of scalars (one argument per item) as text."""
+    if v is None:
+        return []
+    if not isinstance(v, list) or any(isinstance(x, dict | list) or x is None for x in v):
+        raise error(f"{where}: expected a list of arguments (one per item), got {v!r:.80}")
+    return [str(x) for x in v]
+
+
+def text_map(where: str, v: Any, error: type[ValueError]) -> dict[str, str]:
+    """A YAML mapping of names to scalars, as text."""
+    if v is None:
+        return {}
+    if not isinstance(v, dict) or any(isinstance(x, dict | list) for x in v.values()):
+        raise error(f"{where}: expected a mapping of names to values, got {v!r:.80}")
+    return {str(k): "" if x is None else str(x) for k, x in v.items()}
 
 
 def check_sessions(specs: Sequence[_Spec], only: list[str] | None) -> None:

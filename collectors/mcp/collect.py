@@ -279,10 +279,15 @@ def collect(spec_paths: list[Path | str | ServerSpec], out: Path | str, *, fault
     check_options(repeat, concurrency, call_timeout_s, replay_limit, policy)
     Corpus(out).check_writable("--out")  # before any server starts: a bad --out would lose every session
     if replay_corpus is not None:
+        if only or policy:  # replay runs the corpus's trajectories, with their own actions
+            raise ValueError(f"--replay replays the trajectories of {replay_corpus}: "
+                             f"{' and '.join(o for o, v in (('--session', only), ('--policy', policy)) if v)} do not apply to it")
         Corpus(replay_corpus).require()
     specs: list[ServerSpec] = []
     for p in spec_paths:
         specs += [p] if isinstance(p, ServerSpec) else [load_spec(f) for f in spec_files([p])]
+    seen: set[Path] = set()  # a spec named twice (itself and its folder) runs once, as `spec_files` keeps it
+    specs = [s for s in specs if not (s.path in seen or seen.add(s.path))]
     _check_latency(specs, faults, call_timeout_s)
     jobs: list[Job] | None = None
     if replay_corpus is None:

@@ -200,28 +200,55 @@ def load_spec(path: Path | str) -> ServerSpec:
     if transport == "http" and not d.get("url"):
         raise SpecError(f"{path}: an http server needs `url` (and `command` to start it locally)")
     t = _check_keys(f"{path}: timeouts", d.get("timeouts") or {}, _TIMEOUT_KEYS)
+    timeouts = Timeouts(**{k: specs.number(f"{path}: timeouts.{k}", v, SpecError, positive=k != "stop_grace_s")
+                           for k, v in t.items()})
+    raw_sessions = d.get("sessions") or []
+    if not isinstance(raw_sessions, list):
+        raise SpecError(f"{path}: sessions: expected a list of sessions, got {type(raw_sessions).__name__}")
+    setup = d.get("setup") or []
+    if not isinstance(setup, list):
+        raise SpecError(f"{path}: setup: expected a list of steps, got {type(setup).__name__}")
+    for i, step in enumerate(setup):
+        _setup_step(f"{path}: setup[{i}]", step)
     sessions = []
-    for i, s in enumerate(d.get("sessions") or []):
+    for i, s in enumerate(raw_sessions):
         where = f"{path}: sessions[{i}]"
         s = _check_keys(where, s, _SESSION_KEYS)
+        if "steps" in s and not isinstance(s["steps"], list):
+            raise SpecError(f"{where}.steps: expected a list of steps, got {s['steps']!r:.80}")
         steps = [_step(f"{where}.steps[{j}]", st) for j, st in enumerate(s["steps"])] if "steps" in s else None
         policy = s.get("policy", "scripted" if steps is not None else "openai")
         if policy not in ("scripted", "openai"):
             raise SpecError(f"{where}: policy {policy!r} is not scripted or openai")
         if policy == "scripted" and not steps:
             raise SpecError(f"{where}: a scripted session needs `steps`")
-        sessions.append(SessionSpec(str(s.get("name", f"session-{i}")), str(s.get("task", "")), steps, policy,
-                                    int(s.get("max_turns", 20)), int(s.get("repeat", 1))))
+        sessions.append(SessionSpec(specs.text(f"{where}.name", s.get("name"), SpecError) or f"session-{i}",
+                                    specs.text(f"{where}.task", s.get("task"), SpecError), steps, policy,
+                                    specs.integer(f"{where}.max_turns", s.get("max_turns", 20), SpecError, 1),
+                                    specs.integer(f"{where}.repeat", s.get("repeat", 1), SpecError, 1)))
     specs.check_unique_sessions(path, sessions, SpecError)
     return ServerSpec(
         name=str(d["name"]), path=path.resolve(), transport=transport, command=d.get("command"),
-        args=[str(a) for a in d.get("args") or []], env={str(k): str(v) for k, v in (d.get("env") or {}).items()},
-        cwd=d.get("cwd"), url=d.get("url"), setup=list(d.get("setup") or []),
-        timeouts=Timeouts(**{k: float(v) for k, v in t.items()}), sessions=sessions,
-        description=str(d.get("description", "")), package=dict(d.get("package") or {}),
+        args=specs.text_list(f"{path}: args", d.get("args"), SpecError), env=specs.text_map(f"{path}: env", d.get("env"), SpecError),
+        cwd=d.get("cwd"), url=d.get("url"), setup=setup, timeouts=timeouts, sessions=sessions,
+        description=specs.text(f"{path}: description", d.get("description"), SpecError),
+        package=specs.text_map(f"{path}: package", d.get("package"), SpecError),
         install_hint=d.get("install_hint"), strict_jsonrpc=bool(d.get("strict_jsonrpc", True)),
         license=d.get("license"), sha256=hashlib.sha256(text.encode()).hexdigest(),
     )
+
+
+def _setup_step(where: str, step: Any) -> None:
+    """A setup step as `run_setup` takes it: an argv list, or `{write: {path, text}}`."""
+    if isinstance(step, list) and step and not any(isinstance(a, dict | list) or a is None for a in step):
+        return
+    if isinstance(step, dict) and set(step) == {"write"} and isinstance(step["write"], dict):
+        w = _check_keys(f"{where}.write", step["write"], {"path", "text"})
+        if isinstance(w.get("path"), str) and w["path"] and isinstance(w.get("text", ""), str):
+            return
+        raise SpecError(f"{where}.write: needs `path` (text) and optional `text` (text), got {w!r:.80}")
+    hint = f" ({step.split()!r})" if isinstance(step, str) else ""
+    raise SpecError(f"{where}: expected a command as a list of arguments{hint} or {{write: {{path, text}}}}, got {step!r:.80}")
 
 
 def run_setup(spec: ServerSpec, values: dict[str, str], env: dict[str, str]) -> None:

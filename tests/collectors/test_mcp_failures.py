@@ -151,6 +151,23 @@ def test_spec_errors_name_the_file_and_key(tmp_path: Path) -> None:
         "name: x\ncommand: y\nsessions: [{name: s, steps: [{tool: a, prompt: b}]}]\n": "exactly one of tool, resource, prompt",
         "name: x\ncommand: y\nsessions: [{name: s, steps: [{tool: a}]}, {name: s, steps: [{tool: b}]}]\n": "session names repeat",
         "name: x\ncommand: y\ntimeouts: {call: 3}\n": r"timeouts: unknown keys \['call'\]",
+        # values of the wrong type or range: a traceback, a message naming no file or key, or every session failing
+        "name: x\ncommand: y\nsessions: [{name: s, max_turns: lots, steps: [{tool: a}]}]\n":
+            r"x.yaml: sessions\[0\].max_turns: expected an integer, got 'lots'",
+        "name: x\ncommand: y\nsessions: [{name: s, repeat: [2], steps: [{tool: a}]}]\n":
+            r"sessions\[0\].repeat: expected an integer, got \[2\]",
+        "name: x\ncommand: y\nsessions: [{name: s, repeat: 0, steps: [{tool: a}]}]\n": r"sessions\[0\].repeat: must be at least 1, got 0",
+        "name: x\ncommand: y\nsessions: [{name: s, steps: }]\n": r"sessions\[0\].steps: expected a list of steps, got None",
+        "name: x\ncommand: y\ntimeouts: {call_s: soon}\n": r"x.yaml: timeouts.call_s: expected a finite number, got 'soon'",
+        "name: x\ncommand: y\ntimeouts: {call_s: 0}\n": r"timeouts.call_s: must be above 0, got 0",
+        "name: x\ncommand: y\ntimeouts: {initialize_s: -1}\n": r"timeouts.initialize_s: must be above 0, got -1",
+        "name: x\ncommand: y\ntimeouts: {call_s: .nan}\n": r"timeouts.call_s: expected a finite number, got nan",
+        "name: x\ncommand: y\npackage: mcp-server-time\n": r"x.yaml: package: expected a mapping of names to values",
+        "name: x\ncommand: y\nenv: [A=1]\n": r"x.yaml: env: expected a mapping of names to values",
+        "name: x\ncommand: y\nargs: --local-timezone UTC\n": r"x.yaml: args: expected a list of arguments \(one per item\)",
+        "name: x\ncommand: y\nsetup: [git init -q repo]\n":
+            r"x.yaml: setup\[0\]: expected a command as a list of arguments \(\['git', 'init', '-q', 'repo'\]\)",
+        "name: x\ncommand: y\nsetup: [{write: {path: a}}, {write: {text: b}}]\n": r"setup\[1\].write: needs `path`",
     }
     for text, message in cases.items():
         p = tmp_path / "x.yaml"
@@ -160,6 +177,48 @@ def test_spec_errors_name_the_file_and_key(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match="no such MCP server spec"):
         load_spec(tmp_path / "none.yaml")
     assert cli_main(["collect", "mcp", str(tmp_path / "none.yaml"), "--out", str(tmp_path / "c")]) == 1
+
+
+def test_a_blank_task_or_name_is_missing_not_none(tmp_path: Path) -> None:
+    """`task:` left blank was stored (and given to an agent) as the text "None"."""
+    p = tmp_path / "x.yaml"
+    p.write_text("name: x\ncommand: y\nsessions: [{name: , task: , steps: [{tool: a}]}]\n")
+    [s] = load_spec(p).sessions
+    assert (s.name, s.task) == ("session-0", "")
+
+
+def test_a_spec_named_twice_runs_once(tmp_path: Path) -> None:
+    """The spec and its folder (or the spec twice) on the command line: every session was recorded
+    twice under one trajectory id, and `worldline check` failed unique_trajectory_id."""
+    specs = tmp_path / "specs"
+    specs.mkdir()
+    p = _spec(specs, "ok")
+    summary = collect([p, specs, specs / ".." / "specs" / p.name], tmp_path / "c")
+    assert (summary.sessions, summary.turns) == (1, 2)
+    assert len(sessions(tmp_path / "c")) == 1
+
+
+def test_replay_refuses_session_and_policy(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """--replay ran every replayable trajectory, whatever --session or --policy said."""
+    p = _spec(tmp_path, "ok")
+    collect([p], tmp_path / "c")
+    assert cli_main(["collect", "mcp", str(p), "--replay", str(tmp_path / "c"), "--session", "nosuch",
+                     "--out", str(tmp_path / "r")]) == 1
+    assert capsys.readouterr().err == (f"worldline collect: error: --replay replays the trajectories of {tmp_path / 'c'}: "
+                                       "--session do not apply to it\n")
+    assert cli_main(["collect", "mcp", str(p), "--replay", str(tmp_path / "c"), "--policy", "openai", "--session", "s",
+                     "--out", str(tmp_path / "r")]) == 1
+    assert "--session and --policy do not apply to it" in capsys.readouterr().err
+    assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("latency", ["0.1,nan", "nan", "inf", "0.1,inf"])
+def test_a_latency_that_is_no_finite_number_is_a_usage_error(latency: str, tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture) -> None:
+    """`--fault-latency 0.1,nan` was accepted, and every session ended in an error."""
+    with pytest.raises(SystemExit) as e:
+        cli_main(["collect", "mcp", "--faults", "latency", "--fault-latency", latency, "--out", str(tmp_path / "c")])
+    assert e.value.code == 2 and "expected 0 <= MIN <= MAX" in capsys.readouterr().err
 
 
 def test_shipped_specs_load() -> None:
