@@ -208,7 +208,7 @@ class SessionRecorder:
         if self.session.replay_workdir:
             self.replay_map = {self.session.replay_workdir: self.workdir}
         try:
-            run_setup(spec, values, env)
+            await run_setup(spec, values, env)
         except SpecError as e:
             raise _Failure("setup_failed", str(e), "setup") from None
         async with AsyncExitStack() as stack:

@@ -17,8 +17,8 @@ import importlib.metadata
 import json
 import os
 import re
-import subprocess
 import sys
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -251,10 +251,23 @@ def _setup_step(where: str, step: Any) -> None:
     raise SpecError(f"{where}: expected a command as a list of arguments{hint} or {{write: {{path, text}}}}, got {step!r:.80}")
 
 
-def run_setup(spec: ServerSpec, values: dict[str, str], env: dict[str, str]) -> None:
+SETUP_STEP_S = 60.0  # one setup command's time limit
+
+
+async def run_setup(spec: ServerSpec, values: dict[str, str], env: dict[str, str]) -> None:
     """Build the session's world in `{workdir}`: argv lists run there; `{write: {path, text}}` writes a file.
 
+    The commands run as subprocesses of the event loop (in their own process group, signals reset):
+    a blocking run held up every other session's calls and timeouts, and SIGTERM/Ctrl-C, for as long
+    as it took. Cancelled, the command's group is killed and nothing is reported.
     Raises `SpecError` naming the step and showing the command's output."""
+    import asyncio
+    import signal
+
+    import anyio
+
+    from collectors.mcp.wire import _reset_signals
+
     workdir = Path(values["workdir"])
     for i, step in enumerate(spec.setup):
         step = expand(step, values)
@@ -264,16 +277,30 @@ def run_setup(spec: ServerSpec, values: dict[str, str], env: dict[str, str]) -> 
             target = workdir / w["path"]
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(w.get("text", ""))
-        elif isinstance(step, list) and step:
-            try:
-                r = subprocess.run([str(a) for a in step], cwd=workdir, env={**os.environ, **env},
-                                   capture_output=True, text=True, timeout=60)
-            except (OSError, subprocess.TimeoutExpired) as e:
-                raise SpecError(f"{where}: {step} failed: {e}") from e
-            if r.returncode != 0:
-                raise SpecError(f"{where}: {step} exited with {r.returncode}: {(r.stderr or r.stdout).strip()[:500]}")
-        else:
+            continue
+        if not (isinstance(step, list) and step):
             raise SpecError(f"{where}: expected a command list or {{write: {{path, text}}}}, got {step!r}")
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *(str(a) for a in step), cwd=workdir, env={**os.environ, **env}, stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, start_new_session=True,
+                preexec_fn=_reset_signals)
+        except OSError as e:
+            raise SpecError(f"{where}: {step} failed: {e}") from e
+        try:
+            with anyio.fail_after(SETUP_STEP_S):
+                out, err = await proc.communicate()
+        except TimeoutError:
+            raise SpecError(f"{where}: {step} failed: timed out after {SETUP_STEP_S:g} s") from None
+        finally:
+            if proc.returncode is None:
+                with suppress(ProcessLookupError, PermissionError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                with anyio.CancelScope(shield=True), suppress(Exception):
+                    await proc.wait()
+        if proc.returncode != 0:
+            text = (err or out).decode("utf-8", errors="replace").strip()
+            raise SpecError(f"{where}: {step} exited with {proc.returncode}: {text[:500]}")
 
 
 def default_specs() -> list[Path]:

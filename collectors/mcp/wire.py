@@ -245,6 +245,9 @@ def _excerpt(text: str, n: int = 200) -> str:
     return text if len(text) <= n else text[:n] + f"… ({len(text)} chars)"
 
 
+EXIT_DRAIN_S = 0.3  # after the server exits, the time its last output has to arrive before the stream closes
+
+
 @asynccontextmanager
 async def stdio_streams(proc: ServerProcess, log: WireLog, strict: bool = True) -> AsyncIterator[tuple[Any, Any]]:
     """Newline-delimited JSON-RPC over the server's stdin/stdout, every line logged verbatim.
@@ -312,9 +315,19 @@ async def stdio_streams(proc: ServerProcess, log: WireLog, strict: bool = True) 
         except (OSError, anyio.ClosedResourceError, anyio.BrokenResourceError):
             read_w.close()  # the server is gone: pending requests fail now, not at their timeout
 
+    async def exit_watch() -> None:
+        # a server that exits while a child of its keeps stdout open never sends EOF: its pending
+        # requests would wait out their timeouts, and the session pass for completed
+        assert proc.proc
+        while proc.proc.returncode is None:
+            await anyio.sleep(0.05)
+        await anyio.sleep(EXIT_DRAIN_S)  # what it wrote before exiting is read first
+        read_w.close()
+
     async with anyio.create_task_group() as tg:
         tg.start_soon(reader)
         tg.start_soon(writer)
+        tg.start_soon(exit_watch)
         try:
             yield read_r, write_w
         finally:

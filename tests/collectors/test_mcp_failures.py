@@ -124,6 +124,25 @@ def test_failures_have_clear_errors_and_an_error_turn(failed) -> None:
         "inputSchema": {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}}]
 
 
+def test_a_server_dying_with_a_child_holding_its_stdout_is_server_died(tmp_path: Path) -> None:
+    """A server that started a helper (inheriting stdout) and then exited never closed stdout: each
+    later call waited out its 5 s timeout, recorded as a timeout, and the session passed for completed."""
+    import time
+
+    spec = _spec(tmp_path, "die-leaving-child")
+    t0 = time.monotonic()
+    summary = collect([spec], tmp_path / "c")
+    took = time.monotonic() - t0
+    [t] = sessions(tmp_path / "c").values()
+    assert (t["outcome"], summary.failed) == ("server_died", 1)
+    assert t["metadata"]["error"] == ("bad-die-leaving-child.yaml (bad-die-leaving-child): server exited with code 7 during "
+                                      "tools/call echo; server stderr: bad_server: segmentation fault (simulated)")
+    [died] = t["turns"]
+    assert died["observation"] == '{"error":{"code":-32000,"message":"Connection closed"}}'
+    assert took < 5  # not one call timeout
+    assert [p for p in summary.pids if alive(p)] == []
+
+
 def test_no_process_survives_even_a_stubborn_server(failed) -> None:
     d, _, summary, s, _ = failed
     assert [p for p in summary.pids if alive(p)] == []

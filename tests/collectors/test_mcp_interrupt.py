@@ -119,3 +119,41 @@ def test_collect_restores_the_callers_signal_handlers(tmp_path: Path) -> None:
     finally:
         for s, h in old.items():
             signal.signal(s, h)
+
+
+def test_a_signal_during_setup_stops_the_run_at_once(tmp_path: Path) -> None:
+    """Setup commands ran blocking the event loop: SIGTERM waited for each (a `sleep 20` took the run
+    38 s to stop), and the session was recorded as setup_failed ("exited with -2" after Ctrl-C).
+    Now the run stops at once, the setup command's process group is killed, and a session stopped
+    in setup (no call answered) is not recorded."""
+    server = write_test_server(tmp_path)
+    marker = tmp_path / "setup.pid"
+    spec = tmp_path / "slow-setup.yaml"
+    spec.write_text(f"""name: slow-setup
+command: "{sys.executable}"
+args: ["{server}"]
+setup: [[sh, -c, "echo $$ > {marker}; exec sleep 20"]]
+sessions: [{{name: s, task: t, repeat: 3, steps: [{{tool: echo, args: {{text: x}}}}]}}]
+""")
+    out = tmp_path / "corpus"
+    proc = subprocess.Popen([sys.executable, "-m", "pipelines.cli", "collect", "mcp", str(spec), "--out", str(out),
+                             "--concurrency", "1"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGTERM, signal.SIG_DFL))
+    try:
+        deadline = time.monotonic() + 60
+        while not (marker.exists() and marker.read_text().strip()):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.05)
+        setup_pid = int(marker.read_text())
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        stdout, stderr = proc.communicate(timeout=30)
+        assert proc.returncode == 130, stderr
+        assert time.monotonic() - t0 < 10
+        assert not alive(setup_pid)
+        assert not (out / "manifest.json").exists()  # nothing recorded: no corpus
+        assert "1 in flight stopped before any answer, not recorded (slow-setup/s#0); 2 not started" in stdout
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

@@ -7,6 +7,7 @@ Plain Python (no SDK import, starts in ~50 ms). Modes:
   garbage             answers initialize with a line that is not JSON
   garbage-after-init  correct until the first tools/call, answered with a non-JSON line
   die-after-init      correct until the first tools/call, then exits 7
+  die-leaving-child   as die-after-init, after starting a child that keeps stdout open (no EOF)
   stubborn            correct, but ignores SIGTERM and stdin EOF, and starts a child that sleeps
                       (both must still be gone after the session)
 """
@@ -61,7 +62,9 @@ def main() -> None:
                 sys.stdout.write("DEBUG: handling call {not json\n")
                 sys.stdout.flush()
                 continue
-            if MODE == "die-after-init":
+            if MODE == "die-leaving-child":
+                subprocess.Popen(["sleep", "300"])  # inherits stdout
+            if MODE in ("die-after-init", "die-leaving-child"):
                 print("bad_server: segmentation fault (simulated)", file=sys.stderr)
                 sys.stderr.flush()
                 os._exit(7)
