@@ -44,7 +44,14 @@ from pipelines.progress import StatusLine
 from pipelines.query import connect, parquet_list, spill_workspace, sql_str, views
 from pipelines.render import cut_bound
 from pipelines.score_model import MODEL_FIELDS, MODEL_SCHEMA, Plan  # no torch at import time
-from pipelines.score_surface import CATEGORIES, SURFACE_FIELDS, SURFACE_SCHEMA, SurfaceConfig, score_surface
+from pipelines.score_surface import (
+    CATEGORIES,
+    INT63,
+    SURFACE_FIELDS,
+    SURFACE_SCHEMA,
+    SurfaceConfig,
+    score_surface,
+)
 from pipelines.side import (
     SideTableWriter,
     corpus_state,
@@ -66,6 +73,12 @@ class MaskPolicy:
     min_ifd: float = 0.1  # below: a near-copy of the context
     min_uncond_nll: float = 0.5  # below (nats/token): generic text, predictable with no context
     max_ifd: float = math.inf  # above: context does not help at all (off by default)
+
+    def __post_init__(self) -> None:
+        """A NaN bound turned its test off without a word."""
+        for name, v in (("min_ifd", self.min_ifd), ("min_uncond_nll", self.min_uncond_nll), ("max_ifd", self.max_ifd)):
+            if math.isnan(v):
+                raise ValueError(f"MaskPolicy.{name} is NaN")
 
     def fingerprint(self) -> str:
         return hashlib.sha256(repr(sorted(asdict(self).items())).encode()).hexdigest()[:16]
@@ -96,8 +109,8 @@ class ScoreConfig:
     def __post_init__(self) -> None:
         if self.tier not in TIERS:
             raise ValueError(f"--tier {self.tier!r}: use one of {', '.join(TIERS)}")
-        if self.max_tokens is not None and self.max_tokens <= 0:
-            raise ValueError(f"--max-tokens {self.max_tokens}: must be positive")
+        if self.max_tokens is not None and not 0 < self.max_tokens < INT63:
+            raise ValueError(f"--max-tokens {self.max_tokens}: must be positive and below 2**63")
         if min(self.batch_rows, self.batch_bytes, self.sort_bytes) <= 0:
             raise ValueError(f"batch_rows {self.batch_rows}, batch_bytes {self.batch_bytes}, sort_bytes {self.sort_bytes}: "
                              "must be positive")
@@ -579,6 +592,10 @@ def score(
             check_model_source(config.model.model)
         except FileNotFoundError as e:
             raise ValueError(str(e)) from None
+    if config.tier != "surface" and scorer is None:
+        from pipelines.score_model import check_scoring_window
+
+        check_scoring_window(config.model_config())
     corpus = Corpus(corpus_dir)
     manifest = corpus.require_manifest()  # one state: the views and the state recorded
     state = corpus_state(corpus, manifest)

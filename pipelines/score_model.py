@@ -60,6 +60,7 @@ from pipelines.render import (
     render,
     render_groups,
 )
+from pipelines.score_surface import INT63
 from pipelines.sources import sha256_file
 from pipelines.store import publish_dir
 from schemas.options import at_least
@@ -178,6 +179,32 @@ def check_model_source(spec: str) -> None:
                                 "with config.json")
 
 
+def scoring_window(max_context: int, model_config: Any, tokenizer: Any) -> int:
+    """The window (`--max-context`, capped by the model's position limit); one that cannot hold one
+    turn of this model's chat template is refused, before any work (else the first trajectory fails
+    with `cannot fit a window`). Needs only the tokenizer and the model's config."""
+    limit = getattr(model_config, "max_position_embeddings", None) or getattr(model_config, "n_positions", None)
+    window = min(max_context, int(limit)) if limit else max_context
+    shell, need = min_window(tokenizer)
+    if window < need:
+        cap = "" if window == max_context else f" (the model's position limit caps it at {window})"
+        raise ValueError(f"--max-context {max_context}{cap}: one empty turn of this model's chat template "
+                         f"takes {shell} tokens and a task prompt may keep half the window; a window needs at least "
+                         f"{need} to hold any text")
+    return window
+
+
+def check_scoring_window(cfg: ModelScoreConfig) -> None:
+    """`scoring_window` from the model's tokenizer and config alone (no weights), before the corpus is read:
+    a too small --max-context failed only once the surface pass was done."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    _offline()
+    path = resolve_model(cfg.model)
+    scoring_window(cfg.max_context, AutoConfig.from_pretrained(path, local_files_only=True),
+                   AutoTokenizer.from_pretrained(path, local_files_only=True))
+
+
 def resolve_model(spec: str) -> Path:
     """`smollm2` (default), a .gguf file, or a local Hugging Face model directory."""
     check_model_source(spec)
@@ -250,6 +277,11 @@ class ModelScoreConfig:
             raise ValueError(f"--dtype {self.dtype}: choose from {', '.join(DTYPES)}")
         at_least("--max-context", self.max_context, 16)
         at_least("--batch-tokens", self.max_batch_tokens, 0)
+        for name, v in (("--max-context", self.max_context), ("--batch-tokens", self.max_batch_tokens)):
+            if v >= INT63:
+                raise ValueError(f"{name} {v}: must be below 2**63")
+        if not 0 <= self.history_fraction < 1:
+            raise ValueError(f"history_fraction {self.history_fraction}: must be in [0, 1)")
 
     def fingerprint(self, model_id: str = "", dtype: str = "") -> str:
         d = asdict(self)
@@ -427,17 +459,7 @@ class TurnScorer:
         self._system_ok = None
 
     def _check_window(self, model_config: Any) -> None:
-        """Set the window (`--max-context`, capped by the model's position limit) and refuse one that cannot
-        hold one turn of this model's chat template, before any work (else the first trajectory fails with
-        `cannot fit a window`). Needs only the tokenizer and the model's config."""
-        limit = getattr(model_config, "max_position_embeddings", None) or getattr(model_config, "n_positions", None)
-        self.window = min(self.config.max_context, int(limit)) if limit else self.config.max_context
-        shell, need = min_window(self.tokenizer)
-        if self.window < need:
-            cap = "" if self.window == self.config.max_context else f" (the model's position limit caps it at {self.window})"
-            raise ValueError(f"--max-context {self.config.max_context}{cap}: one empty turn of this model's chat template "
-                             f"takes {shell} tokens and a task prompt may keep half the window; a window needs at least "
-                             f"{need} to hold any text")
+        self.window = scoring_window(self.config.max_context, model_config, self.tokenizer)
 
     def teardown(self) -> None:
         torch = _torch()

@@ -35,6 +35,7 @@ joins on (row, word)), so the cost is linear in the text length and needs no Pyt
 from __future__ import annotations
 
 import hashlib
+import math
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -45,6 +46,9 @@ from schemas.tables import side_table_schema
 
 CATEGORIES: tuple[str, ...] = ("retrieval", "expansion", "action", "transform", "boilerplate", "echo", "other", "context")
 WORD_SPLIT = r"[^\pL\pN_]+"
+CJK_CHAR = r"([\p{Han}\p{Hiragana}\p{Katakana}])"
+SURFACE_VERSION = 2  # in the fingerprint: bump when the same settings classify otherwise (2: CJK characters are words)
+INT63 = 1 << 63  # integer settings go into JSON metadata and numpy: larger ones crashed after the work
 STOCK_WORDS: tuple[str, ...] = (
     "ok", "okay", "done", "success", "successful", "successfully", "succeeded", "complete", "completed",
     "created", "updated", "saved", "written", "wrote", "deleted", "removed", "executed", "applied",
@@ -69,6 +73,14 @@ class SurfaceConfig:
     )
 
     def __post_init__(self) -> None:
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < INT63:
+            raise ValueError(f"--seed {self.seed}: must be an integer in [0, 2**63)")
+        for name in ("echo_min_overlap", "echo_max_novelty", "retrieval_min_novelty", "retrieval_min_ratio",
+                     "expansion_min_novelty", "expansion_min_ratio", "transform_min_overlap"):
+            if not math.isfinite(getattr(self, name)):
+                raise ValueError(f"SurfaceConfig.{name} = {getattr(self, name)} is not a finite number")
+        if dict(self.keep_ratios).get("context", 0.0) != 0.0:
+            raise ValueError("SurfaceConfig.keep_ratios['context'] must be 0: context turns never carry loss")
         missing = set(CATEGORIES) - {c for c, _ in self.keep_ratios}
         if missing:
             raise ValueError(f"SurfaceConfig.keep_ratios lacks categories {sorted(missing)}")
@@ -81,7 +93,7 @@ class SurfaceConfig:
         return dict(self.keep_ratios)
 
     def fingerprint(self) -> str:
-        return hashlib.sha256(repr(sorted(asdict(self).items())).encode()).hexdigest()[:16]
+        return hashlib.sha256(repr(sorted({**asdict(self), "version": SURFACE_VERSION}.items())).encode()).hexdigest()[:16]
 
 
 SURFACE_FIELDS = [
@@ -101,8 +113,10 @@ SURFACE_SCHEMA = side_table_schema(SURFACE_FIELDS)
 
 
 def _distinct_words(texts: pa.Array) -> pa.Table:
-    """Distinct (row, word) pairs of a string array, lowercased."""
-    parts = pc.split_pattern_regex(pc.utf8_lower(pc.fill_null(texts, "")), pattern=WORD_SPLIT)
+    """Distinct (row, word) pairs of a string array, lowercased; a Chinese or Japanese character is a
+    word of its own (written without spaces, a whole clause was one word: a near-copy shared none)."""
+    texts = pc.replace_substring_regex(pc.utf8_lower(pc.fill_null(texts, "")), pattern=CJK_CHAR, replacement=" \\1 ")
+    parts = pc.split_pattern_regex(texts, pattern=WORD_SPLIT)
     t = pa.table({"row": pc.list_parent_indices(parts), "w": pc.list_flatten(parts)})
     t = t.filter(pc.not_equal(t["w"], ""))
     return t.group_by(["row", "w"], use_threads=False).aggregate([])

@@ -404,3 +404,39 @@ def test_the_model_tier_says_when_the_verdicts_it_skips_by_are_stale(corpus: Pat
           progress=False, echo=said.append)
     assert said[0] == ("score: side table cleaning is stale: computed before the corpus last changed; rerun "
                        "`worldline clean` (the model tier skips by it as it is)")
+
+
+def test_a_window_too_small_for_the_model_fails_before_the_surface_pass(tiny_model_dir: Path, tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--max-context 20` was refused only by the scorer's setup, after the whole surface pass
+    (minutes on a large corpus): the model's tokenizer and config say so before any turn is read."""
+    import pipelines.score as score_module
+    from pipelines.ingest import ingest
+    from pipelines.score_model import ModelScoreConfig
+
+    out = tmp_path / "c"
+    ingest([ROOT / "data" / "sample" / "corpus" / "tau-bench"], out, progress=False)
+    monkeypatch.setattr(score_module, "_score", lambda *a, **k: pytest.fail("the corpus was scored"))
+    with pytest.raises(ValueError, match=r"^--max-context 20: one empty turn of this model's chat template takes "):
+        score(out, ScoreConfig(model=ModelScoreConfig(model=str(tiny_model_dir), max_context=20, dtype="float32")),
+              progress=False)
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["--seed", str(1 << 64)], "--seed 18446744073709551616: must be an integer in [0, 2**63)"),
+    (["--max-tokens", str(10**20)], "--max-tokens 100000000000000000000: must be positive and below 2**63"),
+    (["--batch-tokens", str(10**20)], "--batch-tokens 100000000000000000000: must be below 2**63"),
+])
+def test_integers_past_64_bits_are_one_line_before_any_work(argv: list[str], said: str, tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """They were taken, and the run crashed in orjson ("Integer exceeds 64-bit range") once the
+    surface and model tiers were done, writing nothing."""
+    assert main(["score", str(tmp_path / "none"), *argv]) == 1
+    assert capsys.readouterr().err.strip().endswith(said)
+
+
+def test_a_nan_mask_bound_is_refused() -> None:
+    """A NaN bound made its test false for every turn, turning it off without a word."""
+    for kw in ({"min_ifd": math.nan}, {"min_uncond_nll": math.nan}, {"max_ifd": math.nan}):
+        with pytest.raises(ValueError, match=f"MaskPolicy.{next(iter(kw))} is NaN"):
+            MaskPolicy(**kw)

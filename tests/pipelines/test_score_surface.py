@@ -100,11 +100,38 @@ def test_words_are_lowercased_unicode_and_deduplicated() -> None:
     assert st["novel_content"].tolist() == [1, 1]
 
 
+def test_chinese_and_japanese_words_are_characters() -> None:
+    """A clause written without spaces was one word: an echo of it shared no word with its action
+    (an `action`, kept whole, instead of an `echo`, kept 5 %)."""
+    zh = "构建完成并且所有测试都在Linux上通过了"
+    ja = "ビルドが完了し、すべてのテストが通過しました"
+    rows = score_surface(_turns([(f"echo '{zh}'", zh + "今天"), (f"echo '{ja}'", ja + "。"),
+                                 ("echo 'the build finished and all tests passed on linux'",
+                                  "the build finished and all tests passed on linux today")])).to_pylist()
+    assert [r["category"] for r in rows] == ["echo", "echo", "echo"]
+    st = word_stats(pa.array(["写入 config"]), pa.array(["写入成功"]))
+    assert (st["a"].tolist(), st["o"].tolist(), st["common"].tolist()) == ([3], [4], [2])
+
+
+@pytest.mark.parametrize("kw, said", [
+    ({"seed": 1 << 64}, "--seed 18446744073709551616: must be an integer in [0, 2**63)"),
+    ({"seed": -1}, "--seed -1: must be an integer in [0, 2**63)"),
+    ({"echo_min_overlap": float("nan")}, "SurfaceConfig.echo_min_overlap = nan is not a finite number"),
+    ({"keep_ratios": tuple((c, 1.0) for c in CATEGORIES)}, "SurfaceConfig.keep_ratios['context'] must be 0: context turns never carry loss"),
+])
+def test_settings_that_crashed_late_or_misclassified_are_refused(kw: dict, said: str) -> None:
+    """A seed past 64 bits crashed in orjson after the whole model tier; a NaN threshold turned its
+    test off; a context ratio above 0 put loss on context turns (and failed turn_scores_valid)."""
+    with pytest.raises(ValueError) as e:
+        SurfaceConfig(**kw)
+    assert str(e.value) == said.replace("\\", "")
+
+
 def test_config_changes_ratios_and_seed() -> None:
     t = _turns([h[0] for h in HAND])
-    cfg = SurfaceConfig(seed=7, keep_ratios=tuple((c, 1.0) for c in CATEGORIES))
+    cfg = SurfaceConfig(seed=7, keep_ratios=tuple((c, 0.0 if c == "context" else 1.0) for c in CATEGORIES))
     rows = score_surface(t, cfg).to_pylist()
-    assert all(r["keep"] for r in rows)
+    assert all(r["keep"] for r in rows if r["category"] != "context")
     assert [r["keep_draw"] for r in rows] == [_draw(7, "hand", i) for i in range(len(HAND))]
     assert cfg.fingerprint() != SurfaceConfig().fingerprint()
     with pytest.raises(ValueError, match="lacks categories"):
