@@ -205,6 +205,7 @@ class ScoreSummary:
     fingerprint: str = ""  # of the table: the surface, policy and model settings its columns hold, as recorded with it
     histograms: dict[str, list[tuple[str, int]]] = field(default_factory=dict)
     carried: list[str] = field(default_factory=list)
+    model_stale: bool = False  # the carried model columns are of an earlier corpus (newer turns have none)
     seconds: float = 0.0
 
     def as_dict(self) -> dict[str, Any]:
@@ -213,6 +214,9 @@ class ScoreSummary:
     def render(self) -> str:
         lines = [f"score → {self.corpus}: {self.turns} turns, tier {self.tier}, in {self.seconds:.1f} s"
                  + (f" (carried over: {', '.join(self.carried)})" if self.carried else "")]
+        if self.model_stale:
+            lines.append("  model tier: carried over from an earlier corpus; the turns added since have no model scores "
+                         "(run --tier model)")
         lines.append(f"  {'category':<12} {'turns':>8} {'keep':>8} {'loss on':>8}")
         for c in CATEGORIES:
             if c in self.categories:
@@ -669,12 +673,18 @@ def _score(corpus: Corpus, con: Any, work: Path, config: ScoreConfig, progress: 
                      "dtype": info["dtype"], "max_tokens": config.max_tokens,
                      # under a cap, the seed picks which trajectories get model scores (`_priority`)
                      "sample_seed": int(config.surface.seed) if config.max_tokens is not None else None,
-                     "kept_from": kept_from}
+                     "kept_from": kept_from, "batches_digest": state.get("batches_digest")}
         model = f"read_parquet({parquet_list(files)})" if summary.model_turns else None
     elif "cond_nll" in old_names and old_cfg.get("model") is not None:  # (the columns are there, null, without)
         model = f"(SELECT {', '.join(keys + model_names)} FROM {old_sql} WHERE cond_nll IS NOT NULL)"
         model_cfg = old_cfg.get("model")
         summary.carried.append("model")
+        if model_cfg.get("batches_digest", state.get("batches_digest")) != state.get("batches_digest"):
+            # the model tier ran on an earlier corpus: the turns ingested since have no model scores
+            summary.model_stale = True
+            echo("score: the model tier's columns are carried over from a run on an earlier corpus: turns ingested "
+                 "since have no model scores (their loss follows the surface tier alone); run `worldline score "
+                 f"{corpus.root} --tier model`")
     else:
         model = None
         model_cfg = None
@@ -970,9 +980,14 @@ def score_contracts(corpus_dir: Path | str) -> list[Any]:
     # the model tier skipped what cleaning and dedup dropped when it ran: are those verdicts still the ones?
     used = (cfg.get("model") or {}).get("kept_from", "all trajectories")
     kept_now = used == "all trajectories" or used == kept_verdicts(corpus)
-    current = ContractResult("turn_scores_current", entry.get("corpus_state") == now and kept_now,
-                             "computed from the corpus batches present now (and the model tier from the current "
-                             "cleaning and dedup verdicts)",
+    # a surface rerun carries the model columns over: they may be of an earlier corpus than the table
+    model_digest = (cfg.get("model") or {}).get("batches_digest", now.get("batches_digest"))
+    model_now = model_digest == now.get("batches_digest")
+    current = ContractResult("turn_scores_current", entry.get("corpus_state") == now and kept_now and model_now,
+                             "computed from the corpus batches present now (and the model tier from them and the "
+                             "current cleaning and dedup verdicts)",
                              {"scored_batches": (entry.get("corpus_state") or {}).get("batches"), "corpus_batches": now["batches"],
-                              "model_tier_verdicts_current": kept_now, "rerun": f"worldline score {corpus.root}"}, severity="warn")
+                              "model_tier_verdicts_current": kept_now, "model_tier_corpus_current": model_now,
+                              "rerun": f"worldline score {corpus.root}" + ("" if model_now else " --tier model")},
+                             severity="warn")
     return [cover, valid, current]

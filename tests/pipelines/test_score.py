@@ -440,3 +440,28 @@ def test_a_nan_mask_bound_is_refused() -> None:
     for kw in ({"min_ifd": math.nan}, {"min_uncond_nll": math.nan}, {"max_ifd": math.nan}):
         with pytest.raises(ValueError, match=f"MaskPolicy.{next(iter(kw))} is NaN"):
             MaskPolicy(**kw)
+
+
+def test_a_surface_rerun_on_a_grown_corpus_says_the_new_turns_lack_model_scores(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """`--tier surface` after an ingest carried the model columns over: the new turns had none, the
+    summary said only "(carried over: model)" and turn_scores_current passed."""
+    from pipelines.ingest import ingest
+    from pipelines.score_model import ModelScoreConfig
+
+    out = tmp_path / "c"
+    model = ModelScoreConfig(model=str(tiny_model_dir), max_context=512, dtype="float32")
+    ingest([ROOT / "data" / "sample" / "corpus" / "tau-bench"], out, progress=False)
+    score(out, ScoreConfig(model=model), progress=False)
+    ingest([ROOT / "data" / "sample" / "corpus" / "intercode"], out, progress=False)
+    lines: list[str] = []
+    s = score(out, ScoreConfig(tier="surface"), progress=False, echo=lines.append)
+    assert s.carried == ["model"] and s.model_stale
+    assert "  model tier: carried over from an earlier corpus; the turns added since have no model scores (run --tier model)" \
+        in s.render().splitlines()
+    assert lines == [f"score: the model tier's columns are carried over from a run on an earlier corpus: turns ingested since "
+                     f"have no model scores (their loss follows the surface tier alone); run `worldline score {out} --tier model`"]
+    [current] = [r for r in score_contracts(out) if r.name == "turn_scores_current"]
+    assert not current.passed and current.metadata["model_tier_corpus_current"] is False
+    assert current.metadata["rerun"] == f"worldline score {out} --tier model"
+    s = score(out, ScoreConfig(tier="model", model=model), progress=False)
+    assert not s.model_stale and all(r.passed for r in score_contracts(out))
