@@ -326,10 +326,12 @@ def _kept_relation(con: Any, cfg: ScoreConfig, work: Path, summary: ScoreSummary
 
 
 def _model_total(con: Any, kept: str | None) -> int:
-    """The trajectories the model tier would score: those with turns (`_prioritized`'s), kept ones only with `kept`."""
+    """The trajectories the model tier would score: those with an observation to score (an environment
+    turn that recorded one: `render.conversation`'s groups), kept ones only with `kept`."""
     skip = f"AND tr.trajectory_id IN (SELECT trajectory_id FROM {kept})" if kept else ""
     return con.sql(f"SELECT count(*) FROM trajectories tr WHERE EXISTS (SELECT 1 FROM turns u "
-                   f"WHERE u.trajectory_id = tr.trajectory_id) {skip}").fetchall()[0][0]
+                   f"WHERE u.trajectory_id = tr.trajectory_id AND u.kind = 'env' AND u.observation IS NOT NULL) {skip}"
+                   ).fetchall()[0][0]
 
 
 _COUNTED = {"model_tokens": "real_tokens", "windowed_trajectories": "windows", "uncond_shared": "uncond_shared",
@@ -411,7 +413,7 @@ class _ModelPass:
             chunk.append(p)
             chunk_tokens += p.tokens
             chunk_slots += len(p.turns)
-            summary.model_trajectories += 1
+            summary.model_trajectories += bool(p.turns)  # (one without an observation to score is not one scored)
             if chunk_tokens >= chunk_limit:
                 flush()
         close = getattr(rows, "close", None)

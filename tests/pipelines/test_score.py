@@ -465,3 +465,25 @@ def test_a_surface_rerun_on_a_grown_corpus_says_the_new_turns_lack_model_scores(
     assert current.metadata["rerun"] == f"worldline score {out} --tier model"
     s = score(out, ScoreConfig(tier="model", model=model), progress=False)
     assert not s.model_stale and all(r.passed for r in score_contracts(out))
+
+
+def test_a_trajectory_without_an_observation_is_not_counted_as_model_scored(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """A chat with no tool call has turns but nothing to score: it counted as a trajectory the model
+    tier scored ("1 of 2 trajectories scored" with 0 turns under --max-tokens 1)."""
+    import json
+
+    from pipelines.ingest import IngestConfig, ingest
+    from pipelines.score_model import ModelScoreConfig
+
+    call = {"id": "c1", "type": "function", "function": {"name": "bash", "arguments": json.dumps({"cmd": "ls"})}}
+    rows = [{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]},
+            {"messages": [{"role": "user", "content": "list"}, {"role": "assistant", "content": "", "tool_calls": [call]},
+                          {"role": "tool", "tool_call_id": "c1", "content": "a.txt"}]}]
+    (tmp_path / "chat.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "c"
+    ingest([tmp_path / "chat.jsonl"], out, IngestConfig(domain_override="terminal", workers=1), progress=False)
+    model = ModelScoreConfig(model=str(tiny_model_dir), max_context=256, dtype="float32")
+    s = score(out, ScoreConfig(model=model), progress=False)
+    assert (s.model_trajectories, s.model_trajectories_total, s.model_turns) == (1, 1, 1)
+    s = score(out, ScoreConfig(model=model, max_tokens=1), progress=False)
+    assert (s.model_trajectories, s.model_trajectories_total, s.model_turns) == (0, 1, 0)
