@@ -12,6 +12,7 @@ import argparse
 from pathlib import Path
 
 from collectors.live import add_session_arguments
+from schemas.options import seed_option
 
 
 def _cmd_collect_browser(a: argparse.Namespace) -> int:
@@ -42,6 +43,6 @@ def register(subparsers: argparse._SubParsersAction, collect_subparsers: argpars
     s.add_argument("--out", required=True, type=Path, help="corpus directory (created if missing)")
     s.add_argument("--faults", help="comma-separated fault kinds, or `all` (default: none)")
     s.add_argument("--fault-rate", type=float, help="probability of a fault per page load (default 0.25 with --faults)")
-    s.add_argument("--seed", type=int, default=0, help="fault seed (with site, session and repetition: reproducible)")
+    s.add_argument("--seed", type=seed_option, default=0, help="fault seed (with site, session and repetition: reproducible)")
     add_session_arguments(s, "site")
     s.set_defaults(func=_cmd_collect_browser)

@@ -13,6 +13,8 @@ import math
 import sys
 from pathlib import Path
 
+from schemas.options import seed_option
+
 EXIT_SOME_FAILED = 3
 EXIT_INTERRUPTED = 130
 
@@ -71,7 +73,7 @@ def register(subparsers: argparse._SubParsersAction, collect_subparsers: argpars
     s.add_argument("--fault-rate", type=float, help="probability of a fault per tool call (default 0.25 with --faults)")
     s.add_argument("--fault-latency", type=_latency, default=(0.1, 0.5), metavar="MIN,MAX",
                    help="added delay range of the `latency` fault, seconds (default 0.1,0.5)")
-    s.add_argument("--seed", type=int, default=0, help="fault RNG seed (with server and session: reproducible faults)")
+    s.add_argument("--seed", type=seed_option, default=0, help="fault RNG seed (with server and session: reproducible faults)")
     s.add_argument("--repeat", type=int, default=1, help="run each session this many times")
     s.add_argument("--session", action="append", help="only this session (`name` or `server/name`); repeatable")
     s.add_argument("--concurrency", type=int, default=2, help="sessions (server processes) at a time")

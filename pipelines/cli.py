@@ -16,6 +16,8 @@ import os
 import sys
 from pathlib import Path
 
+from schemas.options import seed_option
+
 EXIT_QUARANTINED = 3
 
 # Modules that add subcommands: each has `register(subparsers, collect_subparsers)`.
@@ -277,7 +279,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="model weights' type (auto: bfloat16 where the device supports it, else float32)")
     s.add_argument("--batch-tokens", type=int, default=0, help="padded tokens per batch (0: 2048 on CPU, 65536 per GPU)")
     s.add_argument("--max-context", type=int, default=0, help="window in tokens (0: 8192, capped by the model)")
-    s.add_argument("--seed", type=int, default=0, help="seed of the keep draw and of the sample under --max-tokens")
+    s.add_argument("--seed", type=seed_option, default=0, help="seed of the keep draw and of the sample under --max-tokens")
     s.add_argument("--quiet", action="store_true", help="no progress line")
     _add_beam_options(s, "run the model tier as an Apache Beam pipeline, the model loaded once per worker")
     s.set_defaults(func=_cmd_score)
@@ -323,7 +325,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--test", type=float, default=0.05, help="fraction of split groups held out for test and the eval set")
     s.add_argument("--domain-weight", action="append", default=[], metavar="DOMAIN=W", help="train mixture weight (repeatable)")
     s.add_argument("--source-weight", action="append", default=[], metavar="FORMAT=W", help="train mixture weight per source format")
-    s.add_argument("--seed", type=int, default=0, help="seed of the mixture's fractional copies")
+    s.add_argument("--seed", type=seed_option, default=0, help="seed of the mixture's fractional copies")
     s.add_argument("--shard-tokens", type=int, default=1 << 24, help="tokens per shard")
     s.add_argument("--eval-middle-turns", type=int, default=2, help="middle turns per held-out trajectory in the eval set")
     s.add_argument("--force", action="store_true", help="rebuild even when the export is up to date")

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sandboxes.engine import EngineUnavailable
-from schemas.options import at_least
+from schemas.options import at_least, seed_option
 
 if TYPE_CHECKING:
     from sandboxes.tasks import TaskSpec
@@ -174,7 +174,7 @@ def register(subparsers: argparse._SubParsersAction, collect_subparsers: argpars
                    help="add a perturbed run of every task (repeatable; 'all' for every perturbation)")
     c.add_argument("--no-baseline", action="store_true", help="only the perturbed runs")
     c.add_argument("--only", help="comma-separated task ids")
-    c.add_argument("--seed", type=int, default=0, help="seed for perturbation parameters")
+    c.add_argument("--seed", type=seed_option, default=0, help="seed for perturbation parameters")
     c.add_argument("--fresh", action="store_true", help="a new container for every trajectory (no reset-and-reuse)")
     c.add_argument("--start-ahead", action="store_true",
                    help="start upcoming trajectories' sandboxes while the current ones run (experimental: no "

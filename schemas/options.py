@@ -13,6 +13,27 @@ def at_least(option: str, value: Any, low: int | float) -> None:
         raise ValueError(f"{option} must be at least {low} (got {value})")
 
 
+SEED_LIMIT = 1 << 63  # seeds go into JSON metadata (orjson: 64-bit integers) and numpy generators
+
+
+def check_seed(option: str, value: Any) -> None:
+    """A ValueError for a seed that is no integer in [0, 2**63): a larger one crashed at the last write."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < SEED_LIMIT:
+        raise ValueError(f"{option} {value}: must be an integer in [0, 2**63)")
+
+
+def seed_option(text: str) -> int:
+    """argparse type of every `--seed`: refused as a usage error, before any work."""
+    import argparse
+
+    try:
+        value = int(text)
+        check_seed("--seed", value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer in [0, 2**63), got {text!r}") from None
+    return value
+
+
 def max_processes() -> int:
     """The most worker processes a stage starts: far past any gain on this machine, well short of a fork bomb."""
     import os

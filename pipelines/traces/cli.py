@@ -14,6 +14,8 @@ import os
 import sys
 from pathlib import Path
 
+from schemas.options import seed_option
+
 
 def _pairs(items: list[str], what: str) -> tuple[tuple[str, float], ...]:
     out = {}
@@ -68,7 +70,7 @@ def add_arguments(s: argparse.ArgumentParser) -> None:
     s.add_argument("--rps", type=float, help="rate limit: requests per second")
     s.add_argument("--timeout", type=float, default=300.0, help="seconds per request")
     s.add_argument("--retries", type=int, default=4, help="retries of a transient failure")
-    s.add_argument("--seed", type=int, default=0, help="seeds the choice of queries and templates, and the sampling")
+    s.add_argument("--seed", type=seed_option, default=0, help="seeds the choice of queries and templates, and the sampling")
     s.add_argument("--cache", type=Path, help="generation cache file (default: OUT/cache.sqlite)")
     s.add_argument("--no-side-table", action="store_true", help="do not record the run in the corpus (side table traces)")
     s.add_argument("--threads", type=int, default=0, help="with --endpoint local: torch threads")
