@@ -97,7 +97,13 @@ def text_map(where: str, v: Any, error: type[ValueError]) -> dict[str, str]:
 
 
 def check_sessions(specs: Sequence[_Spec], only: list[str] | None) -> None:
-    """Every `--session` names a session of the specs (`name` or `spec/name`)."""
+    """No two specs share a name (the trajectories' ids and `spec/session` go by it: two copies of a
+    spec gave duplicate ids), and every `--session` names a session of the specs (`name` or `spec/name`)."""
+    first: dict[str, Path] = {}
+    for spec in specs:
+        if spec.name in first and first[spec.name] != spec.path:
+            raise ValueError(f"{first[spec.name]} and {spec.path} are both named {spec.name!r}: give each spec its own name")
+        first.setdefault(spec.name, spec.path)
     known = [f"{spec.name}/{s.name}" for spec in specs for s in spec.sessions]
     names = set(known) | {k.split("/", 1)[1] for k in known}
     unknown = [o for o in only or [] if o not in names]

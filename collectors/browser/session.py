@@ -24,6 +24,7 @@ from urllib.parse import unquote, urlsplit
 
 from collectors.browser.spec import SiteSpec, Step, Target
 from collectors.specs import fault_kinds
+from schemas.options import check_seed
 
 CHROMIUM = Path("/usr/bin/chromium")
 # chromium as root in a container needs --no-sandbox; its background connections (updates, sync, QUIC
@@ -38,6 +39,8 @@ _OPENS_TAB = """e => { const a = e.closest('a[href]'); if (!a || ['', '_self', '
   for (let i = 0; i < window.frames.length; i++) { try { if (window.frames[i].name === a.target) return false } catch (x) {} }
   return true }"""
 POPUP_WAIT_S = 2.0
+QUIET_S = 0.1  # after an action: no request or page load for this long, and the page has settled
+SETTLE_S = 2.0  # ... waited for at most this long (a page that polls the server never goes quiet)
 FAULT_KINDS = {"http_error": "a page load of the site answered 503 Service Unavailable"}
 _UNAVAILABLE = (b"<!doctype html><html><head><title>503 Service Unavailable</title></head><body>"
                 b"<h1>Service Unavailable</h1><p>The server is temporarily unable to handle the request. "
@@ -63,7 +66,9 @@ def chromium_path() -> Path:
 
 
 def find_ref(snapshot: str, target: Target) -> str | None:
-    """The ref of the first element of the tree with the target's role and name (document order)."""
+    """The ref of the first element of the tree with the target's role and name (document order); a
+    role alone is an element of that role without a name (it took the first of the role, named or not:
+    `textbox` acted on `textbox "Email"` before the unnamed field it meant)."""
     for line in snapshot.splitlines():
         q = _QUOTED.match(line)  # a line YAML had to quote (`- 'button "Total: $5" [ref=e2]'`)
         if q:
@@ -72,7 +77,7 @@ def find_ref(snapshot: str, target: Target) -> str | None:
         if not m or m.group(1) != target.role:
             continue
         name = json.loads(m.group(2)) if m.group(2) else None
-        if target.name is not None and name != target.name:
+        if name != target.name:
             continue
         ref = _REF_ATTR.search(m.group(3) or "")
         if ref:
@@ -96,6 +101,7 @@ class FaultPlan:
             raise ValueError(f"unknown browser fault kind(s) {unknown}; known: {sorted(FAULT_KINDS)}")
         if not 0.0 <= self.rate <= 1.0:
             raise ValueError(f"fault rate must be between 0 and 1, got {self.rate}")
+        check_seed("--seed", self.seed)
 
     @classmethod
     def parse(cls, text: str | None, rate: float | None, seed: int) -> FaultPlan:
@@ -206,6 +212,8 @@ class Tab:
         self.blocked: list[str] = []
         self.not_found: list[str] = []
         self._acting = False
+        self._activity = time.monotonic()  # the last request or page load of this context (`_settle`)
+        self._loading = False  # a tab's document was requested and has not loaded yet
         self._fault: str | None = None
         self.status: int | None = None  # HTTP status of the last page load (the site's, or a fault's; None: blocked)
         self.dialogs: list[str] = []  # since the last observation
@@ -218,13 +226,40 @@ class Tab:
         self.context.set_default_navigation_timeout(max(NAVIGATION_TIMEOUT_S, spec.action_timeout_s) * 1000)
         self.context.route("**/*", self._route)
         self.context.on("page", self._opened)
+        self.context.on("requestfinished", self._active)
+        self.context.on("requestfailed", self._active)
         self.context.on("dialog", self._dialog)
         self.page = self.context.new_page()
+        self.page.on("load", self._loaded)
         self.snapshot = ""
 
     def _opened(self, page: Any) -> None:
         """A tab the site opened (a link with a target, window.open): taken to the front at the next observation."""
         self._opened_pages.append(page)
+        page.on("load", self._loaded)
+
+    def _active(self, *_: Any) -> None:
+        self._activity = time.monotonic()
+
+    def _loaded(self, *_: Any) -> None:
+        self._loading = False
+        self._activity = time.monotonic()
+
+    def _settle(self) -> None:
+        """Wait until what the action set off has stopped: no request and no page load for QUIET_S (a
+        click whose script fetches and then navigates, a form that submits itself a moment later),
+        at most SETTLE_S, or a page load's own bound. The tree was taken of the page the action left,
+        before the page it had asked for (its title already "Loading ...")."""
+        start = self._activity = time.monotonic()  # the action's end counts: a timer may navigate a moment later
+        while True:
+            now = time.monotonic()
+            loading = self._loading and now - start < max(NAVIGATION_TIMEOUT_S, self.spec.action_timeout_s)
+            if not loading and (now - self._activity >= QUIET_S or now - start >= SETTLE_S):
+                return
+            try:
+                self.page.wait_for_timeout(QUIET_S * 250)  # lets the driver's events in
+            except Exception:  # noqa: BLE001 - a page that closed itself: observe() takes another
+                return
 
     def _dialog(self, dialog: Any) -> None:
         """alert/confirm/prompt: accepted (a prompt with its default), its text shown in the next observation."""
@@ -235,10 +270,13 @@ class Tab:
         req = route.request
         url = req.url
         page_load = _is_page_load(req)  # a tab's own document, not a frame's or a resource's
+        self._activity = time.monotonic()
+        self._loading = self._loading or page_load
         if not url.startswith(self.spec.origin + "/") and url != self.spec.origin:
             self.blocked.append(url[:200])
             if page_load:
                 self.status = None
+                self._loading = False  # an aborted load never fires `load`
             route.abort("blockedbyclient")
             return
         path = unquote(urlsplit(url).path) or "/"
@@ -363,6 +401,7 @@ class Tab:
                 raise BrowserDied(f"chromium died: {_first_line(e)}") from None
             error = _first_line(e)
         try:  # the page loads the action set off are the action's, until the page has loaded
+            self._settle()
             obs, url, title, error = self.observe(error)
         finally:
             self._acting = False

@@ -181,15 +181,20 @@ def load_spec(path: Path | str) -> SiteSpec:
         raise SpecError(f"{path}: origin must be scheme://host[:port], got {origin!r}")
     if origin.endswith((":80", ":443")) and origin.startswith("http://" if origin.endswith(":80") else "https://"):
         origin = origin.rsplit(":", 1)[0]  # the scheme's own port: the browser's URLs leave it out
-    timeout = top.get("action_timeout_s", 5.0)
-    if not isinstance(timeout, int | float) or isinstance(timeout, bool) or timeout <= 0:
-        raise SpecError(f"{path}: action_timeout_s must be a positive number, got {timeout!r}")
+    timeout = specs.number(f"{path}: action_timeout_s", top.get("action_timeout_s", 5.0), SpecError)
+    for key in ("name", "description", "license"):
+        specs.text(f"{path}: {key}", top.get(key), SpecError)  # a list here was found only at the corpus write
+    if not specs.text(f"{path}: name", top["name"], SpecError):
+        raise SpecError(f"{path}: name is blank")
     if not isinstance(top["sessions"], list) or not top["sessions"]:
         raise SpecError(f"{path}: sessions must be a non-empty list")
     sessions: list[Session] = []
     for i, s in enumerate(top["sessions"]):
         where = f"{path}: sessions[{i}]"
         s = _keys(where, s, {"name", "task", "start", "steps", "expect"}, {"name", "task", "steps"})
+        for key in ("name", "task"):  # left blank, they were recorded as the word "None"
+            if not specs.text(f"{where}.{key}", s[key], SpecError).strip():
+                raise SpecError(f"{where}: {key} is blank")
         where = f"{path}: session {s['name']}"
         if not isinstance(s["steps"], list) or not s["steps"]:
             raise SpecError(f"{where}: steps must be a non-empty list")
@@ -197,6 +202,12 @@ def load_spec(path: Path | str) -> SiteSpec:
         expect = None
         if s.get("expect") is not None:
             e = _keys(f"{where}: expect", s["expect"], {"text", "path"})
+            if e.get("text") is not None and not isinstance(e["text"], str):
+                raise SpecError(f"{where}: expect.text must be text, got {e['text']!r}")
+            if e.get("path") is not None and not (isinstance(e["path"], str) and e["path"].startswith("/")
+                                                  and "?" not in e["path"] and "#" not in e["path"]):
+                raise SpecError(f"{where}: expect.path must be a path on the site, starting with / and without a query "
+                                f"(the page's path is compared), got {e['path']!r}")
             expect = Expect(text=e.get("text"), path=e.get("path"))
         start = str(s.get("start") or "/index.html")
         if not start.startswith("/"):

@@ -380,3 +380,27 @@ def test_a_fault_draw_does_not_depend_on_the_loads_before_it() -> None:
 
     assert draws(False) == draws(True)
     assert len(set(draws(False))) == 6 and all(0 <= d < 1 for d in draws(False))
+
+
+def test_the_page_an_action_navigates_to_is_observed(tmp_path: Path) -> None:
+    """A button whose script fetches and then navigates, and a form that submits itself a moment
+    later: the tree was taken before the page the action asked for (its title "Loading ..."), and
+    the next step found no link of the new page."""
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "index.html").write_text(
+        "<title>Home</title><button onclick=\"fetch('data.json').then(() => setTimeout(() => { location.href = 'next.html' }, 50))\">Go</button>"
+        "<form action=\"next.html\" onsubmit=\"event.preventDefault(); setTimeout(() => this.submit(), 50)\">"
+        "<button>Send</button></form>")
+    (tmp_path / "site" / "data.json").write_text("{}")
+    (tmp_path / "site" / "next.html").write_text('<title>Next</title><a href="index.html">Back home</a>')
+    spec = tmp_path / "t.yaml"
+    spec.write_text("name: t\nsite: site\nsessions:\n  - name: s\n    task: t\n    steps:\n"
+                    "      - {do: click, target: 'button \"Go\"'}\n      - {do: click, target: 'link \"Back home\"'}\n"
+                    "      - {do: click, target: 'button \"Send\"'}\n      - {do: click, target: 'link \"Back home\"'}\n")
+    out = tmp_path / "c"
+    s = collect([spec], out)
+    assert (dict(s.outcomes), s.error_turns) == ({"unjudged": 1}, 0)
+    obs = [o for (o,) in run_query(out, "SELECT observation FROM turns ORDER BY turn_index")[1]]
+    assert [o.split("\n")[:2] for o in obs] == [
+        ["url: http://t.test/next.html", "title: Next"], ["url: http://t.test/index.html", "title: Home"],
+        ["url: http://t.test/next.html?", "title: Next"], ["url: http://t.test/index.html", "title: Home"]]  # a GET form

@@ -66,6 +66,27 @@ def test_start_page_and_origin(tmp_path: Path) -> None:
     assert load_spec(p).origin == "http://t.test:8080"
 
 
+@pytest.mark.parametrize(("edit", "message"), [
+    # found only at the corpus write, after every session ran: the whole run was lost
+    (lambda t: "license: [a, b]\n" + t, "license: expected text, got list"),
+    (lambda t: "action_timeout_s: .nan\n" + t, "action_timeout_s: expected a finite number, got nan"),
+    (lambda t: "action_timeout_s: .inf\n" + t, "action_timeout_s: expected a finite number, got inf"),
+    (lambda t: t.replace("    task: t\n", "    task:\n"), "sessions[0]: task is blank"),
+    (lambda t: t.replace("  - name: one\n", "  - name:\n"), "sessions[0]: name is blank"),
+    (lambda t: t + "    expect: {text: 12}\n", "session one: expect.text must be text, got 12"),
+    (lambda t: t + "    expect: {path: done.html}\n", "session one: expect.path must be a path on the site, starting with /"),
+    (lambda t: t + "    expect: {path: '/done.html?x'}\n", "session one: expect.path must be a path on the site"),
+])
+def test_spec_values_of_the_wrong_type_are_refused_before_chromium(tmp_path: Path, edit: object, message: str) -> None:
+    """A blank task was recorded as "None"; a text `expect` of 12 crashed after the session; a relative
+    or query `expect.path` marked every successful run failure."""
+    p = _spec(tmp_path, "      - {do: click, ref: e1}")
+    p.write_text(edit(p.read_text()))  # type: ignore[operator]
+    with pytest.raises(SpecError) as e:
+        load_spec(p)
+    assert str(e.value).startswith(f"{p}: {message}"), str(e.value)
+
+
 def test_a_missing_site_folder(tmp_path: Path) -> None:
     p = tmp_path / "s.yaml"
     p.write_text(SHOP.format(steps="      - {do: click, ref: e1}"))
@@ -89,6 +110,8 @@ def test_targets_and_refs() -> None:
     assert find_ref(tree, Target("generic")) == "e1"
     assert find_ref(tree, Target("option", "Small")) is None  # shown, but nothing to act on
     assert find_ref(tree, Target("link", "Cart")) is None
+    assert find_ref(tree, Target("link")) is None  # a role alone: an element of it without a name
+    assert find_ref('- textbox "Email" [ref=e2]\n- textbox [ref=e3]', Target("textbox")) == "e3"
     # lines YAML quotes (a name with ": " or "#"), as Playwright writes them
     quoted = """- generic [ref=e1]:
   - 'button "Total: $5" [ref=e2]'
@@ -128,3 +151,17 @@ def test_fault_options_read_as_mcp_reads_them() -> None:
             FaultPlan.parse(kinds, 0.5, 3)
     with pytest.raises(ValueError, match=r"unknown browser fault kind\(s\) \['latency'\]; known: \['http_error'\]"):
         FaultPlan.parse("http_error,latency", None, 0)
+
+
+def test_two_specs_of_one_name_are_refused(tmp_path: Path) -> None:
+    """Two copies of a spec (one name, one content) gave two trajectories of one id: refused before
+    chromium starts, naming both files. One file named twice is one spec."""
+    from collectors.browser.collect import collect
+
+    p = _spec(tmp_path, "      - {do: click, ref: e1}")
+    copy = tmp_path / "copy.yaml"
+    copy.write_text(p.read_text())
+    with pytest.raises(ValueError) as e:
+        collect([p, copy], tmp_path / "out")
+    assert str(e.value) == f"{p} and {copy} are both named 'shop': give each spec its own name"
+    assert not (tmp_path / "out").exists()
