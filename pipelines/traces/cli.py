@@ -99,6 +99,8 @@ def run(a: argparse.Namespace) -> int:
     if not a.endpoint or not a.model:
         raise ValueError("traces needs --endpoint URL (or `local`) and --model NAME, "
                          "or WORLDLINE_TRACES_BASE_URL and WORLDLINE_TRACES_MODEL")
+    if a.threads < 0:  # (docs/traces.md lists it with the checks; it was refused only with `local`)
+        raise ValueError(f"--threads must be at least 0 (got {a.threads})")
     if a.api_key_env and not os.environ.get(a.api_key_env):  # never fall back to another variable's key
         raise ValueError(f"--api-key-env {a.api_key_env}: that environment variable is not set (or is empty)")
     judge_options = {"weight": a.judge_weight, "max_tokens": a.judge_max_tokens, "required": a.judge_required or None}

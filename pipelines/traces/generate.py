@@ -204,14 +204,28 @@ class EndpointClient:
             return json.loads(r.read())
 
 
+MAX_TIMEOUT_S = 86_400.0  # a day: `inf` overflowed the socket's deadline, after the output folder was made
+
+
+def check_base_url(option: str, url: str) -> None:
+    """An http(s) URL with a host: `localhost:8000/v1` was retried as if the endpoint were down
+    ("unknown url type"), and failed only after the generation."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"{option} {url!r}: expected an http:// or https:// URL with a host "
+                         "(e.g. http://localhost:8000/v1)")
+
+
 def check_client_options(concurrency: int, requests_per_s: float | None, timeout_s: float, retries: int) -> None:
     """The request options, as the command line spells them: 0 requests in flight would hang or be
     quietly read as 1, a timeout of 0 fails every request."""
     at_least("--concurrency", concurrency, 1)
     if requests_per_s is not None and not requests_per_s > 0:
         raise ValueError(f"--rps must be above 0 (got {requests_per_s})")
-    if not timeout_s > 0:
-        raise ValueError(f"--timeout must be above 0 seconds (got {timeout_s})")
+    if not 0 < timeout_s <= MAX_TIMEOUT_S:
+        raise ValueError(f"--timeout must be above 0 and at most {MAX_TIMEOUT_S:g} seconds (got {timeout_s})")
     at_least("--retries", retries, 0)
 
 
@@ -266,6 +280,7 @@ class EndpointGenerator:
         if not self.base_url or not self.model:
             raise ValueError("the endpoint generator needs a base URL and a model "
                              "(--endpoint/--model, or WORLDLINE_TRACES_BASE_URL/WORLDLINE_TRACES_MODEL)")
+        check_base_url("endpoint", self.base_url)
         check_client_options(self.concurrency, self.requests_per_s, self.timeout_s, self.retries)
         self.client = EndpointClient(self.base_url, self.api_key, self.timeout_s, self.retries, self.backoff_s,
                                      requests_per_s=self.requests_per_s)
@@ -284,6 +299,11 @@ class EndpointGenerator:
         try:
             choice = r["choices"][0]
             text = _content_text(choice["message"].get("content"))
+            # a reasoning parser (vLLM --reasoning-parser, DeepSeek's API) returns the thinking apart from the
+            # answer: put back as the <think> block the candidate parser reads (every candidate was missing_think)
+            reasoning = choice["message"].get("reasoning_content") or choice["message"].get("reasoning")
+            if isinstance(reasoning, str) and reasoning.strip() and "<think>" not in _prefilled(req) + text:
+                text = f"<think>\n{reasoning.strip()}\n</think>\n{text.lstrip()}"
             usage = r.get("usage") or {}
             return ChatResult(_prefilled(req) + text, choice.get("finish_reason") or "stop",
                               int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0))

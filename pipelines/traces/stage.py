@@ -168,6 +168,8 @@ class TracesSummary:
             f"  queries from {self.eligible} eligible turns ({self.weighting}); {self.excluded_split} turns left out "
             f"for their split",
             f"  generations: {g.get('generated', 0)} new, {g.get('cached', 0)} from cache, {g.get('failed', 0)} failed",
+            *([f"  judge calls: {j.get('generated', 0)} new, {j.get('cached', 0)} from cache, {j.get('failed', 0)} failed; "
+               f"{j.get('invalid', 0)} candidates without a valid grading"] if (j := self.judge_calls) else []),
             f"  candidates: {self.parsed} parsed, {self.candidates - self.parsed} rejected"
             + (": " + ", ".join(f"{r} {n}" for r, n in sorted(self.rejected.items(), key=lambda x: (-x[1], x[0]))) if self.rejected else ""),
             f"  kept {self.kept} of {self.queries} queries ({100 * self.retention:.1f} %)",
@@ -321,7 +323,7 @@ def traces(
                         c["reject_reason"] = p.reason
                     else:
                         assert p.reasoning is not None and p.prediction is not None
-                        c["ok"] = True
+                        c["ok"] = c["parsed"] = True  # (a required judge may still reject it: `ok`, not `parsed`)
                         c["reasoning"], c["prediction"] = redactor(p.reasoning), redactor(p.prediction)
                         v = verify(q.domain, c["prediction"], q.observation, q.exit_code, q.is_error, dict(config.verifiers))
                         c["verifier"], c["verifier_score"], c["components"] = v.verifier, v.score, v.components
@@ -342,6 +344,7 @@ def traces(
     for q, name, _ in plan:
         cs = by_q[q.query_id]
         ok = [c for c in cs if c["ok"]]
+        parsed = sum(1 for c in cs if c.get("parsed"))
         best = max(ok, key=lambda c: (c["score"], -c["candidate"])) if ok else None
         thr = config.threshold_for(q.domain)
         kept = best is not None and best["score"] >= thr
@@ -352,7 +355,7 @@ def traces(
         qrows.append({
             "query_id": q.query_id, "trajectory_id": q.trajectory_id, "turn_index": q.turn_index, "domain": q.domain,
             "source_format": q.source_format, "split": q.split, "stratum": q.stratum, "rank": q.rank,
-            "category": q.category, "weight": q.weight, "template": name, "candidates": len(cs), "parsed": len(ok),
+            "category": q.category, "weight": q.weight, "template": name, "candidates": len(cs), "parsed": parsed,
             "best_candidate": best["candidate"] if best else None, "best_score": best["score"] if best else None,
             "threshold": thr, "kept": kept, "reject_reasons": orjson.dumps(dict(sorted(reasons.items()))).decode(),
         })
@@ -367,11 +370,12 @@ def traces(
                 "reasoning": best["reasoning"], "prediction": best["prediction"], "score": best["score"],
                 "verifier": best["verifier"], "verifier_score": best["verifier_score"], "judge_score": best["judge_score"],
                 "scores": {**(best["components"] or {}), **({"judge": best["judge_criteria"]} if best["judge_criteria"] else {})},
-                "generator": generator.model, "judge": judge_model, "template": name, "candidate": best["candidate"],
-                "seed": best["seed"], "candidates": len(cs), "parsed": len(ok), "threshold": thr, "fingerprint": fp,
+                "generator": generator.model, "judge": judge_model if best["judge_score"] is not None else None,
+                "template": name, "candidate": best["candidate"],
+                "seed": best["seed"], "candidates": len(cs), "parsed": parsed, "threshold": thr, "fingerprint": fp,
             })
 
-    summary.parsed = sum(1 for c in cands if c["ok"])
+    summary.parsed = sum(1 for c in cands if c.get("parsed"))
     summary.kept = len(sft)
     summary.rejected = dict(sorted(Counter(c["reject_reason"] for c in cands if c["reject_reason"]).items()))
     summary.by_domain = _group_stats(qrows, "domain", config)
@@ -397,13 +401,14 @@ def _refuse_foreign_out(out: Path) -> None:
                          "choose a new or empty directory, or an earlier traces --out")
 
 
-def _nothing_generated(generator: Generator, results: dict[str, dict[str, Any]], stats: Any) -> str:
+def _nothing_generated(generator: Generator, results: dict[str, dict[str, Any]], stats: Any, what: str = "generated",
+                       kept: str = "") -> str:
     """Why a run where every generation failed stops: no outputs and no side table are written, so
     it cannot pass for a finished run that kept nothing."""
     where = getattr(generator, "base_url", None) or f"the {generator.kind} generator"
     first = next((r["error"] for r in results.values() if "error" in r), "no answer")
-    return (f"no candidate could be generated: all {stats.failed} requests to {where} (model {generator.model}) "
-            f"failed, the first with {first}; nothing written")
+    return (f"no candidate could be {what}: all {stats.failed} requests to {where} (model {generator.model}) "
+            f"failed, the first with {first}; nothing written{kept}")
 
 
 def _judge(cands: list[dict[str, Any]], qs: dict[str, Query], cfg: TracesConfig, judge: Generator,
@@ -421,6 +426,10 @@ def _judge(cands: list[dict[str, Any]], qs: dict[str, Query], cfg: TracesConfig,
         c["_judge_key"] = key
         jobs.append((key, ChatRequest(msgs, samp.max_tokens, samp.temperature, samp.top_p, 0)))
     results, stats = generate_cached(judge, jobs, cache, "traces: judge", progress)
+    if jobs and stats.generated + stats.cached == 0:
+        # every grading failed: a run that went on would label its rows judged (or, judge required, reject
+        # every candidate) and exit 0; the generations stay in the cache for the rerun
+        raise EndpointError(_nothing_generated(judge, results, stats, "judged", " (the generations are cached)"))
     summary.judge_calls = asdict(stats)
     invalid = 0
     for c in cands:

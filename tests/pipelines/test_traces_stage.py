@@ -15,6 +15,7 @@ import threading
 import urllib.request
 from collections import defaultdict
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
@@ -415,7 +416,13 @@ def test_corpus_and_output_are_checked_first(small: Path, tmp_path: Path) -> Non
     (["--concurrency", "0"], "--concurrency must be at least 1 (got 0)"),
     (["--concurrency", "0", "--endpoint", "local", "--model", "smollm2"], "--concurrency must be at least 1 (got 0)"),
     (["-k", "0"], "-k must be at least 1 (got 0)"),
-    (["--timeout", "0"], "--timeout must be above 0 seconds (got 0.0)"),
+    (["--timeout", "0"], "--timeout must be above 0 and at most 86400 seconds (got 0.0)"),
+    (["--timeout", "inf"], "--timeout must be above 0 and at most 86400 seconds (got inf)"),  # was an OverflowError
+    (["--threads", "-1"], "--threads must be at least 0 (got -1)"),  # refused only with `local`
+    (["--endpoint", "localhost:8000/v1"],  # retried as if down (unknown url type), failing after the generation
+     "endpoint 'localhost:8000/v1': expected an http:// or https:// URL with a host (e.g. http://localhost:8000/v1)"),
+    (["--judge", "--judge-endpoint", "127.0.0.1:8000/v1"],
+     "endpoint '127.0.0.1:8000/v1': expected an http:// or https:// URL with a host (e.g. http://localhost:8000/v1)"),
     (["--temperature", "nan"], "--temperature must be a number at least 0 (got nan)"),
     (["--temperature", "-1"], "--temperature must be a number at least 0 (got -1.0)"),
     (["--top-p", "0"], "--top-p must be in (0, 1] (got 0.0)"),
@@ -523,3 +530,75 @@ def test_a_negative_retry_after_backs_off_as_usual() -> None:
         assert len(calls) == 2 and client.stats["retries"] == 1
     finally:
         srv.shutdown()
+
+
+@contextmanager
+def _stub_endpoint(message: dict) -> Iterator[str]:
+    """An OpenAI-compatible endpoint that answers every chat completion with `message`."""
+    import http.server
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 - the server's name for it
+            self.rfile.read(int(self.headers["Content-Length"]))
+            body = json.dumps({"choices": [{"message": message, "finish_reason": "stop"}],
+                               "usage": {"prompt_tokens": 1, "completion_tokens": 1}}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *a: object) -> None:
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{srv.server_port}/v1"
+    finally:
+        srv.shutdown()
+
+
+ANSWER = "<predicted_observation>\nfile.txt\n</predicted_observation>"
+
+
+def test_a_reasoning_parser_s_separate_reasoning_is_the_think_block(small: Path, tmp_path: Path) -> None:
+    """vLLM's --reasoning-parser and DeepSeek-style APIs send the reasoning apart from the answer:
+    every candidate was rejected as missing_think."""
+    for field in ("reasoning_content", "reasoning"):
+        with _stub_endpoint({"role": "assistant", "content": ANSWER, field: "The command lists the folder."}) as url:
+            s = traces(small, tmp_path / field, EndpointGenerator(url, "r1"), TracesConfig(queries=QueryConfig(max_queries=2), k=2, threshold=0.0),
+                       progress=False)
+        assert (s.candidates, s.parsed, s.rejected) == (4, 4, {}), s.rejected
+        rows = read_sft_jsonl(tmp_path / field / "sft.jsonl.zst")
+        assert {r["reasoning"] for r in rows} == {"The command lists the folder."}
+
+
+def test_a_judge_that_never_answers_fails_the_run(small: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Every judge request failed, yet the run exited 0 with every row labelled judged (or, judge
+    required, every candidate rejected and "0 parsed"): it stops as a dead generator does."""
+    with _stub_endpoint({"role": "assistant", "content": "<think>\nls lists it\n</think>\n\n" + ANSWER}) as url:
+        out = tmp_path / "t"
+        args = ["traces", str(small), "--out", str(out), "--endpoint", url, "--model", "m", "--max-queries", "2", "-k", "2",
+                "--judge", "--judge-endpoint", NOWHERE, "--retries", "0", "--quiet"]
+        assert main(args) == 1
+        err = capsys.readouterr().err
+        assert err.startswith(f"worldline traces: error: no candidate could be judged: all 2 requests to {NOWHERE} (model m) "
+                              "failed, the first with EndpointError: ")
+        assert err.endswith("; nothing written (the generations are cached)\n")
+        assert sorted(p.name for p in out.iterdir()) == ["cache.sqlite"]  # the generations, for the rerun
+        assert not (small / "side" / "traces").exists()
+
+
+def test_candidates_a_required_judge_rejects_still_count_as_parsed(small: Path, tmp_path: Path) -> None:
+    """A judge that answers with no valid grading, required: every candidate is rejected
+    judge_invalid, but they parsed strictly ("0 parsed" was reported, and parsed=0 in the tables)."""
+    with _stub_endpoint({"role": "assistant", "content": "<think>\nls lists it\n</think>\n\n" + ANSWER}) as url:
+        gen = EndpointGenerator(url, "m")
+        s = traces(small, tmp_path / "t", gen, TracesConfig(queries=QueryConfig(max_queries=2), k=2, threshold=0.0,
+                                                             judge=JudgeConfig(required=True)),
+                   judge=gen, progress=False)
+    assert (s.candidates, s.parsed, s.kept, s.rejected) == (4, 4, 0, {"judge_invalid": 4})
+    assert s.judge_calls["invalid"] == 4 and "  judge calls: 2 new, 0 from cache, 0 failed; 4 candidates without a valid grading" \
+        in s.render().splitlines()
+    assert pq.read_table(tmp_path / "t" / "queries.parquet", columns=["parsed"]).column(0).to_pylist() == [2, 2]
