@@ -498,48 +498,32 @@ def test_out_holding_another_tools_manifest_and_a_cache_that_cannot_open_are_ref
 
 def test_a_negative_retry_after_backs_off_as_usual() -> None:
     """`Retry-After: -1` made `time.sleep` raise, which ended the whole run."""
-    import http.server
-    import threading
+    with _stub_endpoint({"content": "ok"}, before=[(429, {"Retry-After": "-1"})]) as (url, calls):
+        client = EndpointClient(url, retries=2, backoff_s=0.01)
+        assert client.post("chat/completions", {"model": "m", "messages": []})["choices"][0]["message"]["content"] == "ok"
+        assert len(calls) == 2 and client.stats["retries"] == 1
 
-    calls = []
+
+@contextmanager
+def _stub_endpoint(message: dict, before: list[tuple[int, dict[str, str]]] | None = None) -> Iterator[tuple[str, list[int]]]:
+    """An OpenAI-compatible endpoint that answers every chat completion with `message`, after the
+    statuses (with headers) of `before`, one per request; yields its URL and the requests so far."""
+    import http.server
+
+    calls: list[int] = []
+    first = list(before or [])
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_POST(self) -> None:  # noqa: N802 - the server's name for it
             calls.append(1)
             self.rfile.read(int(self.headers["Content-Length"]))
-            if len(calls) == 1:
-                self.send_response(429)
-                self.send_header("Retry-After", "-1")
+            if len(calls) <= len(first):
+                status, headers = first[len(calls) - 1]
+                self.send_response(status)
+                for k, v in headers.items():
+                    self.send_header(k, v)
                 self.end_headers()
                 return
-            body = b'{"choices": [{"message": {"content": "ok"}, "finish_reason": "stop"}]}'
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *a: object) -> None:
-            pass
-
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    try:
-        client = EndpointClient(f"http://127.0.0.1:{srv.server_port}/v1", retries=2, backoff_s=0.01)
-        assert client.post("chat/completions", {"model": "m", "messages": []})["choices"][0]["message"]["content"] == "ok"
-        assert len(calls) == 2 and client.stats["retries"] == 1
-    finally:
-        srv.shutdown()
-
-
-@contextmanager
-def _stub_endpoint(message: dict) -> Iterator[str]:
-    """An OpenAI-compatible endpoint that answers every chat completion with `message`."""
-    import http.server
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802 - the server's name for it
-            self.rfile.read(int(self.headers["Content-Length"]))
             body = json.dumps({"choices": [{"message": message, "finish_reason": "stop"}],
                                "usage": {"prompt_tokens": 1, "completion_tokens": 1}}).encode()
             self.send_response(200)
@@ -554,7 +538,7 @@ def _stub_endpoint(message: dict) -> Iterator[str]:
     srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     try:
-        yield f"http://127.0.0.1:{srv.server_port}/v1"
+        yield f"http://127.0.0.1:{srv.server_port}/v1", calls
     finally:
         srv.shutdown()
 
@@ -566,7 +550,7 @@ def test_a_reasoning_parser_s_separate_reasoning_is_the_think_block(small: Path,
     """vLLM's --reasoning-parser and DeepSeek-style APIs send the reasoning apart from the answer:
     every candidate was rejected as missing_think."""
     for field in ("reasoning_content", "reasoning"):
-        with _stub_endpoint({"role": "assistant", "content": ANSWER, field: "The command lists the folder."}) as url:
+        with _stub_endpoint({"role": "assistant", "content": ANSWER, field: "The command lists the folder."}) as (url, _):
             s = traces(small, tmp_path / field, EndpointGenerator(url, "r1"), TracesConfig(queries=QueryConfig(max_queries=2), k=2, threshold=0.0),
                        progress=False)
         assert (s.candidates, s.parsed, s.rejected) == (4, 4, {}), s.rejected
@@ -577,7 +561,7 @@ def test_a_reasoning_parser_s_separate_reasoning_is_the_think_block(small: Path,
 def test_a_judge_that_never_answers_fails_the_run(small: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Every judge request failed, yet the run exited 0 with every row labelled judged (or, judge
     required, every candidate rejected and "0 parsed"): it stops as a dead generator does."""
-    with _stub_endpoint({"role": "assistant", "content": "<think>\nls lists it\n</think>\n\n" + ANSWER}) as url:
+    with _stub_endpoint({"role": "assistant", "content": "<think>\nls lists it\n</think>\n\n" + ANSWER}) as (url, _):
         out = tmp_path / "t"
         args = ["traces", str(small), "--out", str(out), "--endpoint", url, "--model", "m", "--max-queries", "2", "-k", "2",
                 "--judge", "--judge-endpoint", NOWHERE, "--retries", "0", "--quiet"]
@@ -593,7 +577,7 @@ def test_a_judge_that_never_answers_fails_the_run(small: Path, tmp_path: Path, c
 def test_candidates_a_required_judge_rejects_still_count_as_parsed(small: Path, tmp_path: Path) -> None:
     """A judge that answers with no valid grading, required: every candidate is rejected
     judge_invalid, but they parsed strictly ("0 parsed" was reported, and parsed=0 in the tables)."""
-    with _stub_endpoint({"role": "assistant", "content": "<think>\nls lists it\n</think>\n\n" + ANSWER}) as url:
+    with _stub_endpoint({"role": "assistant", "content": "<think>\nls lists it\n</think>\n\n" + ANSWER}) as (url, _):
         gen = EndpointGenerator(url, "m")
         s = traces(small, tmp_path / "t", gen, TracesConfig(queries=QueryConfig(max_queries=2), k=2, threshold=0.0,
                                                              judge=JudgeConfig(required=True)),
