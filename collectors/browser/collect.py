@@ -203,8 +203,8 @@ def _judge(session: Session, tab: Tab) -> str:
     try:
         text = tab.page.inner_text("body")
     except Exception as x:  # noqa: BLE001 - a page that does not answer: judged on the tree it last showed
-        if not tab.alive():
-            raise BrowserDied(f"chromium died: {str(x).splitlines()[0] if str(x) else type(x).__name__}") from None
+        if not tab.alive(x):
+            raise BrowserDied(tab.death(x)) from None
         text = tab.snapshot
     # the url is percent-encoded (`/my%20page.html`), the spec's path as written (`/my page.html`)
     ok = ((e.path is None or unquote(urlsplit(tab.page.url).path) == unquote(e.path))

@@ -229,14 +229,24 @@ class Tab:
         self.context.on("requestfinished", self._active)
         self.context.on("requestfailed", self._active)
         self.context.on("dialog", self._dialog)
+        self._crashed = False
         self.page = self.context.new_page()
         self.page.on("load", self._loaded)
+        self.page.on("crash", self._on_crash)
         self.snapshot = ""
 
     def _opened(self, page: Any) -> None:
         """A tab the site opened (a link with a target, window.open): taken to the front at the next observation."""
         self._opened_pages.append(page)
         page.on("load", self._loaded)
+        page.on("crash", self._on_crash)
+
+    def _on_crash(self, *_: Any) -> None:
+        self._crashed = True
+
+    def death(self, e: Exception) -> str:
+        """What ended the session: the renderer or chromium."""
+        return f"the page's renderer crashed: {_first_line(e)}" if self._crashed else f"chromium died: {_first_line(e)}"
 
     def _active(self, *_: Any) -> None:
         self._activity = time.monotonic()
@@ -308,8 +318,12 @@ class Tab:
         h = hashlib.sha256(f"{self.faults.seed}\0{self.spec.name}\0{self.key}\0{self.actions}\0{url}\0{n}".encode())
         return int.from_bytes(h.digest()[:8], "big") / 2.0**64
 
-    def alive(self) -> bool:
-        """Whether chromium is still there (a page error is then the page's own)."""
+    def alive(self, error: Exception | None = None) -> bool:
+        """Whether chromium and the page's renderer are still there (a page error is then the page's own):
+        a crashed renderer's "Target crashed" was recorded as the page's answer, every later action too."""
+        if self._crashed or (error is not None and "Target crashed" in str(error)):
+            self._crashed = True
+            return False
         try:
             return bool(self.context.browser is None or self.context.browser.is_connected())
         except Exception:  # noqa: BLE001 - a driver that went with the browser
@@ -343,8 +357,8 @@ class Tab:
             snapshot = page.aria_snapshot(mode="ai")
             title = page.title()
         except Exception as e:  # noqa: BLE001 - the page's answer, as any other
-            if not self.alive():
-                raise BrowserDied(f"chromium died: {_first_line(e)}") from None
+            if not self.alive(e):
+                raise BrowserDied(self.death(e)) from None
             snapshot, title = "", ""
             error = (f"{error}; " if error else "") + f"the page did not answer: {_first_line(e)}"
         self.snapshot, url = snapshot, page.url
@@ -396,9 +410,9 @@ class Tab:
                 elif step.do == "uncheck":
                     loc.uncheck()
         except Exception as e:  # noqa: BLE001 - Playwright's errors are the environment's answer to the action
-            if not self.alive():
+            if not self.alive(e):
                 self._acting = False
-                raise BrowserDied(f"chromium died: {_first_line(e)}") from None
+                raise BrowserDied(self.death(e)) from None
             error = _first_line(e)
         try:  # the page loads the action set off are the action's, until the page has loaded
             self._settle()

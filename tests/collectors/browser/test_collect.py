@@ -208,8 +208,9 @@ def test_a_busy_page_is_an_error_turn(tmp_path: Path) -> None:
     assert row[3] == "unjudged"
 
 
-def _kill_chromium() -> None:
-    """SIGKILL the chromium browser process this test process started (through Playwright's driver)."""
+def _kill_chromium(renderers: bool = False) -> None:
+    """SIGKILL the chromium browser process this test process started (through Playwright's driver),
+    or (`renderers`) only its page renderers."""
     procs = {}
     for d in Path("/proc").iterdir():
         if d.name.isdigit():
@@ -228,7 +229,15 @@ def _kill_chromium() -> None:
 
     (main,) = [pid for pid, (comm, ppid) in procs.items()
                if comm == "chromium" and procs.get(ppid, ("", 0))[0] != "chromium" and mine(pid)]
-    os.kill(main, signal.SIGKILL)
+    if not renderers:
+        os.kill(main, signal.SIGKILL)
+        return
+    for pid in procs:  # the page renderers under it (`--type=renderer`), chromium itself left alive
+        try:
+            if mine(pid) and b"--type=renderer" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                os.kill(pid, signal.SIGKILL)
+        except OSError:
+            continue
 
 
 def test_chromium_that_dies_is_started_again(tmp_path: Path, monkeypatch) -> None:
@@ -293,6 +302,29 @@ def test_chromium_that_dies_mid_session_ends_it_as_a_browser_error(tmp_path: Pat
     rows = _rows(out, "SELECT native_id, num_turns, outcome FROM trajectories ORDER BY native_id")
     assert [(r["native_id"].split("@")[0], r["num_turns"], r["outcome"]) for r in rows][0] == ("shop/order-mugs#0", 2, "browser_error")
     assert not run_query(out, "SELECT count(*) FROM turns WHERE observation LIKE '%has been closed%'")[1][0][0]
+
+
+def test_a_renderer_that_crashes_ends_its_session_as_a_browser_error(tmp_path: Path, monkeypatch) -> None:
+    """The page's renderer killed between two actions: "Target crashed" was recorded as the page's
+    answer and the session judged `policy_error`; it is a browser_error, and the next session runs
+    (chromium itself is alive: no restart)."""
+    from collectors.browser.session import Tab
+
+    real_act, acts = Tab.act, []
+
+    def crash_before_the_third(self, step, ref):  # noqa: ANN001, ANN202
+        acts.append(step)
+        if len(acts) == 3:
+            _kill_chromium(renderers=True)
+        return real_act(self, step, ref)
+
+    monkeypatch.setattr(Tab, "act", crash_before_the_third)
+    out = tmp_path / "c"
+    s = collect(default_specs(), out, only=["order-mugs", "search-socks"])
+    assert (s.sessions, s.failed, s.restarts, dict(s.outcomes)) == (2, 1, 0, {"browser_error": 1, "success": 1})
+    [why] = s.failures
+    assert why.startswith("shop/order-mugs#0: BrowserDied: the page's renderer crashed: "), why
+    assert not run_query(out, "SELECT count(*) FROM turns WHERE observation LIKE '%Target crashed%'")[1][0][0]
 
 
 def _site(tmp_path: Path, steps: str, expect: str = "") -> Path:
