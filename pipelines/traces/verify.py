@@ -175,22 +175,21 @@ def _json_type(v: Any) -> str:
 
 
 def json_paths(v: Any, path: str = "$") -> tuple[set[tuple[str, str]], set[tuple[str, str]]]:
-    """(path, type) pairs of every node and (path, canonical value) pairs of every leaf."""
-    types = {(path, _json_type(v))}
+    """(path, type) pairs of every node and (path, canonical value) pairs of every leaf. Walked with a
+    stack: a document nested deeper than Python's recursion limit (an observation of `[[[...]]]`)
+    raised RecursionError, which ended the whole run after its generation."""
+    types: set[tuple[str, str]] = set()
     values: set[tuple[str, str]] = set()
-    if isinstance(v, dict):
-        for k, x in v.items():
-            t, val = json_paths(x, f"{path}.{k}")
-            types |= t
-            values |= val
-    elif isinstance(v, list):
-        for i, x in enumerate(v):
-            t, val = json_paths(x, f"{path}[{i}]")
-            types |= t
-            values |= val
-    else:
-        leaf = canonical(v) if isinstance(v, str) else orjson.dumps(v).decode()
-        values.add((path, leaf))
+    stack = [(v, path)]
+    while stack:
+        node, p = stack.pop()
+        types.add((p, _json_type(node)))
+        if isinstance(node, dict):
+            stack += [(x, f"{p}.{k}") for k, x in node.items()]
+        elif isinstance(node, list):
+            stack += [(x, f"{p}[{i}]") for i, x in enumerate(node)]
+        else:
+            values.add((p, canonical(node) if isinstance(node, str) else orjson.dumps(node).decode()))
     return types, values
 
 

@@ -169,3 +169,16 @@ def test_mcp_right_keys_with_wrong_values_earn_nothing() -> None:
     text = '{{"content":[{{"type":"text","text":"{}"}}],"isError":false}}'
     wrong = verify("mcp", text.format("Error: permission denied"), text.format("Found 3 files: a.py b.py c.py"), is_error=False)
     assert (wrong.score, wrong.components["value_f1"], wrong.components["is_error_match"]) == (0.2, 0.0, 1.0)  # 0.8·0 + 0.2
+
+
+def test_json_paths_of_a_deeply_nested_document() -> None:
+    """An observation nested past Python's recursion limit raised RecursionError, ending the run
+    after all its generation; the walk gives the same paths as before for a shallow one."""
+    from pipelines.traces.verify import json_paths
+
+    deep = "[" * 1000 + "1" + "]" * 1000
+    assert verify("mcp", deep, deep).score == 1.0
+    types, values = json_paths({"a": [1, {"b": "x"}], "c": None})
+    assert types == {("$", "object"), ("$.a", "array"), ("$.a[0]", "number"), ("$.a[1]", "object"), ("$.a[1].b", "string"),
+                     ("$.c", "null")}
+    assert values == {("$.a[0]", "1"), ("$.a[1].b", "x"), ("$.c", "null")}
