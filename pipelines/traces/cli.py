@@ -55,9 +55,9 @@ def add_arguments(s: argparse.ArgumentParser) -> None:
     s.add_argument("--no-few-shot", action="store_true", help="no worked example in the teacher prompt")
     s.add_argument("--prefill-think", action="store_true",
                    help="start the answer with `<think>` (needs continue_final_message: vLLM, SGLang, serve_local)")
-    s.add_argument("--max-system-chars", type=int, default=6000, help="system prompt (task, action space) in the teacher prompt")
-    s.add_argument("--max-observation-chars", type=int, default=3000, help="per history observation in the teacher prompt")
-    s.add_argument("--max-history-chars", type=int, default=12000, help="all history turns together in the teacher prompt")
+    s.add_argument("--max-system-chars", type=int, default=6000, help="system prompt (task, action space) in the teacher prompt (0: no limit)")
+    s.add_argument("--max-observation-chars", type=int, default=3000, help="per history observation in the teacher prompt (0: no limit)")
+    s.add_argument("--max-history-chars", type=int, default=12000, help="all history turns together in the teacher prompt (0: no history)")
     s.add_argument("--threshold", type=float, default=0.5, help="keep the best candidate at or above this score")
     s.add_argument("--domain-threshold", action="append", default=[], metavar="DOMAIN=T", help="per-domain threshold")
     s.add_argument("--judge", action="store_true", help="also grade candidates with an LLM judge (same endpoint)")

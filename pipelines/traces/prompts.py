@@ -43,6 +43,9 @@ EXAMPLE_ANSWER = ("<think>\necho prints its argument followed by a newline, and 
 
 @dataclass(frozen=True)
 class PromptLimits:
+    """Characters of the teacher prompt; 0: no limit for the system prompt and each observation,
+    no history at all for `max_history_chars`."""
+
     max_system_chars: int = 6000
     max_observation_chars: int = 3000  # per history observation in the teacher prompt
     max_history_chars: int = 12000  # all history in the teacher prompt
@@ -176,7 +179,9 @@ Reply with one JSON object and nothing else, e.g.
 
 def judge_messages(q: PromptQuery, real: str, prediction: str, lim: PromptLimits, history_turns: int = 2) -> list[dict[str, str]]:
     """The judge's prompt: recent history, action, reference and the extracted prediction only."""
-    parts = [f"## Environment ({q.domain})\n{clip(q.system, lim.max_system_chars // 2)}"]
+    # half the teacher's room (0, no limit, stays none; 1 must not become 0, no limit)
+    half = -(-lim.max_system_chars // 2)
+    parts = [f"## Environment ({q.domain})\n{clip(q.system, half)}"]
     for g in q.history[-history_turns:] if history_turns else []:
         parts.append(f"## Earlier action\n{clip(g.user, 1000)}\n## Its observation\n{clip(g.observation, 1000)}")
     parts += [f"## Action\n{clip(q.user, 2000)}",

@@ -95,6 +95,19 @@ def test_judge_sees_prediction_not_reasoning() -> None:
     assert "PREDICTION-TEXT" in text and "a.txt" in text and "pwd" in text and "<think>" not in text
 
 
+def test_the_judge_sees_half_the_system_prompt_limit() -> None:
+    """`--max-system-chars 1` gave the judge the whole system prompt (1 // 2 = 0: no limit)."""
+    system = "S" * 5000
+    q = PromptQuery("terminal", system, [], "ls")
+
+    def env(lim: PromptLimits) -> str:
+        return judge_messages(q, "a.txt", "P", lim)[-1]["content"].split("## Action")[0]
+
+    assert system in env(PromptLimits(max_system_chars=0))  # no limit
+    assert system not in env(PromptLimits(max_system_chars=1)) and len(env(PromptLimits(max_system_chars=1))) < 100
+    assert 1900 < env(PromptLimits(max_system_chars=4000)).count("S") < 2000  # head and tail of 2,000, the note within
+
+
 def test_templates_and_seeds_are_deterministic() -> None:
     q = PromptQuery("terminal", "SYSTEM", [Group(0, "pwd", "/root"), Group(1, "cat f", "x" * 100)], "ls -l")
     lim = PromptLimits(max_observation_chars=60, max_history_chars=70)
