@@ -187,8 +187,8 @@ class BrowserSession:
             raise BrowserUnavailable(self.start_failure)
         try:
             return Tab(self.browser, spec, faults, key)
-        except Exception:
-            if self.browser is None or self.browser.is_connected():
+        except Exception as e:
+            if (self.browser is None or self.browser.is_connected()) and not _driver_gone(e):
                 raise  # chromium is alive: the error is the context's own
         self.teardown()
         try:
@@ -246,7 +246,9 @@ class Tab:
 
     def death(self, e: Exception) -> str:
         """What ended the session: the renderer or chromium."""
-        return f"the page's renderer crashed: {_first_line(e)}" if self._crashed else f"chromium died: {_first_line(e)}"
+        if self._crashed:
+            return f"the page's renderer crashed: {_first_line(e)}"
+        return f"{'Playwright driver' if _driver_gone(e) else 'chromium'} died: {_first_line(e)}"
 
     def _active(self, *_: Any) -> None:
         self._activity = time.monotonic()
@@ -323,6 +325,8 @@ class Tab:
         a crashed renderer's "Target crashed" was recorded as the page's answer, every later action too."""
         if self._crashed or (error is not None and "Target crashed" in str(error)):
             self._crashed = True
+            return False
+        if error is not None and _driver_gone(error):
             return False
         try:
             return bool(self.context.browser is None or self.context.browser.is_connected())
@@ -445,6 +449,11 @@ class Tab:
 
     def close(self) -> None:
         self.context.close()
+
+
+def _driver_gone(e: Exception) -> bool:
+    """Playwright's driver (node) went away: chromium may look connected, yet nothing answers."""
+    return "Playwright connection closed" in str(e) or "Connection closed" in str(e)
 
 
 def _is_page_load(req: Any) -> bool:

@@ -327,6 +327,31 @@ def test_a_renderer_that_crashes_ends_its_session_as_a_browser_error(tmp_path: P
     assert not run_query(out, "SELECT count(*) FROM turns WHERE observation LIKE '%Target crashed%'")[1][0][0]
 
 
+def test_a_playwright_driver_that_dies_is_started_again(tmp_path: Path, monkeypatch) -> None:
+    """Playwright's driver (node) killed mid-session: the session was recorded as policy_error and every
+    later one as browser_error ("Playwright connection closed"), nothing started again."""
+    from collectors.browser.session import Tab
+
+    real_act, acts = Tab.act, []
+
+    def kill_before_the_third(self, step, ref):  # noqa: ANN001, ANN202
+        acts.append(step)
+        if len(acts) == 3:
+            for d in Path("/proc").iterdir():  # the driver this test process started
+                try:
+                    stat = (d / "stat").read_text()
+                    if int(stat[stat.rindex(")") + 2:].split()[1]) == os.getpid() and b"run-driver" in (d / "cmdline").read_bytes():
+                        os.kill(int(d.name), signal.SIGKILL)
+                except (OSError, ValueError):
+                    continue
+        return real_act(self, step, ref)
+
+    monkeypatch.setattr(Tab, "act", kill_before_the_third)
+    s = collect(default_specs(), tmp_path / "c", only=["order-mugs", "search-socks"])
+    assert (s.sessions, s.failed, s.restarts, dict(s.outcomes)) == (2, 1, 1, {"browser_error": 1, "success": 1})
+    assert s.failures[0].startswith("shop/order-mugs#0: BrowserDied: Playwright driver died: "), s.failures
+
+
 def _site(tmp_path: Path, steps: str, expect: str = "") -> Path:
     (tmp_path / "site").mkdir()
     (tmp_path / "site" / "index.html").write_text('<title>Home</title><a href="b.html">To B</a>')
