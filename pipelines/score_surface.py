@@ -42,13 +42,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from schemas.options import check_seed
 from schemas.tables import side_table_schema
 
 CATEGORIES: tuple[str, ...] = ("retrieval", "expansion", "action", "transform", "boilerplate", "echo", "other", "context")
 WORD_SPLIT = r"[^\pL\pN_]+"
 CJK_CHAR = r"([\p{Han}\p{Hiragana}\p{Katakana}])"
 SURFACE_VERSION = 2  # in the fingerprint: bump when the same settings classify otherwise (2: CJK characters are words)
-INT63 = 1 << 63  # integer settings go into JSON metadata and numpy: larger ones crashed after the work
 STOCK_WORDS: tuple[str, ...] = (
     "ok", "okay", "done", "success", "successful", "successfully", "succeeded", "complete", "completed",
     "created", "updated", "saved", "written", "wrote", "deleted", "removed", "executed", "applied",
@@ -73,8 +73,7 @@ class SurfaceConfig:
     )
 
     def __post_init__(self) -> None:
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < INT63:
-            raise ValueError(f"--seed {self.seed}: must be an integer in [0, 2**63)")
+        check_seed("--seed", self.seed)
         for name in ("echo_min_overlap", "echo_max_novelty", "retrieval_min_novelty", "retrieval_min_ratio",
                      "expansion_min_novelty", "expansion_min_ratio", "transform_min_overlap"):
             if not math.isfinite(getattr(self, name)):

@@ -13,12 +13,12 @@ def at_least(option: str, value: Any, low: int | float) -> None:
         raise ValueError(f"{option} must be at least {low} (got {value})")
 
 
-SEED_LIMIT = 1 << 63  # seeds go into JSON metadata (orjson: 64-bit integers) and numpy generators
+INT_LIMIT = 1 << 63  # integer settings (seeds, token counts) go into JSON metadata (orjson: 64-bit) and numpy
 
 
 def check_seed(option: str, value: Any) -> None:
     """A ValueError for a seed that is no integer in [0, 2**63): a larger one crashed at the last write."""
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < SEED_LIMIT:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < INT_LIMIT:
         raise ValueError(f"{option} {value}: must be an integer in [0, 2**63)")
 
 
