@@ -258,12 +258,11 @@ def _three_byte_classes(seg: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     lead = np.flatnonzero(seg >= 0xE0)
     if not len(lead):
         return lead, lead
-    lead = lead[(lead + 2 < len(seg))]
+    lead = lead[lead + 2 < len(seg)]
     b0, b1, b2 = (seg[lead + k].astype(np.uint32) for k in range(3))
-    lead = lead[(b0 < 0xF0) & (b1 & 0xC0 == 0x80) & (b2 & 0xC0 == 0x80)]
-    b0, b1, b2 = (seg[lead + k].astype(np.uint32) for k in range(3))
+    valid = (b0 < 0xF0) & ((b1 & 0xC0) == 0x80) & ((b2 & 0xC0) == 0x80)  # a lead byte and two continuation bytes
     cp = ((b0 & 0x0F) << 12) | ((b1 & 0x3F) << 6) | (b2 & 0x3F)
-    return lead[_in_ranges(cp, _PUNCT3)], lead[_in_ranges(cp, _CJK3)]
+    return lead[valid & _in_ranges(cp, _PUNCT3)], lead[valid & _in_ranges(cp, _CJK3)]
 
 _POW: np.ndarray | None = None
 _INVPOW: np.ndarray | None = None
