@@ -4,6 +4,7 @@ and what a missing browser says. Needs /usr/bin/chromium (`apt-get install -y ch
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -137,17 +138,25 @@ def test_no_chromium_says_what_to_install(tmp_path: Path, monkeypatch, capsys) -
     assert not (tmp_path / "c").exists()
 
 
-def test_dialogs_are_shown_and_new_tabs_followed(tmp_path: Path) -> None:
+def _one_session_site(tmp_path: Path, pages: dict[str, str], steps: list[str]) -> Path:
+    """A site of `pages` and a spec `t.yaml` of one session `s` taking `steps` (YAML flow mappings)."""
     (tmp_path / "site").mkdir()
-    (tmp_path / "site" / "index.html").write_text(
-        "<title>T</title><button onclick=\"alert('Saved!')\">Save</button>"
-        "<button onclick=\"document.title = confirm('Delete?') ? 'deleted' : 'kept'\">Delete</button>"
-        '<a href="b.html" target="_blank">Open B</a>')
-    (tmp_path / "site" / "b.html").write_text("<title>B</title><p>page b</p>")
+    for name, text in pages.items():
+        (tmp_path / "site" / name).write_text(text)
     spec = tmp_path / "t.yaml"
     spec.write_text("name: t\nsite: site\nsessions:\n  - name: s\n    task: t\n    steps:\n"
-                    "      - {do: click, target: 'button \"Save\"'}\n      - {do: click, target: 'button \"Delete\"'}\n"
-                    "      - {do: click, target: 'link \"Open B\"'}\n")
+                    + "".join(f"      - {st}\n" for st in steps))
+    return spec
+
+
+def test_dialogs_are_shown_and_new_tabs_followed(tmp_path: Path) -> None:
+    spec = _one_session_site(tmp_path, {
+        "index.html": "<title>T</title><button onclick=\"alert('Saved!')\">Save</button>"
+                      "<button onclick=\"document.title = confirm('Delete?') ? 'deleted' : 'kept'\">Delete</button>"
+                      '<a href="b.html" target="_blank">Open B</a>',
+        "b.html": "<title>B</title><p>page b</p>"},
+        ["{do: click, target: 'button \"Save\"'}", "{do: click, target: 'button \"Delete\"'}",
+         "{do: click, target: 'link \"Open B\"'}"])
     out = tmp_path / "c"
     collect([spec], out)
     obs = [o for (o,) in run_query(out, "SELECT observation FROM turns ORDER BY turn_index")[1]]
@@ -208,9 +217,24 @@ def test_a_busy_page_is_an_error_turn(tmp_path: Path) -> None:
     assert row[3] == "unjudged"
 
 
-def _kill_chromium(renderers: bool = False) -> None:
+def _before_the_third_action(monkeypatch: pytest.MonkeyPatch, kill: object) -> None:
+    """Call `kill()` just before the third action of the run (the first session's)."""
+    from collectors.browser.session import Tab
+
+    real_act, acts = Tab.act, []
+
+    def act(self, step, ref):  # noqa: ANN001, ANN202
+        acts.append(step)
+        if len(acts) == 3:
+            kill()  # type: ignore[operator]
+        return real_act(self, step, ref)
+
+    monkeypatch.setattr(Tab, "act", act)
+
+
+def _kill_chromium(renderers: bool = False, driver: bool = False) -> None:
     """SIGKILL the chromium browser process this test process started (through Playwright's driver),
-    or (`renderers`) only its page renderers."""
+    or (`renderers`) only its page renderers, or (`driver`) the driver itself."""
     procs = {}
     for d in Path("/proc").iterdir():
         if d.name.isdigit():
@@ -227,6 +251,12 @@ def _kill_chromium(renderers: bool = False) -> None:
             pid = procs[pid][1]
         return False
 
+    if driver:
+        for pid, (_, ppid) in procs.items():
+            with contextlib.suppress(OSError):
+                if ppid == os.getpid() and b"run-driver" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                    os.kill(pid, signal.SIGKILL)
+        return
     (main,) = [pid for pid, (comm, ppid) in procs.items()
                if comm == "chromium" and procs.get(ppid, ("", 0))[0] != "chromium" and mine(pid)]
     if not renderers:
@@ -283,17 +313,7 @@ def test_chromium_that_dies_mid_session_ends_it_as_a_browser_error(tmp_path: Pat
     """chromium killed between two actions: the next action's error ("Target ... closed") was recorded as
     the page's answer and the session judged `policy_error` (or `failure`, exit 0); it is a browser_error,
     with the turns before it, and the next session runs in a new chromium."""
-    from collectors.browser.session import Tab
-
-    real_act, acts = Tab.act, []
-
-    def kill_before_the_third(self, step, ref):  # noqa: ANN001, ANN202
-        acts.append(step)
-        if len(acts) == 3:
-            _kill_chromium()
-        return real_act(self, step, ref)
-
-    monkeypatch.setattr(Tab, "act", kill_before_the_third)
+    _before_the_third_action(monkeypatch, _kill_chromium)
     out = tmp_path / "c"
     s = collect(default_specs(), out, only=["order-mugs", "search-socks"])
     assert (s.sessions, s.failed, s.restarts, dict(s.outcomes)) == (2, 1, 1, {"browser_error": 1, "success": 1})
@@ -308,17 +328,7 @@ def test_a_renderer_that_crashes_ends_its_session_as_a_browser_error(tmp_path: P
     """The page's renderer killed between two actions: "Target crashed" was recorded as the page's
     answer and the session judged `policy_error`; it is a browser_error, and the next session runs
     (chromium itself is alive: no restart)."""
-    from collectors.browser.session import Tab
-
-    real_act, acts = Tab.act, []
-
-    def crash_before_the_third(self, step, ref):  # noqa: ANN001, ANN202
-        acts.append(step)
-        if len(acts) == 3:
-            _kill_chromium(renderers=True)
-        return real_act(self, step, ref)
-
-    monkeypatch.setattr(Tab, "act", crash_before_the_third)
+    _before_the_third_action(monkeypatch, lambda: _kill_chromium(renderers=True))
     out = tmp_path / "c"
     s = collect(default_specs(), out, only=["order-mugs", "search-socks"])
     assert (s.sessions, s.failed, s.restarts, dict(s.outcomes)) == (2, 1, 0, {"browser_error": 1, "success": 1})
@@ -330,23 +340,7 @@ def test_a_renderer_that_crashes_ends_its_session_as_a_browser_error(tmp_path: P
 def test_a_playwright_driver_that_dies_is_started_again(tmp_path: Path, monkeypatch) -> None:
     """Playwright's driver (node) killed mid-session: the session was recorded as policy_error and every
     later one as browser_error ("Playwright connection closed"), nothing started again."""
-    from collectors.browser.session import Tab
-
-    real_act, acts = Tab.act, []
-
-    def kill_before_the_third(self, step, ref):  # noqa: ANN001, ANN202
-        acts.append(step)
-        if len(acts) == 3:
-            for d in Path("/proc").iterdir():  # the driver this test process started
-                try:
-                    stat = (d / "stat").read_text()
-                    if int(stat[stat.rindex(")") + 2:].split()[1]) == os.getpid() and b"run-driver" in (d / "cmdline").read_bytes():
-                        os.kill(int(d.name), signal.SIGKILL)
-                except (OSError, ValueError):
-                    continue
-        return real_act(self, step, ref)
-
-    monkeypatch.setattr(Tab, "act", kill_before_the_third)
+    _before_the_third_action(monkeypatch, lambda: _kill_chromium(driver=True))
     s = collect(default_specs(), tmp_path / "c", only=["order-mugs", "search-socks"])
     assert (s.sessions, s.failed, s.restarts, dict(s.outcomes)) == (2, 1, 1, {"browser_error": 1, "success": 1})
     assert s.failures[0].startswith("shop/order-mugs#0: BrowserDied: Playwright driver died: "), s.failures
@@ -443,17 +437,14 @@ def test_the_page_an_action_navigates_to_is_observed(tmp_path: Path) -> None:
     """A button whose script fetches and then navigates, and a form that submits itself a moment
     later: the tree was taken before the page the action asked for (its title "Loading ..."), and
     the next step found no link of the new page."""
-    (tmp_path / "site").mkdir()
-    (tmp_path / "site" / "index.html").write_text(
-        "<title>Home</title><button onclick=\"fetch('data.json').then(() => setTimeout(() => { location.href = 'next.html' }, 50))\">Go</button>"
-        "<form action=\"next.html\" onsubmit=\"event.preventDefault(); setTimeout(() => this.submit(), 50)\">"
-        "<button>Send</button></form>")
-    (tmp_path / "site" / "data.json").write_text("{}")
-    (tmp_path / "site" / "next.html").write_text('<title>Next</title><a href="index.html">Back home</a>')
-    spec = tmp_path / "t.yaml"
-    spec.write_text("name: t\nsite: site\nsessions:\n  - name: s\n    task: t\n    steps:\n"
-                    "      - {do: click, target: 'button \"Go\"'}\n      - {do: click, target: 'link \"Back home\"'}\n"
-                    "      - {do: click, target: 'button \"Send\"'}\n      - {do: click, target: 'link \"Back home\"'}\n")
+    back = "{do: click, target: 'link \"Back home\"'}"
+    spec = _one_session_site(tmp_path, {
+        "index.html": "<title>Home</title><button onclick=\"fetch('data.json').then(() => setTimeout(() => "
+                      "{ location.href = 'next.html' }, 50))\">Go</button>"
+                      "<form action=\"next.html\" onsubmit=\"event.preventDefault(); setTimeout(() => this.submit(), 50)\">"
+                      "<button>Send</button></form>",
+        "data.json": "{}", "next.html": '<title>Next</title><a href="index.html">Back home</a>'},
+        ["{do: click, target: 'button \"Go\"'}", back, "{do: click, target: 'button \"Send\"'}", back])
     out = tmp_path / "c"
     s = collect([spec], out)
     assert (dict(s.outcomes), s.error_turns) == ({"unjudged": 1}, 0)
