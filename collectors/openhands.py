@@ -268,7 +268,8 @@ def _action_text(ev: dict, atype: str, tool_name: str | None, tool_args: Any) ->
     if atype == "think":
         return _text(_arg(ev, "thought")) or _text(ev.get("message"))
     if atype == "finish":
-        return _text(_arg(ev, "final_thought")) or _text(ev.get("message")) or _text(_arg(ev, "outputs"))
+        outputs = _arg(ev, "outputs")  # `{}` by default: no output given, not the text "{}"
+        return _text(_arg(ev, "final_thought")) or _text(ev.get("message")) or (_text(outputs) if outputs else None)
     if atype == "recall":
         return _text(_arg(ev, "query"))
     if tool_args is not None:
@@ -623,6 +624,7 @@ class OpenHandsEventsImporter(Importer):
     """A JSON list of events, as saved by `save_trajectory_path` or the trajectory API."""
 
     name = "openhands-events"
+    version = "2"  # 2: a bare `finish` (no thought, message or outputs) has no action text, not "{}"
     container = "json"
     version = STREAM_VERSION
 
@@ -665,6 +667,7 @@ class OpenHandsOutputImporter(Importer):
     """Evaluation `output.jsonl` rows (and resolver outputs): one trajectory per line."""
 
     name = "openhands-output"
+    version = "2"  # 2: a bare `finish` (no thought, message or outputs) has no action text, not "{}"
     container = "jsonl"
     version = STREAM_VERSION
 
@@ -764,6 +767,7 @@ class OpenHandsSessionImporter(Importer):
     Turn locators are positions in id order (`events[i]` is `events/<i>.json` when no id is missing)."""
 
     name = "openhands-session"
+    version = "2"  # 2: a bare `finish` (no thought, message or outputs) has no action text, not "{}"
     container = "dir"
     version = STREAM_VERSION
 

@@ -578,3 +578,19 @@ def test_malformed_output_row_is_quarantined(tmp_path: Path) -> None:
     assert isinstance(ok, Trajectory) and isinstance(q, QuarantineRecord)
     assert q.locator == "line:2" and q.reason == "malformed_event"
     assert "line:2 history[6]" in q.detail
+
+
+def test_a_bare_finish_has_no_action_text(sample: Path, tmp_path: Path) -> None:
+    # a finish with no final thought or message and the default empty `outputs` (FinishAction's
+    # `outputs: dict = {}`) said nothing: its action is empty, not the text "{}"
+    events = json.loads((sample / "openhands" / "runtime_trajs_basic.json").read_text())
+    (finish,) = [ev for ev in events if ev.get("action") == "finish"]
+    finish["message"] = ""
+    finish["args"] = {**finish["args"], "final_thought": "", "outputs": {}}
+    (tmp_path / "run.json").write_text(json.dumps(events))
+    (t,) = _trajs(tmp_path / "run.json")
+    assert t.turns[1].tool_name == "finish" and t.turns[1].action is None
+    finish["args"]["outputs"] = {"answer": "4"}  # an output it gave is its action still
+    (tmp_path / "run.json").write_text(json.dumps(events))
+    (t,) = _trajs(tmp_path / "run.json")
+    assert t.turns[1].action == '{"answer":"4"}'
