@@ -11,6 +11,10 @@ bracketed paste) and all output from its first keystroke until the next input be
 of the typed text, then the response). Ctrl-C and Ctrl-D also end an input: they act at once.
 The action is the text as typed, with backspaces applied, bracketed-paste markers removed and
 other keys written as `<Up>`, `<Tab>`, `^C`, ...; the raw keystrokes go to `metadata.input_raw`.
+Several lines in one input event (a paste without bracketed-paste mode, piped or typed-ahead input)
+are one turn, its action the lines joined by newlines (empty lines left out), up to the Enter of the
+last: the shell answers them all after the event and their output cannot be told apart. `t_enter`
+is then the first line's Enter.
 Output before the first keystroke is the trajectory's `initial_state`.
 
 Full-screen programs (vim, less, htop: those on the alternate screen, `ESC[?1049h` / `47` /
@@ -450,9 +454,10 @@ def _is_header(obj: Any) -> bool:
 class AsciicastImporter(Importer):
     name = "asciicast"
     container = "text"
-    version = "4"  # 2: full-screen programs (alternate screen) and terminal replies read as described above;
+    version = "5"  # 2: full-screen programs (alternate screen) and terminal replies read as described above;
     # 3: input events that hold no key make an output-only recording;
-    # 4: a turn's locator covers the markers and resizes its metadata holds
+    # 4: a turn's locator covers the markers and resizes its metadata holds;
+    # 5: several lines in one input event are one turn
 
     def sniff(self, head: bytes) -> bool:
         nl = head.find(b"\n")
@@ -629,6 +634,7 @@ class _Builder:
             "input": _Input(keys=self.screen.alt is not None),
             "t_first": t,
             "t_enter": None,
+            "typing": False,  # a line after the first of a turn that holds several, not yet ended
             "t_last_out": None,
             "answered": False,  # output arrived since the last keystroke
             "out": [],
@@ -656,7 +662,7 @@ class _Builder:
         alt = self.screen.alt is not None
         if cur["input"].keys:  # a key turn in a full-screen program: answered, or the program has left
             return cur["answered"] or not alt
-        return cur["t_enter"] is not None or (alt and cur["answered"])
+        return (cur["t_enter"] is not None and not cur["typing"]) or (alt and cur["answered"])
 
     def event(self, lineno: int, t: float, code: str, data: str) -> None:
         self.last_line = lineno
@@ -665,25 +671,38 @@ class _Builder:
             if not tokens:
                 self.has_input = True
             prev = None
+            ended = None  # the line turn an Enter (or ^C/^D) of this event ended
             for tok in tokens:
                 cur = self.cur
                 if not (cur is not None and cur["input"].paste) and _is_reply(tok, self.screen):
                     (cur["input"].replies if cur is not None else self.replies).append(tok)
                     continue
-                if tok == "\n" and prev == "\r" and cur is not None and not cur["input"].keys and not cur["input"].paste:
-                    cur["input"].raw.append(tok)  # CR LF (a script's or Windows' line end) is one Enter, not two
+                line_turn = cur is not None and not cur["input"].keys and not cur["input"].paste
+                if line_turn and ((tok == "\n" and prev == "\r") or (cur is ended and tok in ("\r", "\n"))):
+                    # CR LF (a script's or Windows' line end) is one Enter, not two; an empty line after one
+                    # in the same event adds nothing
+                    cur["input"].raw.append(tok)
                     prev = tok
                     continue
                 prev = tok
                 self.has_input = True
-                if self._new_turn():
+                if cur is not None and cur is ended:  # more lines in this event: their output is not told apart
+                    cur["input"].parts.append((False, "\n"))
+                    cur["typing"] = True
+                    ended = None
+                elif self._new_turn():
                     cur = self._start(lineno, t)
                 assert cur is not None
                 cur["input"].raw.append(tok)
                 cur["last_line"] = lineno
                 cur["answered"] = False
-                if cur["input"].key(tok) or cur["input"].keys:
+                submits = cur["input"].key(tok)
+                if cur["input"].keys:
                     cur["t_enter"] = t
+                elif submits:
+                    cur["t_enter"] = t if cur["t_enter"] is None else cur["t_enter"]  # a joined turn ran at its first
+                    cur["typing"] = False
+                    ended = cur if cur["input"].value() else None
         elif code == "o":
             self.screen.feed(data)
             if self.cur is None:

@@ -367,3 +367,35 @@ def test_cr_lf_in_one_input_event_is_one_enter(tmp_path: Path) -> None:
     [t] = [r for r in read_path(p) if isinstance(r, Trajectory)]
     assert [(u.action, u.observation) for u in t.turns] == [
         ("cat nofile", "$ cat nofile\ncat: nofile: No such file or directory\n$"), ("ls", "$ ls\na.txt\n$")]  # as with `\r` alone
+
+
+def _cast(tmp_path: Path, events: list[str]) -> Trajectory:
+    p = tmp_path / "run.cast"
+    p.write_text("\n".join(['{"version": 2, "width": 80, "height": 24, "timestamp": 1700000000}', *events]) + "\n")
+    [t] = [r for r in read_path(p) if isinstance(r, Trajectory)]
+    return t
+
+
+def test_several_lines_in_one_input_event_are_one_turn(tmp_path: Path) -> None:
+    """A paste without bracketed-paste mode (or piped, typed-ahead input) puts several lines in one `i`
+    event; the shell's answers to all of them follow it and cannot be told apart. They were a turn per
+    line: every line but the last with no output, the last with everything."""
+    t = _cast(tmp_path, [
+        '[0.1, "o", "$ "]', '[1.0, "i", "echo one\\recho two\\r"]',
+        '[1.01, "o", "echo one\\r\\none\\r\\n$ echo two\\r\\ntwo\\r\\n$ "]',
+        '[2.0, "i", "ls\\r\\r"]', '[2.01, "o", "ls\\r\\na.txt\\r\\n$ \\r\\n$ "]'])
+    assert [(u.action, u.observation) for u in t.turns] == [
+        ("echo one\necho two", "$ echo one\none\n$ echo two\ntwo\n$"), ("ls", "$ ls\na.txt\n$\n$")]
+    meta = json.loads(t.turns[0].metadata)
+    assert (meta["input_raw"], meta["t_enter"], t.turns[0].duration_s) == ("echo one\recho two\r", 1.0, 0.01)
+
+
+def test_a_line_left_unfinished_in_the_same_event_joins_the_turn(tmp_path: Path) -> None:
+    # `echo one\recho tw` pasted, the shell answers the first line, then `o` and Enter are typed
+    t = _cast(tmp_path, [
+        '[0.1, "o", "$ "]', '[1.0, "i", "echo one\\recho tw"]',
+        '[1.01, "o", "echo one\\r\\none\\r\\n$ echo tw"]', '[1.5, "i", "o\\r"]',
+        '[1.51, "o", "o\\r\\ntwo\\r\\n$ "]', '[2.0, "i", "^C"]'])
+    assert [u.action for u in t.turns] == ["echo one\necho two", "^C"]
+    assert t.turns[0].observation == "$ echo one\none\n$ echo two\ntwo\n$"
+    assert json.loads(t.turns[0].metadata)["t_enter"] == 1.0 and t.turns[0].duration_s == 0.51
