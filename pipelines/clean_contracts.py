@@ -10,7 +10,7 @@ from pathlib import Path
 from pipelines.clean import REASONS, TURN_REASONS
 from pipelines.contracts import ContractResult, run_named
 from pipelines.query import connect
-from pipelines.shell import query_command
+from pipelines.shell import query_command, worldline_command
 from pipelines.side import corpus_state, side_info, verdicts_identity
 from pipelines.store import Corpus
 
@@ -68,7 +68,7 @@ def cleaning_every_trajectory_judged(corpus: Corpus) -> ContractResult:
          "differs_from_recorded": differ,
          "unknown_reasons": unknown, "misplaced_rows": misplaced, "orphan_rows": orphans,
          "inspect": query_command(corpus.root, "SELECT reason, count(*) FROM cleaning GROUP BY 1"),
-         **({} if current else {"rerun": f"worldline clean {corpus.root}"})},
+         **({} if current else {"rerun": worldline_command("clean", corpus.root)})},
     )
 
 
@@ -109,7 +109,7 @@ def dedup_current(corpus: Corpus) -> ContractResult:
         "dedup_current", ok, "signatures and clusters cover the current corpus and cleaning verdicts",
         {"corpus_batches": state["batches"], "signatures_batches": sig.get("corpus_state", {}).get("batches"),
          "cleaning_fingerprint": want_clean, "used_cleaning_fingerprint": used_clean,
-         **({} if ok else {"rerun": f"worldline dedup {corpus.root}"})},
+         **({} if ok else {"rerun": worldline_command("dedup", corpus.root)})},
     )
 
 

@@ -16,6 +16,7 @@ import os
 import sys
 from pathlib import Path
 
+from pipelines.shell import worldline_command
 from schemas.options import seed_option
 
 EXIT_QUARANTINED = 3
@@ -393,7 +394,7 @@ def _run(args: argparse.Namespace) -> int:
             raise
         # DuckDB refusing a corpus file (a damaged Parquet part) or a setting: its first line names it
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        hint = f" (`worldline check {args.corpus}` tests every file)" if getattr(args, "corpus", None) else ""
+        hint = f" (`{worldline_command('check', args.corpus)}` tests every file)" if getattr(args, "corpus", None) else ""
         print(f"worldline {args.command}: error: DuckDB: {first}{hint}", file=sys.stderr)
         return 1
 

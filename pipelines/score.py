@@ -51,6 +51,7 @@ from pipelines.score_surface import (
     SurfaceConfig,
     score_surface,
 )
+from pipelines.shell import worldline_command
 from pipelines.side import (
     SideTableWriter,
     corpus_state,
@@ -1020,6 +1021,6 @@ def score_contracts(corpus_dir: Path | str) -> list[Any]:
                              "current cleaning and dedup verdicts)",
                              {"scored_batches": (entry.get("corpus_state") or {}).get("batches"), "corpus_batches": now["batches"],
                               "model_tier_verdicts_current": kept_now, "model_tier_corpus_current": model_now,
-                              "rerun": f"worldline score {corpus.root}" + ("" if model_now else " --tier model")},
+                              "rerun": worldline_command("score", corpus.root, *(() if model_now else ("--tier", "model")))},
                              severity="warn")
     return [cover, valid, current]

@@ -13,7 +13,13 @@ def query_command(root: Path | str, sql: str) -> str:
     takes it: the path quoted (spaces, quotes), the SQL in double quotes with what a shell would expand
     there escaped."""
     quoted = _SHELL_DQ.sub(r"\\\g<0>", sql)
-    return f'worldline query {shlex.quote(str(root))} "{quoted}"'
+    return f'{worldline_command("query", root)} "{quoted}"'
+
+
+def worldline_command(*args: Path | str) -> str:
+    """A `worldline` command line (a contract's `rerun`, an error's hint) with each argument quoted as a
+    shell needs it: a corpus path with a space or a quote is one argument still."""
+    return " ".join(["worldline", *(shlex.quote(str(a)) for a in args)])
 
 
 _SHELL_DQ = re.compile(r'[\\"$`]')  # what a shell still reads inside double quotes
