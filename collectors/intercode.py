@@ -29,6 +29,12 @@ When the policy raised, `eval_n_turn.py` logs `"blocked"` as a last action, with
 observation or validity, and ends the episode: that turn is a `message` turn (nothing ran), an
 error, metadata `policy_error`; the columns one entry short are not a length mismatch then.
 
+A plain `submit` steps nothing: `IntercodeEnv.step` scores the episode and hands back the
+previous observation again, which the log stores as the submit's observation (57 of the sample's
+59 submits repeat it word for word). That turn is a `message` turn with no observation, keeping
+its reward (the episode's score), metadata `submit`; `forced` when `eval_react.py` wrote the submit
+itself after the turn limit (thought "EXCEEDED MAX TURNS ...").
+
 SQL observations are stored by InterCode as the text of Python's `str(rows)`; a result kept as a
 JSON list of rows is rendered the same way (rows as tuples), so both read alike and identically
 on every run.
@@ -85,6 +91,7 @@ def _is_task_record(rec: Any) -> bool:
 class InterCodeImporter(Importer):
     name = "intercode"
     container = "json"
+    version = "2"  # 2: a plain `submit` is a message turn without the repeated observation
 
     def sniff(self, doc: Any) -> bool:
         if _is_episode_log(doc):
@@ -204,16 +211,23 @@ class InterCodeImporter(Importer):
         else:
             is_error = None
         thought = cols["thoughts"][i] if "thoughts" in cols else None
+        thought_text = thought if isinstance(thought, str) else (dumps(thought) if thought is not None else None)
+        reward = to_float(cols["rewards"][i]) if "rewards" in cols else None
+        if isinstance(action, str) and action.strip() == "submit":  # scored, nothing ran: no observation
+            meta["submit"] = True
+            if thought_text is not None and thought_text.startswith("EXCEEDED MAX TURNS"):
+                meta["forced"] = True
+            return Turn(kind="message", action=action, observation=None, observation_kind="none",
+                        thought=thought_text, is_error=None, reward=reward,
+                        locator=f"turn_history.actions[{i}]", metadata=dumps(meta))
         return Turn(
             kind="env",
             action=action,
             observation=observation,
             observation_kind="stdout",
-            thought=thought
-            if isinstance(thought, str)
-            else (dumps(thought) if thought is not None else None),
+            thought=thought_text,
             is_error=is_error,
-            reward=to_float(cols["rewards"][i]) if "rewards" in cols else None,
+            reward=reward,
             locator=f"turn_history.actions[{i}]+turn_history.observations[{i}]",
             metadata=dumps(meta) if meta else None,
         )

@@ -29,21 +29,24 @@ def _trajs(path: Path) -> list[Trajectory]:
 
 
 @pytest.mark.parametrize(
-    "name, n, total, head",
+    "name, n, total, head, submits",
     [
-        ("ic_bash_multiturn_gpt-4_10_turns_fs_1.json", 60, 401, BASH_MULTITURN),
-        ("ic_bash_react_gpt-3.5_10_turns_fs_1.json", 60, 290, BASH_REACT),
-        ("ic_ctf_gpt-4_25_turns.json", 4, 35, [5, 10, 5, 15]),
+        ("ic_bash_multiturn_gpt-4_10_turns_fs_1.json", 60, 401, BASH_MULTITURN, 0),
+        # jq '[.[] | .turn_history.actions[] | select(. == "submit")] | length'
+        ("ic_bash_react_gpt-3.5_10_turns_fs_1.json", 60, 290, BASH_REACT, 59),
+        ("ic_ctf_gpt-4_25_turns.json", 4, 35, [5, 10, 5, 15], 0),  # CTF's `submit FLAG` runs the check
     ],
 )
-def test_sample_counts(sample: Path, name: str, n: int, total: int, head: list[int]) -> None:
+def test_sample_counts(sample: Path, name: str, n: int, total: int, head: list[int], submits: int) -> None:
     trajs = _trajs(sample / "intercode" / name)
     assert len(trajs) == n
     assert sum(len(t.turns) for t in trajs) == total
     assert [len(t.turns) for t in trajs][: len(head)] == head
     assert all(t.source_format == "intercode" and t.domain == "terminal" for t in trajs)
     assert [t.locator for t in trajs][:3] == ["key:0", "key:1", "key:2"]
-    assert all(u.kind == "env" and u.observation_kind == "stdout" for t in trajs for u in t.turns)
+    kinds = [(u.kind, u.observation_kind) for t in trajs for u in t.turns]
+    assert kinds.count(("message", "none")) == submits
+    assert kinds.count(("env", "stdout")) == total - submits
 
 
 def test_bash_multiturn_fields(sample: Path) -> None:
@@ -73,6 +76,27 @@ def test_bash_react_thoughts(sample: Path) -> None:
     assert t.turns[0].thought.startswith("Find all files with the `.java` extension in `testbed/`")
     assert t.turns[0].action.startswith('execute[find /testbed -name "*.java" -type f -exec md5sum {} +')
     assert t.turns[5].action == "submit" and t.turns[5].reward == 1.0
+
+
+def test_a_plain_submit_is_no_environment_turn(sample: Path) -> None:
+    # `IntercodeEnv.step("submit")` scores the episode and returns the previous observation again; the
+    # log stores that copy (57 of the file's 59 submits, by jq), which no action produced
+    raw = json.loads((sample / "intercode" / "ic_bash_react_gpt-3.5_10_turns_fs_1.json").read_text())
+    th = raw["2"]["turn_history"]
+    assert th["actions"] == ["execute[md5sum $FILES]", "submit"]
+    assert th["observations"][1] == th["observations"][0]
+    trajs = _trajs(sample / "intercode" / "ic_bash_react_gpt-3.5_10_turns_fs_1.json")
+    (t,) = [u for u in trajs if u.native_id == "2"]
+    first, submit = t.turns
+    assert (first.kind, first.observation, first.reward) == ("env", th["observations"][0], 0.0)
+    assert (submit.kind, submit.observation_kind, submit.observation, submit.is_error) == ("message", "none", None, None)
+    assert (submit.action, submit.reward, submit.locator) == ("submit", 1.0, "turn_history.actions[1]")
+    assert submit.thought == "This shows the md5 sum of the contents of the sorted list of files. I can submit."
+    assert json.loads(submit.metadata) == {"valid_action": th["valid_action"][1], "submit": True}
+    assert t.reward == 1.0 and t.outcome == "success"
+    # eval_react.py submits for the agent at the turn limit: thought "EXCEEDED MAX TURNS: submit"
+    forced = [t.native_id for t in trajs for u in t.turns if json.loads(u.metadata or "{}").get("forced")]
+    assert forced == ["6", "7", "29", "30", "32", "38", "43", "53", "58"]
 
 
 def test_ctf_fields(sample: Path) -> None:
@@ -160,10 +184,13 @@ def test_react_reply_without_code_is_an_error_whatever_its_validity_says(sample:
     for k, i in expected:
         turn = trajs[k].turns[i]
         assert turn.is_error is True and json.loads(turn.metadata) == {"valid_action": True, "not_executed": True}
-    # every other turn: an error exactly where the run logged an invalid action
+    # every other turn but the 59 plain submits (no error: nothing ran): an error exactly where the
+    # run logged an invalid action
+    submits = [(k, i) for k, rec in raw.items() for i, a in enumerate(rec["turn_history"]["actions"]) if a == "submit"]
+    assert len(submits) == 59 and all(trajs[k].turns[i].is_error is None for k, i in submits)
     others = [(u.is_error, raw[k]["turn_history"]["valid_action"][i]) for k, t in trajs.items()
-              for i, u in enumerate(t.turns) if (k, i) not in expected]
-    assert len(others) == 290 - 20 and all(err is (not valid) for err, valid in others)
+              for i, u in enumerate(t.turns) if (k, i) not in expected and (k, i) not in submits]
+    assert len(others) == 290 - 20 - 59 and all(err is (not valid) for err, valid in others)
 
 
 def test_environment_episode_log_is_one_intercode_trajectory() -> None:

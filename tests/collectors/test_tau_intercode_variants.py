@@ -42,11 +42,13 @@ def _raw_expectations(rec: dict) -> dict:
     th = rec["turn_history"]
     n = len(th["actions"])
     valid = th.get("valid_action", [None] * n)
+    submit = [a.strip() == "submit" for a in th["actions"]]  # scored, nothing ran: no observation
     return {
         "actions": th["actions"],
-        "observations": th["observations"],
+        "observations": [None if s else o for s, o in zip(submit, th["observations"], strict=True)],
+        "kinds": [("message", "none") if s else ("env", "stdout") for s in submit],
         "rewards": [float(r) for r in th["rewards"]],
-        "is_error": [None if v is None else not v for v in valid],
+        "is_error": [None if v is None or s else not v for s, v in zip(submit, valid, strict=True)],
         "thoughts": th.get("thoughts", [None] * n),
         "reward": float(rec["summary"]["max_reward"]),
         "task": rec["query"],
@@ -68,7 +70,7 @@ def test_intercode_variant_matches_raw_file(name: str) -> None:
         assert [u.reward for u in t.turns] == exp["rewards"]
         assert [u.is_error for u in t.turns] == exp["is_error"]
         assert [u.thought for u in t.turns] == exp["thoughts"]
-        assert all(u.kind == "env" and u.observation_kind == "stdout" for u in t.turns)
+        assert [(u.kind, u.observation_kind) for u in t.turns] == exp["kinds"]
         assert t.reward == exp["reward"]
         assert t.outcome == ("success" if exp["reward"] >= 1.0 else "failure")
         assert t.task == exp["task"] and t.native_id == exp["native_id"]
@@ -121,7 +123,9 @@ def test_sql_react() -> None:
         "submit",
     ]
     assert t0.turns[1].thought == "The poker_players table does not have a name column. I should check what columns are available."
-    assert [u.is_error for u in t0.turns] == [True, False, False, False]
+    assert [u.is_error for u in t0.turns] == [True, False, False, None]
+    assert (t0.turns[3].kind, t0.turns[3].observation) == ("message", None)
+    assert json.loads(t0.turns[3].metadata) == {"valid_action": True, "submit": True}
     assert [u.reward for u in t0.turns] == [0.0, 0.0, 0.0, 0.0]
     assert t0.reward == 0.0 and t0.outcome == "failure"
     assert t2.turns[2].observation == "[(510.333333, Decimal('329000'))]"

@@ -20,10 +20,10 @@ def test_assets_and_checks(tmp_path: Path) -> None:
     res = dg.materialize([cleaning_verdicts, dedup_clusters, cleaning_checks, dedup_checks], resources={"corpus": corpus})
     assert res.success
     md = {k: v.value for k, v in res.asset_materializations_for_node("cleaning_verdicts")[0].metadata.items()}
-    assert (md["trajectories"], md["kept_trajectories"], md["kept_turns"]) == (1113, 944, 3463)
-    assert "| too_few_turns | 169 | trajectories |" in md["dropped_by_reason"]
+    assert (md["trajectories"], md["kept_trajectories"], md["kept_turns"]) == (1113, 932, 3439)
+    assert "| too_few_turns | 181 | trajectories |" in md["dropped_by_reason"]
     md = {k: v.value for k, v in res.asset_materializations_for_node("dedup_clusters")[0].metadata.items()}
-    assert (md["considered"], md["kept"], md["clusters"], md["signatures_reused"]) == (944, 939, 4, False)
+    assert (md["considered"], md["kept"], md["clusters"], md["signatures_reused"]) == (932, 927, 4, False)
     assert md["fingerprint"] == side_info(Corpus(root), "duplicates")["fingerprint"]
     assert {e.check_name: e.passed for e in res.get_asset_check_evaluations()} == {
         "cleaning_every_trajectory_judged": True, "duplicates_one_representative": True, "dedup_current": True,

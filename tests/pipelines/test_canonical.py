@@ -64,4 +64,6 @@ def test_python_and_duckdb_agree_on_every_sample_turn(sample_corpus: Path) -> No
     diff = [(a, o) for a, o, ca, co in pairs if canonical(a) != ca or canonical(o) != co]
     assert diff == []
     changed = sum(canonical(o) != (o or "") for _, o, _, _ in pairs)
-    assert changed == 137  # observations with something volatile (timestamps, paths, durations, unicode spaces, ...)
+    # observations with something volatile (timestamps, paths, durations, unicode spaces, ...); InterCode's plain
+    # `submit` turns have none (6 of their 59 repeated observations had some)
+    assert changed == 131

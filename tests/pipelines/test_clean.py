@@ -40,8 +40,10 @@ SAMPLE_TURN_VERDICTS = {
 
 def test_sample_verdicts(sample_corpus: Path) -> None:  # noqa: F811 - fixture
     s = clean(sample_corpus, progress=False)
-    assert (s.trajectories, s.turns, s.kept_trajectories, s.kept_turns) == (1113, 3702, 944, 3463)
-    assert s.dropped_trajectories == {"too_few_turns": 169}
+    # InterCode's plain `submit` is no environment turn: 12 ReAct runs of one command and a submit (24 turns,
+    # by jq on the raw file) have fewer than 2
+    assert (s.trajectories, s.turns, s.kept_trajectories, s.kept_turns) == (1113, 3702, 932, 3439)
+    assert s.dropped_trajectories == {"too_few_turns": 181}
     assert s.dropped_turns == {"retry_cycle": 53, "gui_no_change": 12}
     assert (s.action_spaces, s.action_spaces_unparsed) == (4, 0)
     got: dict[str, list[int]] = {}
@@ -52,7 +54,7 @@ def test_sample_verdicts(sample_corpus: Path) -> None:  # noqa: F811 - fixture
     # who has fewer than 2 environment turns: FireAct (one search, no answer step), InterCode, OpenHands
     assert rows(sample_corpus, """SELECT t.source_format, count(*) FROM cleaning c JOIN trajectories t USING (trajectory_id)
                                   WHERE c.turn_index IS NULL GROUP BY 1 ORDER BY 1""") == \
-        [("fireact-chat", 1), ("fireact-trajs", 150), ("intercode", 16), ("openhands-events", 2)]
+        [("fireact-chat", 1), ("fireact-trajs", 150), ("intercode", 28), ("openhands-events", 2)]
     details = dict(rows(sample_corpus, "SELECT trajectory_id[:8] || ':' || turn_index, detail FROM cleaning WHERE turn_index IS NOT NULL"))
     assert details["51c8e1a0:1"] == "same failed action repeated at turn 2"
     assert details["a0ea54de:1"] == "malformed action rejected: Malformed command"
@@ -60,11 +62,11 @@ def test_sample_verdicts(sample_corpus: Path) -> None:  # noqa: F811 - fixture
     assert details["87398343:6"].startswith("malformed action rejected: Your proposed edit has introduced new syntax error")
     assert details["5880d58b:3"] == "same screen as after turn 2"
     # the view: what survives, all counted for training (no dedup yet)
-    assert rows(sample_corpus, "SELECT count(*), count(DISTINCT trajectory_id), bool_and(counts_for_training) FROM kept_turns") == [(3463, 944, True)]
-    assert rows(sample_corpus, "SELECT count(*) FROM kept_trajectories") == [(944,)]
+    assert rows(sample_corpus, "SELECT count(*), count(DISTINCT trajectory_id), bool_and(counts_for_training) FROM kept_turns") == [(3439, 932, True)]
+    assert rows(sample_corpus, "SELECT count(*) FROM kept_trajectories") == [(932,)]
     # the side table is recorded with its settings and the corpus state it judged
     info = side_info(Corpus(sample_corpus), "cleaning")
-    assert info["fingerprint"] == s.fingerprint and info["rows"] == 169 + 65 and info["corpus_state"]["batches"] == 1
+    assert info["fingerprint"] == s.fingerprint and info["rows"] == 181 + 65 and info["corpus_state"]["batches"] == 1
     assert not list((sample_corpus / "side" / "cleaning").glob(".*"))  # no temporary file left behind
     assert [r.passed for r in run_clean_contracts(sample_corpus, None)][:1] == [True]
 
@@ -241,10 +243,10 @@ def test_lost_verdicts_fail_the_contract(sample_corpus: Path, tmp_path: Path) ->
     pq.write_table(t.take(pa.array([i for i in range(t.num_rows) if i not in lose])), f)
     r = cleaning_every_trajectory_judged(Corpus(corpus))
     assert not r.passed
-    assert (r.metadata["kept"], r.metadata["dropped"]) == (944 + 50, 169 - 50)
+    assert (r.metadata["kept"], r.metadata["dropped"]) == (932 + 50, 181 - 50)
     assert r.metadata["differs_from_recorded"] == {
-        "kept_trajectories": {"recorded": 944, "in_table": 994},
-        "dropped_trajectories": {"recorded": {"too_few_turns": 169}, "in_table": {"too_few_turns": 119}}}
+        "kept_trajectories": {"recorded": 932, "in_table": 982},
+        "dropped_trajectories": {"recorded": {"too_few_turns": 181}, "in_table": {"too_few_turns": 131}}}
 
 
 def test_a_trajectory_without_turns_is_judged(tmp_path: Path) -> None:

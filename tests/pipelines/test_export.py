@@ -746,7 +746,7 @@ def test_an_export_with_nothing_to_train_on_says_so(corpus: Path, tok: ex.Export
 def test_eval_set_round_trips_through_the_agentworldbench_importer(corpus: Path, exported: tuple[Path, ex.ExportSummary]) -> None:
     out, summary = exported
     m = _manifest(out)
-    assert {f["domain"]: f["rows"] for f in m["eval"]["files"]} == summary.eval_rows == {"mcp": 6, "terminal": 66}
+    assert {f["domain"]: f["rows"] for f in m["eval"]["files"]} == summary.eval_rows == {"mcp": 6, "terminal": 58}
     imp = AgentWorldBenchImporter()
     con = connect(corpus)
     red = Redactor()  # the eval set is redacted like everything else
@@ -772,7 +772,7 @@ def test_eval_set_round_trips_through_the_agentworldbench_importer(corpus: Path,
             assert traj.task == (src[1].strip() if src[1] else None)
             assert traj.initial_state == (src[2].strip() if src[2] else None)
             n += 1
-    assert n == 72
+    assert n == 6 + 58
     # only test-split trajectories are evaluated
     test_ids = {tid for tid, _, _ in documents(out, "test")}
     ids = {orjson.loads(line)["id"] for f in m["eval"]["files"] for line in (out / f["path"]).read_bytes().splitlines()}

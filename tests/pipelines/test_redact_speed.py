@@ -87,7 +87,7 @@ def test_same_on_every_text_of_the_sample(sample_corpus: Path) -> None:  # noqa:
                 n += 1
                 want = reference(red, text)
                 differ += red.redact(text) != want or red.redact(text, mask) != want
-    assert (n, differ) == (20908, 0)
+    assert (n, differ) == (20908 - 59, 0)  # InterCode's 59 plain `submit` turns have no observation
 
 
 class Counting:

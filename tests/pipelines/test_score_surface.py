@@ -158,8 +158,11 @@ REAL = {
     # 'execute[find /testbed -name "dir1"]' -> "/testbed/dir1\n"
     # A={execute,find,testbed,name,dir1} O={testbed,dir1}: 14/35 chars
     ("9675163bbd25fd07c7c568b5257f883b", 0): ("transform", 5, 2, 2, 2 / 5, 0.0, 2 / 5, 14 / 35),
-    # "submit" -> "" (the harness's empty reply)
-    ("197f24afd72a2d97e36ce9c3832ea51d", 2): ("boilerplate", 1, 0, 0, 0.0, 0.0, 0.0, 0.0),
+    # 'execute[find /testbed -name "*.php" -exec true {} \;]' -> "" (the command printed nothing)
+    # A={execute,find,testbed,name,php,exec,true}
+    ("197f24afd72a2d97e36ce9c3832ea51d", 1): ("boilerplate", 7, 0, 0, 0.0, 0.0, 0.0, 0.0),
+    # "submit" (InterCode's plain submit: no observation, nothing to predict)
+    ("197f24afd72a2d97e36ce9c3832ea51d", 2): ("context", 1, 0, 0, 0.0, 0.0, 0.0, 0.0),
 }
 
 
@@ -185,8 +188,8 @@ def test_real_turns(sample_turns: pa.Table) -> None:
         assert (r["overlap"], r["novelty"], r["jaccard"], r["length_ratio"]) == pytest.approx((ov, nov, jac, ratio), abs=1e-12)
         assert r["keep_draw"] == _draw(0, *key)
         assert r["keep"] == (r["keep_draw"] < ratios[cat])
-    # the draws of these five: 0.776, 0.885, 0.703, 0.950, 0.974 -> kept: other, retrieval only
-    assert [rows[k]["keep"] for k in REAL] == [True, True, False, False, False]
+    # the draws of these six: 0.776, 0.885, 0.703, 0.950, 0.080, 0.974 -> kept: other, retrieval, boilerplate
+    assert [rows[k]["keep"] for k in REAL] == [True, True, False, False, True, False]
 
 
 def test_batches_do_not_change_results(sample_turns: pa.Table) -> None:
