@@ -191,6 +191,73 @@ def test_sensor_waits_for_settled_files_and_adds_sources(setup, tmp_path: Path, 
     assert (r7.run_requests, [rq.tags["worldline/inputs"] for rq in r8.run_requests]) == ([], ["1"])
 
 
+def _inputs(result: dg.SensorResult) -> list[str]:
+    return sorted(k for rq in result.run_requests for k in rq.run_config["ops"]["ingested_traces"]["config"]["inputs"])
+
+
+def test_the_sensor_cursor_does_not_grow_with_the_inbox(setup, tmp_path: Path) -> None:
+    """The cursor held every input seen and requested (`path|sha256` twice): 8.6 MB a tick, stored with
+    every tick, for a 50,000-file inbox. The requested inputs are in a file beside the corpus now."""
+    from dagster_project.sensors import RequestedInputs
+
+    corpus, _ = setup
+    src = Path(corpus.inbox) / "bulk"
+    src.mkdir()
+    for i in range(400):
+        f = src / f"session-{i:04d}-with-a-longish-name.jsonl"
+        f.write_text(json.dumps({"messages": [{"role": "user", "content": f"hi {i}"}]}) + "\n")
+        os.utime(f, (EPOCH, EPOCH))
+    r1 = inbox_requests(corpus, None, ["swe", "bulk"])
+    assert r1.run_requests == [] and len(r1.cursor) > 400 * 60  # first sight: every input pending
+    r2 = inbox_requests(corpus, r1.cursor, ["swe", "bulk"])
+    assert len(_inputs(r2)) == 407
+    assert json.loads(r2.cursor) == {"generation": 1, "seen": {}}
+    state = RequestedInputs(corpus).path
+    assert state.parent == tmp_path and state.name.startswith(".corpus.inbox-")
+    assert len(json.loads(state.read_bytes())["requested"]) == 407
+    r3 = inbox_requests(corpus, r2.cursor, ["swe", "bulk"])
+    assert (r3.run_requests, json.loads(r3.cursor)) == ([], {"generation": 1, "seen": {}})
+
+
+def test_a_tick_dagster_did_not_commit_is_requested_again(setup) -> None:
+    """A tick's requests are written with the next generation; its cursor says that generation only if
+    Dagster committed it. Evaluated again from the older cursor, the same inputs are asked for (Dagster's
+    run keys keep a run that did start from starting twice)."""
+    corpus, _ = setup
+    r1 = inbox_requests(corpus, None, ["swe"])
+    r2 = inbox_requests(corpus, r1.cursor, ["swe"])
+    again = inbox_requests(corpus, r1.cursor, ["swe"])  # r2's cursor was lost
+    assert _inputs(again) == _inputs(r2) and len(_inputs(r2)) == 7
+    assert [rq.run_key for rq in again.run_requests] == [rq.run_key for rq in r2.run_requests]
+    assert inbox_requests(corpus, again.cursor, ["swe"]).run_requests == []
+    # a reset cursor asks for everything again (ingest skips what the corpus holds)
+    r_reset = inbox_requests(corpus, None, ["swe"])
+    assert _inputs(inbox_requests(corpus, r_reset.cursor, ["swe"])) == _inputs(r2)
+
+
+def test_a_cursor_from_before_the_state_file_keeps_its_requested_inputs(setup) -> None:
+    corpus, _ = setup
+    r1 = inbox_requests(corpus, None, ["swe"])
+    r2 = inbox_requests(corpus, r1.cursor, ["swe"])
+    old = json.dumps({"seen": {}, "requested_inputs": _inputs(r2)})  # the former cursor's form
+    from dagster_project.sensors import RequestedInputs
+
+    RequestedInputs(corpus).path.unlink()
+    r3 = inbox_requests(corpus, old, ["swe"])
+    assert r3.run_requests == [] and json.loads(r3.cursor) == {"generation": 1, "seen": {}}
+    assert inbox_requests(corpus, r3.cursor, ["swe"]).run_requests == []
+
+
+def test_a_state_file_that_is_not_the_sensors_fails_the_tick_naming_it(setup) -> None:
+    from dagster_project.sensors import RequestedInputs
+
+    corpus, _ = setup
+    state = RequestedInputs(corpus).path
+    state.write_text("[]")
+    with pytest.raises(ValueError, match=re.escape(f"{state}: not an inbox sensor's state")):
+        inbox_requests(corpus, None, ["swe"])
+
+
 def test_the_batch_check_judges_its_own_runs_batch(setup, sample: Path, tmp_path: Path,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """Partition runs take turns on the corpus: another one may commit between a run's ingest and
