@@ -248,6 +248,21 @@ def test_a_cursor_from_before_the_state_file_keeps_its_requested_inputs(setup) -
     assert inbox_requests(corpus, r3.cursor, ["swe"]).run_requests == []
 
 
+def test_the_sensor_itself_through_dagster(setup) -> None:
+    """`inbox_sensor` as Dagster evaluates it: its resource, the instance's known sources, the cursor
+    Dagster hands back."""
+    from dagster_project.sensors import inbox_sensor
+
+    corpus, instance = setup
+    ctx = dg.build_sensor_context(instance=instance, resources={"corpus": corpus})
+    first = inbox_sensor(ctx)
+    assert first.run_requests == [] and first.dynamic_partitions_requests == []
+    ctx = dg.build_sensor_context(instance=instance, cursor=first.cursor, resources={"corpus": corpus})
+    second = inbox_sensor(ctx)
+    assert [rq.partition_key for rq in second.run_requests] == [key("swe", DAY), key("swe", "2026-11-02")]
+    assert len(_inputs(second)) == 7 and json.loads(second.cursor) == {"generation": 1, "seen": {}}
+
+
 def test_a_state_file_that_is_not_the_sensors_fails_the_tick_naming_it(setup) -> None:
     from dagster_project.sensors import RequestedInputs
 
