@@ -50,7 +50,10 @@ _STOP_VALUES = frozenset(
 # where a secret is or what it must look like, not the secret.
 _REFERENCE_KEY = re.compile(r"(?i)[_.-](?:file|path|dir|env|stdin|cmd|command|prompt|length|len|policy|hash|hint|field|type|id)$")
 _CODE_VALUE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+$|[()\[\]{}]|^\$|^%\(|^@")
-_PASSWORD_KEY = r"[A-Za-z0-9_.-]*(?:password|passwd|passphrase|pwd)[A-Za-z0-9_.-]*"
+# `pass` alone only as the last segment after another (`DB_PASS`, `smtp.pass`): `PASS: test_x` is a test's
+# result, `bypass`/`compass` no key, SWE-bench's `FAIL_TO_PASS`/`PASS_TO_PASS` test lists
+_PASSWORD_KEY = (r"[A-Za-z0-9_.-]*(?:password|passwd|passphrase|pwd|(?<=[A-Za-z0-9][_.-])(?<!to[_.-])pass(?![A-Za-z0-9_.-]))"
+                 r"[A-Za-z0-9_.-]*")
 _SECRET_KEY = (r"[A-Za-z0-9_.-]*(?:secret|api[_-]?key|apikey|access[_-]?token|auth[_-]?token|refresh[_-]?token"
                r"|private[_-]?key|client[_-]?secret|token)[A-Za-z0-9_.-]*")
 
@@ -124,6 +127,7 @@ def _value_group(m: re.Match[str]) -> str | None:
 
 
 _PASSWORD_WORD = re.compile(r"(?i)pass|pwd")
+_PASSWORD_NAME = re.compile(r"(?i)password|passwd|passphrase|pwd")
 
 
 _NOT_SECRET_KEY = re.compile(r"(?i)tokeni[sz]er|tokens\b|token_?(?:type|count|ids?|len(?:gth)?|limit|usage)")
@@ -131,7 +135,7 @@ _PROSE_AFTER = re.compile(r"[ \t]+[^\s#]")  # after a bare word, more words on t
 
 
 def _check_config(m: re.Match[str]) -> bool:
-    key = m.group("key").strip("\\\"'")
+    key = m.group("key").strip("\\\"'[]")
     g = _value_group(m)
     if g is None or _REFERENCE_KEY.search(key) or _NOT_SECRET_KEY.search(key):
         return False
@@ -139,6 +143,8 @@ def _check_config(m: re.Match[str]) -> bool:
             and _PROSE_AFTER.match(m.string, m.end()):
         return False  # a word, then more: `passwd: Authentication token manipulation error`, `passwd: user 'bob' ...`
     is_password = _PASSWORD_WORD.search(key) is not None
+    if is_password and _PASSWORD_NAME.search(key) is None and m.group(g).strip().isdigit():
+        return False  # `tests_pass: 12`: a `pass` key with a count
     return _plausible_value(m.group(g), key, 1 if is_password else 8, bare=g == "v_bare")
 
 
@@ -150,7 +156,12 @@ def _check_literal(m: re.Match[str]) -> bool:
 def _check_email(m: re.Match[str]) -> bool:
     """An address's domain names something: `pkg@1.0.tgz` (a package file) has no letter before its end."""
     host = m.group(0).rpartition("@")[2]
+    if _RETINA_ASSET.fullmatch(host):
+        return False  # `icon@2x.png`: an image at twice the resolution, named as iOS and the web do
     return any(c.isalpha() for c in host.rpartition(".")[0])
+
+
+_RETINA_ASSET = re.compile(r"(?i)\d+(?:\.\d+)?x\.(?:png|jpe?g|gif|webp|svg|avif|bmp|ico|tiff?|heic)")
 
 
 def _check_openai(m: re.Match[str]) -> bool:
@@ -169,12 +180,18 @@ _E = r"(?![A-Za-z0-9_])"
 _B_EMAIL = r"(?:(?<![A-Za-z0-9._%+\-\\])|(?<=\\[nrt]))"
 _AWS_PREFIX = r"(?:AKIA|ASIA|ABIA|ACCA|AGPA|AIDA|AIPA|ANPA|ANVA|AROA|APKA)"
 _Q = r"\\?[\"']"  # a quote, possibly escaped (JSON inside a JSON string)
-# A config value: inside escaped quotes, inside double quotes (with escapes), single quotes, or bare.
+# A config value: inside escaped quotes, inside double quotes (with escapes), single quotes, or bare (up to
+# CJK text: `password=hunter2即可`, written without a space, ends at 即).
 _VALUE = (r"(?:\\\"(?P<v_esc>[^\"\\\n]*)\\\"|\"(?P<v_dq>(?:[^\"\\\n]|\\.)*)\"|'(?P<v_sq>[^'\n]*)'"
-          r"|(?P<v_bare>[^\s\"',;}#=\\][^\s\"',;}#\\]*))")
+          r"|(?P<v_bare>[^\s\"',;}#=\\\u3000-\u9fff\uac00-\ud7af\uff00-\uffef][^\s\"',;}#\\\u3000-\u9fff\uac00-\ud7af\uff00-\uffef]*))")
 # The end of a key in a gate: the rest of the key, a closing quote (escaped or not), `:` or `=`;
 # the gate's own start is the end of the key's keyword (`token` of `access_token`), lower case.
-_KEY_TAIL = r"[a-z0-9_.-]*(?:\\?[\"'])?[ \t]*[:=]"
+_KEY_TAIL = r"[a-z0-9_.-]*(?:\\?[\"']\]?)?[ \t]*[:=]"
+# Between a key and its value: `=`, `:`, `=>` (PHP, Ruby, Perl hashes), `:=` (Go); not `==`, nor the `=` of
+# `=>` alone (its `>` was taken for the value)
+_SEP = r"[ \t]*(?:=>|:=|[:=](?![=>]))[ \t]*(?![=>])"
+# A key's end: a closing quote (escaped or not), and a subscript's bracket (`config['password'] = ...`)
+_KEY_END = rf"(?:{_Q}\]?)?"
 _KEY_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_.-")
 
 KINDS: tuple[Kind, ...] = (
@@ -190,7 +207,8 @@ KINDS: tuple[Kind, ...] = (
          r"-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|(?:\s|\\+[nrt])+[A-Za-z0-9+/=](?:(?:\s|\\+[nrt])*[A-Za-z0-9+/=]){39,})",
          needs=("private key",)),
     Kind("jwt", rf"{_B}eyJ[A-Za-z0-9_-]{{8,}}\.eyJ[A-Za-z0-9_-]{{8,}}\.[A-Za-z0-9_-]{{8,}}", needs=("eyj",)),
-    Kind("url_password", rf"{_B}[a-zA-Z][a-zA-Z0-9+.-]*://[^\s:/@'\"<>]*:(?P<value>[^\s@/'\"<>]+)@",
+    # the password up to the last `@` before the host (`admin:P@ss@db`: an unescaped `@` in it)
+    Kind("url_password", rf"{_B}[a-zA-Z][a-zA-Z0-9+.-]*://[^\s:/@'\"<>]*:(?P<value>[^\s@/'\"<>][^\s/'\"<>]*)@",
          group="value", needs=("://",), gate=r"://[^\s:/@'\"<>]*:[^\s@/'\"<>]+@"),  # `redis://:pw@host`: no user
     Kind("aws_access_key", rf"{_B}{_AWS_PREFIX}[A-Z0-9]{{16}}{_E}",
          needs=("akia", "asia", "abia", "acca", "agpa", "aida", "aipa", "anpa", "anva", "aroa", "apka")),
@@ -213,24 +231,30 @@ KINDS: tuple[Kind, ...] = (
          group="value", needs=("authorization",)),
     # key = value in env files, INI, YAML, TOML, shell (`export DB_PASSWORD=...`), code and JSON
     # ("password": "..."), including JSON inside a JSON string (escaped quotes); and CLI flags.
-    Kind("config_password", rf"(?i)(?<![<\w./-])(?P<key>(?:{_Q})?{_PASSWORD_KEY}(?:{_Q})?)[ \t]*[:=][ \t]*(?!=){_VALUE}",
-         check=_check_config, needs=("pass", "pwd"), gate=rf"(?:password|passwd|passphrase|pwd){_KEY_TAIL}", keyed=True),
-    Kind("config_password_flag", rf"(?i)(?<![\w-])(?P<key>--?[A-Za-z0-9_-]*(?:password|passwd|pwd)[A-Za-z0-9_-]*)(?:=|[ \t]+){_VALUE}",
+    # (the look-behinds are ASCII: a key right after CJK text, `设置DB_PASSWORD=...`, is a key)
+    Kind("config_password", rf"(?i)(?<![<A-Za-z0-9_./-])(?P<key>(?:{_Q})?{_PASSWORD_KEY}{_KEY_END}){_SEP}{_VALUE}",
+         check=_check_config, needs=("pass", "pwd"), gate=rf"(?:password|passwd|passphrase|pwd|[_.-]pass){_KEY_TAIL}", keyed=True),
+    Kind("config_password_flag", rf"(?i)(?<![A-Za-z0-9_-])(?P<key>--?[A-Za-z0-9_-]*(?:password|passwd|pwd)[A-Za-z0-9_-]*)(?:=|[ \t]+){_VALUE}",
          check=_check_config, label="config_password", needs=("pass", "pwd"),
          gate=r"-[a-z0-9_-]*(?:password|passwd|pwd)[a-z0-9_-]*[= \t]"),
     # passwords that command lines take without a `password` key: `mysql -pPW`, `sshpass -p PW`,
     # `curl -u user:PW`, `docker login -p PW`
-    Kind("mysql_password", r"\b(?:mysql|mysqldump|mysqladmin|mariadb)\b[^\n]*?[ \t]-p['\"]?(?P<value>[^\s'\"-][^\s'\"]*)",
+    # (the rest of the line up to the next such command only: every start scanned to the line's end was
+    # quadratic on a long one-line text, a JSON list of commands)
+    Kind("mysql_password", r"\b(?:mysql|mysqldump|mysqladmin|mariadb)\b(?:(?!\b(?:mysql|mysqldump|mysqladmin|mariadb)\b)[^\n])*?[ \t]-p['\"]?(?P<value>[^\s'\"-][^\s'\"]*)",
          group="value", check=_check_literal, label="config_password", needs=("mysql", "mariadb")),
     Kind("sshpass_password", r"\bsshpass[ \t]+-p[ \t]*['\"]?(?P<value>[^\s'\"]+)",
          group="value", check=_check_literal, label="config_password", needs=("sshpass",)),
-    Kind("curl_password", r"\bcurl\b[^\n]*?[ \t](?:-u|--user)[ \t=]?['\"]?[^\s:'\"]*:(?P<value>[^\s'\"]+)",
+    Kind("curl_password", r"\bcurl\b(?:(?!\bcurl\b)[^\n])*?[ \t](?:-u|--user)[ \t=]?['\"]?[^\s:'\"]*:(?P<value>[^\s'\"]+)",
          group="value", check=_check_literal, label="config_password", needs=("curl",)),
-    Kind("docker_login_password", r"\bdocker[ \t]+login\b[^\n]*?[ \t]-p[ \t]*['\"]?(?P<value>[^\s'\"-][^\s'\"]*)",
+    Kind("docker_login_password", r"\bdocker[ \t]+login\b(?:(?!\bdocker[ \t]+login\b)[^\n])*?[ \t]-p[ \t]*['\"]?(?P<value>[^\s'\"-][^\s'\"]*)",
          group="value", check=_check_literal, label="config_password", needs=("docker",)),
-    Kind("config_secret", rf"(?i)(?<![<\w./-])(?P<key>(?:{_Q})?{_SECRET_KEY}(?:{_Q})?)[ \t]*[:=][ \t]*(?!=){_VALUE}",
+    Kind("config_secret", rf"(?i)(?<![<A-Za-z0-9_./-])(?P<key>(?:{_Q})?{_SECRET_KEY}{_KEY_END}){_SEP}{_VALUE}",
          check=_check_config, needs=("secret", "api", "token", "private"),
          gate=rf"(?:secret|token|api[_-]?key|private[_-]?key){_KEY_TAIL}", keyed=True),
+    Kind("config_secret_flag", rf"(?i)(?<![A-Za-z0-9_-])(?P<key>--?[A-Za-z0-9_-]*(?:secret|api[_-]?key|apikey|token)[A-Za-z0-9_-]*)"
+         rf"(?:=|[ \t]+){_VALUE}", check=_check_config, label="config_secret", needs=("secret", "api", "token"),
+         gate=r"-[a-z0-9_-]*(?:secret|token|api[_-]?key|apikey)[a-z0-9_-]*[= \t]"),
     # the shortest domain that ends the address: `alpine-devel@lists.alpinelinux.org-4a6a0840.rsa.pub`
     # (a key file's name) keeps the name's tail; `a@mail.example.com` still ends at `.com`
     Kind("email", rf"{_B_EMAIL}[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*?\.[A-Za-z]{{2,}}(?![A-Za-z0-9]|\.[A-Za-z0-9])",
@@ -297,7 +321,7 @@ class Redactor:
             whole = m.group(0)
             s, e = m.start(group) - m.start(0), m.end(group) - m.start(0)
             value = ph
-            if group == "v_bare" and (key := m.group("key"))[-1] in "\"'":
+            if group == "v_bare" and (key := m.group("key").rstrip("]"))[-1] in "\"'":
                 # a bare value of a quoted key: a JSON (or Python) number or name; as a bare placeholder the
                 # text would no longer parse, so it becomes a string quoted as its key is
                 q = key[-2:] if key[-2:-1] == "\\" else key[-1]

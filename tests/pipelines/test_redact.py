@@ -197,6 +197,47 @@ def test_an_address_after_a_long_run_of_local_part_characters_is_linear() -> Non
     assert r("x " + "-" * 10 + "bob@example.com") == "x <PII:email>"
 
 
+def test_keys_of_code_hashes_subscripts_and_go() -> None:
+    """A review's misses: `=>` (PHP, Ruby, Perl) replaced its `>` and left the password; subscript keys,
+    Go's `:=`, `*_PASS` variables and `--token VALUE` were not redacted at all."""
+    r = Redactor()
+    assert r("'password' => 'hunter2',") == "'password' => '<SECRET:config_password>',"
+    assert r(':password => "hunter2"') == ':password => "<SECRET:config_password>"'
+    assert r('x = {"password" => 12345}') == 'x = {"password" => "<SECRET:config_password>"}'
+    assert r('os.environ["DB_PASSWORD"] = "hunter2"') == 'os.environ["DB_PASSWORD"] = "<SECRET:config_password>"'
+    assert r("$config['db_password'] = 'hunter2';") == "$config['db_password'] = '<SECRET:config_password>';"
+    assert r("config['password'] = 12345") == "config['password'] = '<SECRET:config_password>'"  # parseable still
+    assert r('settings["SECRET_KEY"] = "abcd1234efgh5678ijkl"') == 'settings["SECRET_KEY"] = "<SECRET:config_secret>"'
+    assert r('password := "hunter2"') == 'password := "<SECRET:config_password>"'
+    assert r('apiKey := "abcd1234efgh5678ijkl"') == 'apiKey := "<SECRET:config_secret>"'
+    assert r("export REDIS_PASS=s3cretpw\nSMTP_PASS: xyz") == \
+        "export REDIS_PASS=<SECRET:config_password>\nSMTP_PASS: <SECRET:config_password>"
+    assert r("--token abcd1234efgh5678ijkl --api-key abcd1234efgh5678ijkm") == \
+        "--token <SECRET:config_secret> --api-key <SECRET:config_secret>"
+    assert r.redact("postgresql://admin:S3cr3tP@ss@db.example.com:5432/prod") == \
+        ("postgresql://admin:<SECRET:url_password>@db.example.com:5432/prod", Counter({"url_password": 1}))
+
+
+def test_a_key_right_after_cjk_text_is_a_key() -> None:
+    r = Redactor()
+    assert r("设置DB_PASSWORD=hunter2即可") == "设置DB_PASSWORD=<SECRET:config_password>即可"
+    assert r("使用api_key=abcd1234efgh5678ijkl调用") == "使用api_key=<SECRET:config_secret>调用"
+    assert r("日本語のパスワードはpassword=hunter2です") == "日本語のパスワードはpassword=<SECRET:config_password>です"
+
+
+def test_a_long_line_of_commands_is_linear() -> None:
+    """`curl ... -u` (and mysql's, docker login's) scanned to the end of the line from every command: a JSON
+    list of 4,000 curl calls (one line) took 37 s to redact."""
+    r = Redactor()
+    for text in (json.dumps([f"curl -s https://api.example.com/v1/items/{i} -H 'Accept: application/json'" for i in range(16000)]),
+                 " ; ".join(f"mysql -h db{i} -e 'select 1'" for i in range(16000)),
+                 " ; ".join(f"docker login reg{i}.io" for i in range(16000))):
+        t0 = time.monotonic()
+        assert r(text) == text
+        assert time.monotonic() - t0 < 1, text[:20]
+    assert r("curl -s x | curl -u admin:S3cretPw123 https://api.x.io") == "curl -s x | curl -u admin:<SECRET:config_password> https://api.x.io"
+
+
 @pytest.mark.parametrize("text", [
     "password = get_password()", "password = os.environ['PW']", "if password == 'x':", "Enter the password: ",
     "the password is required", "max_tokens = 512", 'eos_token = "</s>"', "pad_token_id: 0", "scikit: sk-learn-is-a-library-name",
@@ -207,6 +248,10 @@ def test_an_address_after_a_long_run_of_local_part_characters_is_linear() -> Non
     "/etc/passwd:root:x:0:0:root:/root:/bin/bash", 'tokenizer: "Qwen/Qwen2.5-7B-Instruct"',
     "mysql -u root -p mydb", "mysql -u root -p$MYSQL_PWD db", "npm pack: pkg@1.0.tgz", "wrote left-pad@1.3.0.tgz", "curl -u \"$USER:$TOKEN\" https://x.io",
     "docker login -u me --password-stdin", "sshpass -p \"$PW\" ssh host", "mysql -h db -P 3306 -e 'select 1'",
+    # images at 2x and 3x resolution; a JS arrow function; test results and SWE-bench's test lists
+    "Saved icon@2x.png and logo@3x.webp, img@1.5x.jpg", "users.filter(password => password.length > 8)",
+    "PASS: test_login", "tests_pass: 12", "bypass=1", '{"FAIL_TO_PASS": "[\\"test_a\\"]", "PASS_TO_PASS": "[]"}',
+    "DB_PASS_FILE=/run/secrets/db", "--max-tokens 4096", "if password == x:",
     # code that looks for a key's header holds no key; what follows it stays (it used to go to the end)
     'src/pem.py:12:    if line.startswith("-----BEGIN RSA PRIVATE KEY-----"):\nsrc/pem.py:40:        raise ValueError("not a key")',
 ])

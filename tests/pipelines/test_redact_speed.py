@@ -133,7 +133,7 @@ def test_config_secret_runs_only_at_keys() -> None:
 def test_gates_are_declared_where_they_pay() -> None:
     gated = {k.name: k.keyed for k in KINDS if k.gate is not None}
     assert gated == {"url_password": False, "aws_secret_key": False, "stripe_key": False, "config_password": True,
-                     "config_password_flag": False, "config_secret": True, "email": False}
+                     "config_password_flag": False, "config_secret": True, "config_secret_flag": False, "email": False}
     from pipelines.redact import Kind
 
     with pytest.raises(ValueError, match="`keyed` needs a `gate`"):
