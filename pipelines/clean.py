@@ -44,7 +44,15 @@ from pipelines.canonical import canonical_sql
 from pipelines.decontam import DecontamConfig, EvalIndex, load_eval_set, scan_trajectory
 from pipelines.progress import StatusLine
 from pipelines.query import connect, spill_workspace, sql_str
-from pipelines.redact import TRAJECTORY_TEXT_COLUMNS, TURN_TEXT_COLUMNS, RedactConfig, Redactor, rules_digest
+from pipelines.redact import (
+    RENDERED_TRAJECTORY_TEXTS,
+    RENDERED_TURN_TEXTS,
+    TRAJECTORY_TEXT_COLUMNS,
+    TURN_TEXT_COLUMNS,
+    RedactConfig,
+    Redactor,
+    rules_digest,
+)
 from pipelines.render import conversation
 from pipelines.shell import query_command
 from pipelines.side import corpus_state, remove_side_table, write_side_table
@@ -192,8 +200,11 @@ class CleanSummary:
     dropped_turns: dict[str, int] = field(default_factory=dict)  # reason -> turns (in kept trajectories)
     action_spaces: int = 0
     action_spaces_unparsed: int = 0
-    redactions: dict[str, int] = field(default_factory=dict)  # kind -> occurrences
+    redactions: dict[str, int] = field(default_factory=dict)  # kind -> occurrences, in every column scanned
     redacted_texts: int = 0
+    # of those, in the columns export does not write (`metadata`, `stdout`, ...: not `RENDERED_*_TEXTS`)
+    unwritten_redactions: dict[str, int] = field(default_factory=dict)
+    unwritten_redacted_texts: int = 0
     contaminated: int = 0
     eval_items: int = 0
     eval_items_too_short: int = 0  # items with too few n-grams to judge (left out of the index)
@@ -213,16 +224,23 @@ class CleanSummary:
         for r, n in sorted(self.dropped_turns.items(), key=lambda x: (-x[1], x[0])):
             lines.append(f"    {r:<22} {n:>8} turns")
         lines.append(f"  action spaces: {self.action_spaces} distinct, {self.action_spaces_unparsed} not understood (not checked)")
-        if self.redactions:
-            kinds = ", ".join(f"{k} {n}" for k, n in sorted(self.redactions.items(), key=lambda x: (-x[1], x[0])))
-            lines.append(f"  secrets/PII export will redact: {kinds} (in {self.redacted_texts} texts)")
-        else:
-            lines.append("  secrets/PII export will redact: none found")
+        written = {k: n - self.unwritten_redactions.get(k, 0) for k, n in self.redactions.items()}
+        written = {k: n for k, n in written.items() if n}
+        line = (f"  secrets/PII export will redact: {_kinds(written)} (in {self.redacted_texts - self.unwritten_redacted_texts} texts)"
+                if written else "  secrets/PII export will redact: none found")
+        if self.unwritten_redactions:
+            line += (f"; in columns export does not write: {_kinds(self.unwritten_redactions)} "
+                     f"(in {self.unwritten_redacted_texts} texts)")
+        lines.append(line)
         if self.eval_items or self.eval_items_too_short:
             lines.append(f"  decontamination: {self.contaminated} trajectories overlap {self.eval_items} evaluation items"
                          + (f"; {self.eval_items_too_short} items left out, too short to judge (not one n-gram: no word)" if self.eval_items_too_short else ""))
         lines.append('  see: ' + query_command(self.corpus, "SELECT reason, count(*) FROM cleaning GROUP BY 1"))
         return "\n".join(lines)
+
+
+def _kinds(counts: dict[str, int]) -> str:
+    return ", ".join(f"{k} {n}" for k, n in sorted(counts.items(), key=lambda x: (-x[1], x[0])))
 
 
 def declared_actions(action_space: str | None, shell_tools: tuple[str, ...] = SHELL_TOOLS) -> tuple[frozenset[str], bool] | None:
@@ -489,6 +507,7 @@ def _scan_redactions(con: duckdb.DuckDBPyConnection, cfg: CleanConfig, summary: 
     columns = [("turns", c) for c in TURN_TEXT_COLUMNS] + [("trajectories", c) for c in TRAJECTORY_TEXT_COLUMNS]
     cols: dict[str, list] = {"trajectory_id": [], "turn_index": [], "column": [], "kind": [], "count": []}
     totals: Counter[str] = Counter()
+    unwritten: Counter[str] = Counter()
     line = StatusLine(progress)
     texts = size = 0
 
@@ -501,6 +520,7 @@ def _scan_redactions(con: duckdb.DuckDBPyConnection, cfg: CleanConfig, summary: 
         qc = f'"{c}"'
         turn = "turn_index" if table == "turns" else "NULL::INTEGER"
         at = f"column {i}/{len(columns)} ({table}.{c})"
+        written = c in (RENDERED_TURN_TEXTS if table == "turns" else RENDERED_TRAJECTORY_TEXTS)
         show(at)
         reader = con.sql(f"SELECT trajectory_id, {turn}, {qc}, {red.needles_sql(qc)} FROM {table} "
                          f"WHERE {red.candidates_sql(qc)}").to_arrow_reader(2048)
@@ -509,6 +529,9 @@ def _scan_redactions(con: duckdb.DuckDBPyConnection, cfg: CleanConfig, summary: 
                 _, counts = red.redact(text, needles)
                 if counts:
                     summary.redacted_texts += 1
+                    if not written:
+                        summary.unwritten_redacted_texts += 1
+                        unwritten.update(counts)
                 for kind, n in sorted(counts.items()):
                     cols["trajectory_id"].append(tid)
                     cols["turn_index"].append(ti)
@@ -522,6 +545,7 @@ def _scan_redactions(con: duckdb.DuckDBPyConnection, cfg: CleanConfig, summary: 
     show("done", force=True)
     line.finish()
     summary.redactions = dict(totals)
+    summary.unwritten_redactions = dict(unwritten)
     t = pa.table(cols, schema=REDACTIONS_SCHEMA)
     return t.sort_by([("trajectory_id", "ascending"), ("turn_index", "ascending"), ("column", "ascending"), ("kind", "ascending")])
 

@@ -60,6 +60,10 @@ def test_scan_duration_on_the_scan_line_and_scan_progress(sample_corpus: Path, t
     assert err[0].startswith("clean: scanning for secrets and PII: column 1/17 (turns.action) · 0 texts (0.0 MB) checked, 0 with some · ")
     assert err[-1].startswith("clean: scanning for secrets and PII: done · 528 texts (0.9 MB) checked, 12 with some · ")
     assert s.redacted_texts == 12 and s.redactions == {"email": 28, "url_password": 1}
+    # what export writes and what it does not (the line counted both as "export will redact")
+    assert (s.unwritten_redacted_texts, s.unwritten_redactions) == (4, {"email": 3, "url_password": 1})
+    assert "  secrets/PII export will redact: email 25 (in 8 texts); in columns export does not write: email 3, " \
+           "url_password 1 (in 4 texts)\n" in s.render()
     # nothing of DuckDB's spill folder is left in the corpus
     assert not list(corpus.glob(".clean-work-*"))
 
