@@ -192,6 +192,9 @@ class ExportConfig:
         for name, w in self.domain_weights + self.source_weights:
             if not (w >= 0 and math.isfinite(w)):
                 raise ValueError(f"weight of {name!r} is {w}: must be finite and ≥ 0")
+            if w > MAX_WEIGHT:  # each unit is one more copy of every document: 1e9 ran out of memory
+                raise ValueError(f"weight of {name!r} is {w:g}: at most {MAX_WEIGHT} (a weight of W exports W copies of "
+                                 "each of its trajectories)")
         check_domains("--domain-weight", (name for name, _ in self.domain_weights))
         if self.shard_tokens < 1:
             raise ValueError(f"--shard-tokens {self.shard_tokens}: must be positive")
@@ -207,6 +210,9 @@ class ExportConfig:
         if self.chat_template is not None:
             d["chat_template"] = hashlib.sha256(self.chat_template.encode()).hexdigest()
         return d
+
+
+MAX_WEIGHT = 1000  # a mixture weight: copies of each trajectory (`domain_weights`, `source_weights`)
 
 
 def parse_weights(items: list[str]) -> tuple[tuple[str, float], ...]:

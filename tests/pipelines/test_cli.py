@@ -92,6 +92,9 @@ def test_export_options_are_checked_before_anything_is_written(corpus: Path, tmp
     for args, message in [
         (["--domain-weight", "bogus=2"], "--domain-weight bogus: not a domain; the domains are mcp, search, terminal, swe, web, os, android"),
         (["--shard-tokens", "0"], "--shard-tokens 0: must be positive"),
+        # (1e9 ran out of memory building a billion copies of each document)
+        (["--source-weight", "intercode=1e9"], "weight of 'intercode' is 1e+09: at most 1000 (a weight of W exports W "
+         "copies of each of its trajectories)"),
         (["--eval-middle-turns", "-1"], "--eval-middle-turns -1: must be ≥ 0"),
         (["--test", "nan"], "split fractions validation=0.05, test=nan: each ≥ 0, sum ≤ 1"),
         (["--chat-template", str(tmp_path / "bad.jinja")], "--chat-template: line 2: unexpected '}'"),
