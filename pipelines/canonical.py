@@ -41,8 +41,10 @@ class Rule:
 RULES: tuple[Rule, ...] = (
     # ANSI/VT100 escape sequences: CSI (colours, cursor moves), OSC (titles, links), two-byte ESC.
     Rule("ansi", r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]", "", "\x1b"),
-    # A carriage return that does not end a line redraws it: only what was drawn last is visible.
-    Rule("crlf", r"\r\n", "\n", "\r"),
+    # A carriage return that does not end a line redraws it: only what was drawn last is visible. Those that
+    # end a line (`\r\r\n` of a pty, a last `foo\r`) go first: the text before them is what stays visible.
+    Rule("crlf", r"\r+\n", "\n", "\r"),
+    Rule("trailing_cr", r"\r+$", "", "\r"),
     Rule("carriage_return", r"[^\n\r]*\r", "", "\r"),
     # Unicode spaces (no-break, en/em, thin, ideographic, zero-width) are spaces: terminal and web
     # pages pad with them, and they would otherwise read as letters of one long "word".

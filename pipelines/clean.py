@@ -40,6 +40,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from pipelines.canonical import RULES as CANONICAL_RULES
 from pipelines.canonical import canonical_sql
 from pipelines.decontam import DecontamConfig, EvalIndex, load_eval_set, scan_trajectory
 from pipelines.progress import StatusLine
@@ -176,6 +177,7 @@ class CleanConfig:
         d.pop("memory_limit")  # where DuckDB works, not what it finds
         d["decontam"] = self.decontam.fingerprint(eval_digest)
         d["redact"] = self.redact.fingerprint()
+        d["canonical"] = hashlib.sha256(repr(CANONICAL_RULES).encode()).hexdigest()[:12]  # retry and GUI verdicts compare by it
         d["patterns"] = hashlib.sha256("\n".join((CAPTCHA_RE, HTTP_ERROR_RE, SANDBOX_CRASH_RE, CONTAINER_CLIENT_RE,
                                                   *CONTENT_KINDS, MALFORMED_RE, *WEB_DOMAINS,
                                                   *CAPTCHA_DOMAINS)).encode()).hexdigest()[:12]

@@ -47,12 +47,15 @@ class Parsed:
 
 
 def _frame(s: str) -> str:
-    """Inner text without the newlines that frame it (`<tag>\\n...\\n</tag>`)."""
-    if s.startswith("\r\n"):
+    """Inner text without the newlines that frame it (`<tag>\\n...\\n</tag>`; `\\r\\n` on both sides of a
+    CRLF generation). A `\\r` before the closing `\\n` of a `\\n`-framed text is the text's own: a prediction
+    `foo\\r` must read back from its published form (`assistant_content`) as it is."""
+    crlf = s.startswith("\r\n")
+    if crlf:
         s = s[2:]
     elif s.startswith("\n"):
         s = s[1:]
-    if s.endswith("\r\n"):
+    if crlf and s.endswith("\r\n"):
         s = s[:-2]
     elif s.endswith("\n"):
         s = s[:-1]

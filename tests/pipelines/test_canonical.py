@@ -57,6 +57,17 @@ def test_runs_that_differ_only_in_volatile_values_are_equal() -> None:
     assert a != b and canonical(a) == canonical(b) == "[<TS>] pid=<PID> built <TMP>/w in <DUR> at <ADDR> (id <UUID>)"
 
 
+@pytest.mark.parametrize("text, want", [
+    ("foo\r", "foo"), ("total 8\r\r\nfile_a.txt\r\r\n", "total 8\nfile_a.txt\n"), ("x\r\r", "x"),
+    ("a\rb", "b"), ("a\r\rb", "b"), ("50%\r100%\ndone\r\n", "100%\ndone\n"),
+])
+def test_a_carriage_return_that_ends_a_line_erases_nothing(text: str, want: str) -> None:
+    """Only a carriage return with text after it on its line redraws the line; `\r\r\n` and a last `\r`
+    erased what was before them (in Python and in DuckDB alike)."""
+    assert canonical(text) == want
+    assert duckdb.execute(f"SELECT {canonical_sql('c')} FROM (SELECT $1 AS c)", [text]).fetchone()[0] == want
+
+
 def test_python_and_duckdb_agree_on_every_sample_turn(sample_corpus: Path) -> None:  # noqa: F811 - fixture
     pairs = rows(sample_corpus, f"""SELECT action, observation, {canonical_sql('action')}, {canonical_sql('observation')}
                                     FROM turns ORDER BY trajectory_id, turn_index""")

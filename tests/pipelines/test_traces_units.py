@@ -70,11 +70,15 @@ def test_strict_parse_accepts_and_round_trips() -> None:
     # an empty observation is a real outcome; leading spaces of terminal output survive
     assert parse_candidate("<think>mkdir prints nothing</think><predicted_observation></predicted_observation>").prediction == ""
     assert parse_candidate("<think>r</think>\n<predicted_observation>\n  indented\n\n</predicted_observation>").prediction == "  indented\n"
-    for pred in ("", "x", "\nleading newline", "  spaced  ", "two\nlines\n"):
+    # (`foo\r`: its published form ends `foo\r\n</predicted_observation>`, which read back as `foo`, and the
+    # stage wrote an SFT row its own check refused)
+    for pred in ("", "x", "\nleading newline", "  spaced  ", "two\nlines\n", "foo\r", "\r\nx\r\n", "\r"):
         content = assistant_content("why", pred)
         q = parse_candidate(content)
         assert (q.ok, q.reasoning, q.prediction) == (True, "why", pred)
     assert assistant_content("r", "p") == "<think>\nr\n</think>\n\n<predicted_observation>\np\n</predicted_observation>"
+    # a generation framed with CRLF on both sides
+    assert parse_candidate("<think>r</think><predicted_observation>\r\na\r\nb\r\n</predicted_observation>").prediction == "a\r\nb"
 
 
 def test_judge_replies() -> None:

@@ -61,6 +61,19 @@ def test_terminal_intercode(corpus: Path) -> None:
     assert v.score == 0.065217
 
 
+def test_line_ends_of_a_pty_are_line_ends() -> None:
+    """`\r\r\n` (a pty's line end) and a last `\r` erased the line before them: the right prediction of
+    such an output scored 0.05, an empty one 0.5 (the default threshold), and a right one with a
+    trailing `\r` 0."""
+    real = "total 8\r\r\nfile_a.txt\r\r\nfile_b.txt\r\r\n"
+    assert verify("terminal", "total 8\nfile_a.txt\nfile_b.txt\n", real).score == 1.0
+    assert verify("terminal", "", real).components == {"line_f1": 0.0, "edit_sim": 0.0}
+    assert verify("terminal", "Done 100%\r", "Done 100%").score == 1.0
+    assert verify("search", "result text here\r", "result text here").score == 1.0
+    # a carriage return inside a line still redraws it
+    assert verify("terminal", "50%\r100%\ndone\n", "100%\ndone\n").score == 1.0
+
+
 def test_terminal_exit_codes(corpus: Path) -> None:
     real, code, _ = _obs(corpus, "t.source_format = 'openhands-output' AND u.observation = '29:DECL(pattern);'")
     assert code == 0
