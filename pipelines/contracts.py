@@ -15,7 +15,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from pipelines.query import connect
+from pipelines.query import connect, is_interrupted
 from pipelines.shell import query_command
 from pipelines.sources import sha256_file
 from pipelines.store import TABLE_SCHEMAS, Corpus
@@ -233,6 +233,8 @@ def run_named(contracts: Mapping[str, Callable[[Any], ContractResult]], arg: Any
         try:
             out.append(fn(arg))
         except Exception as e:  # noqa: BLE001 - a check that cannot run is a failed check, with why
+            if is_interrupted(e):
+                raise  # Ctrl-C: not a failed check (the CLI exits 130)
             doc = (getattr(fn, "func", fn).__doc__ or "").strip().splitlines()  # a partial: its function's
             out.append(ContractResult(name, False, doc[0] if doc else "could not be evaluated",
                                       {"error": f"{type(e).__name__}: {e}"}))
@@ -275,6 +277,8 @@ def run_stage_contracts(corpus_dir: Path | str) -> list[ContractResult]:
         try:
             out += score_contracts(corpus.root)
         except Exception as e:  # noqa: BLE001 - a table that cannot be read fails its contracts, and the rest still run
+            if is_interrupted(e):
+                raise
             out += [ContractResult(n, False, "turn_scores could not be read", {"error": f"{type(e).__name__}: {e}"})
                     for n in SCORE_CONTRACTS]
     return out
@@ -301,6 +305,8 @@ def run_collection_contracts(corpus_dir: Path | str) -> list[ContractResult]:
         present = {f for (f,) in _q(con, "SELECT DISTINCT source_format FROM trajectories")}
         con.close()
     except Exception as e:  # noqa: BLE001 - a damaged table: a verdict, not a crash that hides the others
+        if is_interrupted(e):
+            raise
         return [ContractResult("collection_contracts", False, "the live collectors' contracts could not read trajectories",
                                {"error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"})]
     out: list[ContractResult] = []

@@ -87,6 +87,9 @@ SHARED_PREFIXES_SCHEMA = side_table_schema([
 ])
 
 
+MAX_NUM_PERM = 4096
+
+
 def _signature_schema(num_perm: int) -> pa.Schema:
     return side_table_schema([
         _f("row_id", pa.int64(), "dense row number used by the dedup pass", False),
@@ -130,6 +133,9 @@ class DedupConfig:
         if not 0 < self.threshold <= 1:  # NaN fails too
             raise ValueError(f"--threshold must be in (0, 1] (got {self.threshold})")
         at_least("--num-perm", self.num_perm, 1)
+        if self.num_perm > MAX_NUM_PERM:  # 1,000,000 ran a minute in LSH's parameter search before any output
+            raise ValueError(f"--num-perm {self.num_perm}: at most {MAX_NUM_PERM} (each is 4 bytes of every "
+                             "trajectory's signature; 128 to 256 is usual)")
         at_least("--shingle", self.shingle, 1)
         if (self.bands is None) != (self.rows is None):
             given, missing = ("--bands", "--rows") if self.rows is None else ("--rows", "--bands")

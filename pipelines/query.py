@@ -249,6 +249,12 @@ def _as_float32(rows: list[tuple], floats: list[int]) -> list[tuple]:
     return out
 
 
+def is_interrupted(e: BaseException) -> bool:
+    """DuckDB's answer to Ctrl-C during a query (a RuntimeError): an interruption to pass on (exit 130), not an
+    error to report as a failed check or a damaged table."""
+    return isinstance(e, RuntimeError) and str(e) == "Query interrupted"
+
+
 def interruptible(con: duckdb.DuckDBPyConnection, work: Callable[[], T]) -> T:
     """`work()` (which uses `con`) in a helper thread, so that Ctrl-C always stops it: DuckDB polls for
     SIGINT only while the main thread drives the query, and now and then does not (a query went on

@@ -23,7 +23,7 @@ from pipelines.export_report import section_export
 from pipelines.query import connect
 from pipelines.report_html import REPORT_TITLE, query_bars, query_table, table_html
 from pipelines.score_report import section_scores
-from pipelines.store import Corpus, refuse_output_in_corpus
+from pipelines.store import Corpus, CorpusError, holds_worldline_data, refuse_output_in_corpus
 from pipelines.traces_report import section_traces
 from sandboxes.report import section_sandbox
 
@@ -115,6 +115,23 @@ def build_report(corpus_dir: Path | str) -> str:
     return f"<!doctype html><html><head><meta charset=utf-8>{REPORT_TITLE}<style>{_CSS}</style></head><body>{head}{body}</body></html>"
 
 
+def _refuse_foreign_target(out: Path) -> None:
+    """`--out` inside another corpus (or an export's, the traces stage's output) replaced its files (a
+    corpus's manifest.json: the corpus was unreadable from then on); an existing file that is no report (a
+    trace input) was overwritten."""
+    for parent in out.resolve().parents:
+        if holds_worldline_data(parent):
+            raise CorpusError(f"report --out {out} is inside {parent}, a corpus or a stage's output; write it elsewhere")
+    if out.exists() or out.is_symlink():
+        try:
+            with open(out, "rb") as f:
+                mine = out.is_file() and REPORT_TITLE.encode() in f.read(4096)
+        except OSError:
+            mine = False
+        if not mine:
+            raise CorpusError(f"report --out {out} exists and is no Worldline report; give a new file name or a folder")
+
+
 def write_report(corpus_dir: Path | str, out: Path | str | None = None) -> Path:
     """Write the report to `out` (a file, or a directory to hold `report.html`: one that exists, or a name
     ending in `/`; default: `report.html` beside the corpus), never into the corpus."""
@@ -123,6 +140,7 @@ def write_report(corpus_dir: Path | str, out: Path | str | None = None) -> Path:
     if folder or out.is_dir():
         out = out / "report.html"
     refuse_output_in_corpus(out, corpus_dir, "report --out")
+    _refuse_foreign_target(out)
     html_text = build_report(corpus_dir)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")

@@ -32,6 +32,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from pipelines.traces.engine import ChatRequest, ChatResult, EngineConfig, LocalEngine
+from schemas.options import int_option
 
 
 class BadRequest(ValueError):
@@ -253,17 +254,17 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m pipelines.serve_local", description="\n\n".join(__doc__.split("\n\n")[:2]),
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8000, help="0: any free port")
+    p.add_argument("--port", type=int_option, default=8000, help="0: any free port")
     p.add_argument("--model", default="smollm2", help="`smollm2`, a .gguf file or a local HF model directory")
     p.add_argument("--served-model-name", default="smollm2", help="the model id clients send")
     p.add_argument("--api-key", default=os.environ.get("WORLDLINE_SERVE_API_KEY"), help="require this bearer token")
-    p.add_argument("--max-batch", type=int, default=8)
-    p.add_argument("--max-prompt-tokens", type=int, default=2048)
-    p.add_argument("--max-tokens-cap", type=int, default=4096)
-    p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default; 1 on a shared CPU)")
+    p.add_argument("--max-batch", type=int_option, default=8)
+    p.add_argument("--max-prompt-tokens", type=int_option, default=2048)
+    p.add_argument("--max-tokens-cap", type=int_option, default=4096)
+    p.add_argument("--threads", type=int_option, default=0, help="torch threads (0: torch's default; 1 on a shared CPU)")
     p.add_argument("--device", default="cpu")
-    p.add_argument("--fail-first", type=int, default=0, help="answer the first N completions with 503 (testing)")
-    p.add_argument("--record", type=int, default=0, help="keep the last N request bodies at /debug/requests")
+    p.add_argument("--fail-first", type=int_option, default=0, help="answer the first N completions with 503 (testing)")
+    p.add_argument("--record", type=int_option, default=0, help="keep the last N request bodies at /debug/requests")
     p.add_argument("--port-file", help="write the base URL here once serving")
     a = p.parse_args(argv)
     for s in (signal.SIGTERM, signal.SIGINT):  # stoppable even if started with the signals ignored

@@ -14,6 +14,7 @@ import datetime as dt
 import fcntl
 import hashlib
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -188,6 +189,11 @@ class SideTableWriter:
         with self.corpus.writer(wait_s=lock_wait_s):
             os.replace(self.tmp, side_path(self.corpus, self.name))
             m = self.corpus.manifest()
+            if self.state is not None and corpus_state(self.corpus, m) != self.state:
+                # another writer (an ingest) committed while this stage ran, or while it waited for the lock
+                print(f"{self.stage}: warning: the corpus {self.corpus.root} changed while {self.stage} ran (another "
+                      f"process committed to it); `{self.name}` covers the corpus as it was: run {self.stage} again",
+                      file=sys.stderr)
             m.setdefault("side", {})[self.name] = entry
             write_json_atomic(self.corpus.manifest_path, m)
         self.committed = True

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sandboxes.engine import EngineUnavailable
-from schemas.options import at_least, seed_option
+from schemas.options import at_least, int_option, seed_option
 
 if TYPE_CHECKING:
     from sandboxes.tasks import TaskSpec
@@ -164,7 +164,7 @@ def register(subparsers: argparse._SubParsersAction, collect_subparsers: argpars
                                       ". Each task runs once unperturbed and once per --perturb.")
     c.add_argument("specs", nargs="+", type=Path, help="task spec YAML files or directories")
     c.add_argument("--out", required=True, type=Path, help="corpus directory (created if missing)")
-    c.add_argument("--workers", type=int, default=2, help="sandboxes running at once")
+    c.add_argument("--workers", type=int_option, default=2, help="sandboxes running at once")
     c.add_argument("--perturb", action="append", metavar="NAME[:k=v,...]",
                    help="add a perturbed run of every task (repeatable; 'all' for every perturbation)")
     c.add_argument("--no-baseline", action="store_true", help="only the perturbed runs")
@@ -180,7 +180,7 @@ def register(subparsers: argparse._SubParsersAction, collect_subparsers: argpars
     c.add_argument("--agent-base-url", "--base-url", dest="base_url",
                    help="OpenAI-compatible endpoint (default $WORLDLINE_AGENT_BASE_URL)")
     c.add_argument("--agent-model", "--model", dest="model", help="model name at the endpoint (default $WORLDLINE_AGENT_MODEL)")
-    c.add_argument("--max-turns", type=int, default=20, help="with --policy openai: actions per trajectory at most")
+    c.add_argument("--max-turns", type=int_option, default=20, help="with --policy openai: actions per trajectory at most")
     c.add_argument("--quiet", action="store_true", help="no per-trajectory progress lines")
     c.add_argument("--again", action="store_true",
                    help="also run the jobs that already have a trajectory in --out (by default a rerun skips them)")
@@ -191,8 +191,8 @@ def register(subparsers: argparse._SubParsersAction, collect_subparsers: argpars
                                                   "SWE-agent shell commands; recorded actions are kept verbatim.")
     r.add_argument("paths", nargs="+", type=Path, help="trace files or directories (any format `worldline ingest` reads)")
     r.add_argument("--out", required=True, type=Path, help="corpus directory (created if missing)")
-    r.add_argument("--workers", type=int, default=2, help="sandboxes running at once")
-    r.add_argument("--limit", type=int, help="replay at most this many trajectories")
+    r.add_argument("--workers", type=int_option, default=2, help="sandboxes running at once")
+    r.add_argument("--limit", type=int_option, help="replay at most this many trajectories")
     r.add_argument("--fresh", action="store_true", help="a new container for every trajectory")
     r.add_argument("--quiet", action="store_true", help="no per-trajectory progress lines")
     r.add_argument("--again", action="store_true", help="also replay what already has a trajectory in --out")

@@ -34,6 +34,20 @@ def seed_option(text: str) -> int:
     return value
 
 
+def int_option(text: str) -> int:
+    """argparse type of an integer option: one that fits 64 bits (settings go into JSON metadata and numpy; a
+    larger one was a traceback from deep inside a stage)."""
+    import argparse
+
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
+    if not -INT_LIMIT < value < INT_LIMIT:
+        raise argparse.ArgumentTypeError(f"{text}: must be below 2**63 in magnitude")
+    return value
+
+
 def max_processes() -> int:
     """The most worker processes a stage starts: far past any gain on this machine, well short of a fork bomb."""
     import os

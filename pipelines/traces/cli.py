@@ -14,7 +14,7 @@ import os
 import sys
 from pathlib import Path
 
-from schemas.options import seed_option
+from schemas.options import int_option, seed_option
 
 
 def _pairs(items: list[str], what: str) -> tuple[tuple[str, float], ...]:
@@ -39,25 +39,25 @@ def add_arguments(s: argparse.ArgumentParser) -> None:
     s.add_argument("--model", default=os.environ.get("WORLDLINE_TRACES_MODEL"),
                    help="model name at the endpoint (with --endpoint local: `smollm2`, a .gguf or a HF directory); "
                         "default: $WORLDLINE_TRACES_MODEL")
-    s.add_argument("-k", type=int, default=4, help="candidates per query")
+    s.add_argument("-k", type=int_option, default=4, help="candidates per query")
     s.add_argument("--api-key-env", help="environment variable holding the key (default: WORLDLINE_TRACES_API_KEY, "
                    "then OPENAI_API_KEY); one named here must be set, no other is tried")
-    s.add_argument("--max-queries", type=int, default=1000, help="turns to ask about")
+    s.add_argument("--max-queries", type=int_option, default=1000, help="turns to ask about")
     s.add_argument("--domains", default="", help="comma-separated domains (default: all)")
     s.add_argument("--balance", default="domain,source_format", help="strata to balance queries across (empty: none)")
-    s.add_argument("--per-stratum", type=int, default=0, help="at most this many queries per domain × source (0: no cap)")
-    s.add_argument("--max-target-chars", type=int, default=4000, help="longest real observation to predict")
-    s.add_argument("--history-turns", type=int, default=8, help="earlier environment turns in each query")
-    s.add_argument("--max-tokens", type=int, default=512, help="generation budget per candidate")
+    s.add_argument("--per-stratum", type=int_option, default=0, help="at most this many queries per domain × source (0: no cap)")
+    s.add_argument("--max-target-chars", type=int_option, default=4000, help="longest real observation to predict")
+    s.add_argument("--history-turns", type=int_option, default=8, help="earlier environment turns in each query")
+    s.add_argument("--max-tokens", type=int_option, default=512, help="generation budget per candidate")
     s.add_argument("--temperature", type=float, default=0.8, help="sampling temperature")
     s.add_argument("--top-p", type=float, default=0.95, help="nucleus sampling mass")
     s.add_argument("--templates", default="chat,transcript,compact", help="prompt-template variants to draw from")
     s.add_argument("--no-few-shot", action="store_true", help="no worked example in the teacher prompt")
     s.add_argument("--prefill-think", action="store_true",
                    help="start the answer with `<think>` (needs continue_final_message: vLLM, SGLang, serve_local)")
-    s.add_argument("--max-system-chars", type=int, default=6000, help="system prompt (task, action space) in the teacher prompt (0: no limit)")
-    s.add_argument("--max-observation-chars", type=int, default=3000, help="per history observation in the teacher prompt (0: no limit)")
-    s.add_argument("--max-history-chars", type=int, default=12000, help="all history turns together in the teacher prompt (0: no history)")
+    s.add_argument("--max-system-chars", type=int_option, default=6000, help="system prompt (task, action space) in the teacher prompt (0: no limit)")
+    s.add_argument("--max-observation-chars", type=int_option, default=3000, help="per history observation in the teacher prompt (0: no limit)")
+    s.add_argument("--max-history-chars", type=int_option, default=12000, help="all history turns together in the teacher prompt (0: no history)")
     s.add_argument("--threshold", type=float, default=0.5, help="keep the best candidate at or above this score")
     s.add_argument("--domain-threshold", action="append", default=[], metavar="DOMAIN=T", help="per-domain threshold")
     s.add_argument("--judge", action="store_true", help="also grade candidates with an LLM judge (same endpoint)")
@@ -65,15 +65,15 @@ def add_arguments(s: argparse.ArgumentParser) -> None:
     s.add_argument("--judge-endpoint", help="judge base URL (default: --endpoint)")
     s.add_argument("--judge-weight", type=float, help="with --judge: the judge's share of a candidate's score (default 0.3)")
     s.add_argument("--judge-required", action="store_true", help="reject candidates the judge cannot grade")
-    s.add_argument("--judge-max-tokens", type=int, help="generation budget per judge verdict (default 160)")
-    s.add_argument("--concurrency", type=int, default=8, help="requests in flight")
+    s.add_argument("--judge-max-tokens", type=int_option, help="generation budget per judge verdict (default 160)")
+    s.add_argument("--concurrency", type=int_option, default=8, help="requests in flight")
     s.add_argument("--rps", type=float, help="rate limit: requests per second")
     s.add_argument("--timeout", type=float, default=300.0, help="seconds per request")
-    s.add_argument("--retries", type=int, default=4, help="retries of a transient failure")
+    s.add_argument("--retries", type=int_option, default=4, help="retries of a transient failure")
     s.add_argument("--seed", type=seed_option, default=0, help="seeds the choice of queries and templates, and the sampling")
     s.add_argument("--cache", type=Path, help="generation cache file (default: OUT/cache.sqlite)")
     s.add_argument("--no-side-table", action="store_true", help="do not record the run in the corpus (side table traces)")
-    s.add_argument("--threads", type=int, default=0, help="with --endpoint local: torch threads")
+    s.add_argument("--threads", type=int_option, default=0, help="with --endpoint local: torch threads")
     s.add_argument("--quiet", action="store_true", help="no progress lines")
 
 

@@ -64,6 +64,53 @@ def test_report_goes_beside_the_corpus_even_from_inside_it(corpus: Path, tmp_pat
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary file left
 
 
+def test_report_out_never_overwrites_another_corpus_or_a_file_that_is_no_report(corpus: Path, tmp_path: Path, sample: Path,
+                                                                               capsys) -> None:
+    """`report --out OTHER/manifest.json` replaced another corpus's manifest with HTML (every command refused that
+    corpus from then on), and `--out traces.jsonl` an input, both with exit 0."""
+    other = tmp_path / "other"
+    ingest([sample / "tau-bench"], other, progress=False)
+    manifest = (other / "manifest.json").read_bytes()
+    assert main(["report", str(corpus), "--out", str(other / "manifest.json")]) == 1
+    assert capsys.readouterr().err == (f"worldline report: error: report --out {other / 'manifest.json'} is inside {other}, "
+                                       "a corpus or a stage's output; write it elsewhere\n")
+    trace = tmp_path / "traces.jsonl"
+    trace.write_text('{"messages": []}\n')
+    assert main(["report", str(corpus), "--out", str(trace)]) == 1
+    assert capsys.readouterr().err == (f"worldline report: error: report --out {trace} exists and is no Worldline report; "
+                                       "give a new file name or a folder\n")
+    assert (other / "manifest.json").read_bytes() == manifest and trace.read_text() == '{"messages": []}\n'
+    assert main(["report", str(corpus), "--out", str(tmp_path / "r.html")]) == 0
+    assert main(["report", str(corpus), "--out", str(tmp_path / "r.html")]) == 0  # its own report: replaced
+
+
+@pytest.mark.parametrize("cmd, message", [
+    (["export", "{c}", "--out", "{c}x", "--seq-len", "99999999999999999999"], "argument --seq-len: 99999999999999999999: must be below 2**63"),
+    (["clean", "{c}", "--ngram", "-99999999999999999999"], "argument --ngram: -99999999999999999999: must be below 2**63"),
+    (["dedup", "{c}", "--shingle", "x"], "argument --shingle: invalid int value: 'x'"),
+])
+def test_integers_past_64_bits_are_usage_errors(corpus: Path, capsys, cmd: list[str], message: str) -> None:
+    """They were tracebacks from orjson or numpy deep inside the stage (export --seq-len, clean --min-turns and
+    --ngram, dedup --shingle and --min-prefix-share)."""
+    with pytest.raises(SystemExit) as e:
+        main([a.format(c=corpus) for a in cmd])
+    assert e.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_a_check_interrupted_is_130_not_a_failed_contract(corpus: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    """Ctrl-C during `check`: DuckDB's "Query interrupted" was caught as a contract that could not run, printed as a
+    FAIL, and the command went on to exit 1."""
+    import pipelines.contracts
+
+    def interrupted(corpus: object) -> object:
+        raise RuntimeError("Query interrupted")
+
+    monkeypatch.setitem(pipelines.contracts.CONTRACTS, "unique_trajectory_id", interrupted)
+    assert main(["check", str(corpus)]) == 130
+    out = capsys.readouterr()
+    assert "FAIL" not in out.out and out.err == "worldline check: interrupted\n"
+
+
 def test_export_refuses_a_directory_that_is_not_an_export(corpus: Path, tmp_path: Path, capsys) -> None:
     # `export --out DIR` replaced DIR's chat/, eval/, ... and its manifest.json, whatever they were
     mine = tmp_path / "mine"
@@ -272,6 +319,8 @@ def test_a_damaged_side_table_breaks_only_what_reads_it_and_its_stage_rewrites_i
     (["score", "{c}", "--tier", "model", "--max-context", "-1"], "--max-context must be at least 16 (got -1)"),
     (["score", "{c}", "--tier", "model", "--batch-tokens", "-1"], "--batch-tokens must be at least 0 (got -1)"),
     (["ingest", "{c}", "--out", "{c}2", "--workers", "100000"], "--workers 100000: more processes than this machine can use"),
+    (["ingest", "{c}", "--out", "{c}2", "--max-record-mb", "1e30"], "--max-record-mb 1e+30: must be below 8.796e+12 MB (2**63 bytes)"),
+    (["dedup", "{c}", "--num-perm", "1000000"], "--num-perm 1000000: at most 4096 (each is 4 bytes of every trajectory's signature"),
 ])
 def test_option_values_are_checked_before_the_run(corpus: Path, capsys, cmd: list[str], message: str) -> None:
     assert main([a.format(c=corpus) for a in cmd]) == 1

@@ -67,3 +67,25 @@ def test_clean_and_dedup_wait_only_as_long_as_asked(tmp_path: Path) -> None:
                 run()
             assert time.monotonic() - t0 < 30
         run()  # and with the lock free, it commits
+
+
+def test_a_table_committed_after_the_corpus_changed_says_so(tmp_path: Path, capsys) -> None:
+    """A stage that waited for an ingest to finish committed its table for the corpus as it was before, quietly
+    (clean: verdicts for 965 of 180,965 trajectories, exit 0); it warns now, naming the rerun."""
+    from pipelines.ingest import ingest
+    from tests.conftest import SAMPLE
+
+    root = tmp_path / "c"
+    ingest([SAMPLE / "tau-bench"], root, progress=False)
+    corpus = Corpus(root)
+    with SideTableWriter(corpus, "cleaning", SCHEMA, "clean", "f", {}) as w:
+        w.write(pa.table({"trajectory_id": ["a"]}))
+        w.commit()
+    assert capsys.readouterr().err == ""  # nothing changed meanwhile
+    with SideTableWriter(corpus, "cleaning", SCHEMA, "clean", "f", {}) as w:
+        w.write(pa.table({"trajectory_id": ["a"]}))
+        ingest([SAMPLE / "intercode"], root, progress=False)  # committed while the stage ran
+        capsys.readouterr()
+        w.commit()
+    assert capsys.readouterr().err == (f"clean: warning: the corpus {root} changed while clean ran (another process "
+                                       "committed to it); `cleaning` covers the corpus as it was: run clean again\n")
