@@ -1552,6 +1552,8 @@ ASSIGNMENTS_FILE = ".export_assignments.parquet"
 def _claim(out: Path) -> None:
     """Refuse a directory holding what no export wrote: replacing the export's directories (and its
     manifest.json) there would delete it. An export's own directory is marked on first use."""
+    if (out.exists() or out.is_symlink()) and not out.is_dir():  # was "File exists" from a mkdir, at the end
+        raise CorpusError(f"export --out {out} is a file, not a folder; choose a new or empty directory")
     if not out.exists() or (out / OWNED).exists():
         return
     m = out / "manifest.json"
@@ -1606,6 +1608,8 @@ def export(
     out = Path(out_dir)
     refuse_output_in_corpus(out, corpus.root, "export --out")
     _claim(out)
+    if config.record_in_corpus:  # `export_assignments` goes into the corpus at the end: a read-only one failed there
+        corpus.check_writable("export records its split assignments in the corpus")
     state = corpus_state(corpus)
     if config.redact is None:  # the settings clean scanned with (its summary says what export will redact)
         config = replace(config, redact=recorded_config(corpus))

@@ -111,6 +111,28 @@ def test_a_check_interrupted_is_130_not_a_failed_contract(corpus: Path, monkeypa
     assert "FAIL" not in out.out and out.err == "worldline check: interrupted\n"
 
 
+def test_export_to_a_file_or_from_a_corpus_it_cannot_write_fails_before_the_work(corpus: Path, tmp_path: Path, capsys) -> None:
+    """`--out` a file said "File exists"; a read-only corpus (export records its split assignments in it) failed
+    only at the end, after every shard was written, leaving an export without its manifest."""
+    (tmp_path / "afile").write_text("x")
+    assert main(["export", str(corpus), "--out", str(tmp_path / "afile"), "--quiet"]) == 1
+    assert capsys.readouterr().err == (f"worldline export: error: export --out {tmp_path / 'afile'} is a file, not a folder; "
+                                       "choose a new or empty directory\n")
+    import subprocess
+
+    ro = tmp_path / "ro"  # the corpus on a read-only bind mount (root ignores a folder's permissions)
+    ro.mkdir()
+    if subprocess.run(["mount", "--bind", "-o", "ro", str(corpus), str(ro)], capture_output=True).returncode != 0:
+        pytest.fail("a read-only bind mount needs root (mount --bind -o ro): run the tests as root, as CI does")
+    try:
+        assert main(["export", str(ro), "--out", str(tmp_path / "ex"), "--quiet"]) == 1
+        assert capsys.readouterr().err == (f"worldline export: error: export records its split assignments in the corpus {ro}: "
+                                           f"cannot write in {ro}: Read-only file system\n")
+        assert not (tmp_path / "ex").exists()
+    finally:
+        subprocess.run(["umount", str(ro)], check=True)
+
+
 def test_export_refuses_a_directory_that_is_not_an_export(corpus: Path, tmp_path: Path, capsys) -> None:
     # `export --out DIR` replaced DIR's chat/, eval/, ... and its manifest.json, whatever they were
     mine = tmp_path / "mine"
