@@ -15,7 +15,14 @@ from dagster_project.assets import _md_table
 from dagster_project.clean_assets import dedup_clusters
 from dagster_project.contract_checks import check_result, check_specs, materialization_checked, only_selected
 from dagster_project.resources import CorpusResource
-from pipelines.export import ExportConfig, SplitConfig, export, parse_weights, read_manifest
+from pipelines.export import (
+    ExportConfig,
+    SplitConfig,
+    export,
+    parse_weights,
+    read_chat_template,
+    read_manifest,
+)
 from pipelines.export_contracts import EXPORT_CONTRACTS, run_export_contracts
 
 
@@ -53,7 +60,7 @@ def export_out(corpus: CorpusResource, out: str = "") -> Path:
 )
 def training_export(context: dg.AssetExecutionContext, corpus: CorpusResource, config: ExportRunConfig) -> dg.MaterializeResult:
     cfg = ExportConfig(seq_len=config.seq_len, tokenizer=config.tokenizer, formats=tuple(config.formats),
-                       chat_template=Path(config.chat_template).read_text() if config.chat_template else None,
+                       chat_template=read_chat_template(config.chat_template) if config.chat_template else None,
                        split=SplitConfig(validation=config.validation, test=config.test),
                        domain_weights=parse_weights(config.domain_weights), source_weights=parse_weights(config.source_weights),
                        seed=config.seed, shard_tokens=config.shard_tokens, eval_middle_turns=config.eval_middle_turns,

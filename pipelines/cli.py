@@ -185,11 +185,11 @@ def _cmd_dedup(a: argparse.Namespace) -> int:
 
 
 def _cmd_export(a: argparse.Namespace) -> int:
-    from pipelines.export import ExportConfig, SplitConfig, export, parse_weights
+    from pipelines.export import ExportConfig, SplitConfig, export, parse_weights, read_chat_template
 
     cfg = ExportConfig(
         seq_len=a.seq_len, tokenizer=a.tokenizer, formats=tuple(a.formats),
-        chat_template=a.chat_template.read_text() if a.chat_template else None,
+        chat_template=read_chat_template(a.chat_template) if a.chat_template else None,
         split=SplitConfig(validation=a.validation, test=a.test),
         domain_weights=parse_weights(a.domain_weight), source_weights=parse_weights(a.source_weight),
         seed=a.seed, shard_tokens=a.shard_tokens, eval_middle_turns=a.eval_middle_turns,

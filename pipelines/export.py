@@ -215,6 +215,14 @@ class ExportConfig:
 MAX_WEIGHT = 1000  # a mixture weight: copies of each trajectory (`domain_weights`, `source_weights`)
 
 
+def read_chat_template(path: Path | str) -> str:
+    """The text of a `--chat-template` file, or a ValueError naming it."""
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:  # was the codec's message alone, no file named
+        raise ValueError(f"--chat-template {path}: not UTF-8 text (byte {e.start}: {e.reason})") from None
+
+
 def parse_weights(items: list[str]) -> tuple[tuple[str, float], ...]:
     """`["terminal=2", "search=0.5"]` → sorted ((name, weight), ...)."""
     out = {}

@@ -155,6 +155,7 @@ def test_export_refuses_a_directory_that_is_not_an_export(corpus: Path, tmp_path
 def test_export_options_are_checked_before_anything_is_written(corpus: Path, tmp_path: Path, capsys) -> None:
     out = tmp_path / "ex"
     (tmp_path / "bad.jinja").write_text("{% for m in messages %}\n{{ m.content }")
+    (tmp_path / "latin1.jinja").write_bytes(b"\xff{{ m.content }}")
     (tmp_path / "nosys.jinja").write_text(  # as Gemma's: it was a jinja2 traceback
         "{% for m in messages %}{% if m.role == 'system' %}{{ raise_exception('System role not supported') }}"
         "{% endif %}{{ m.content }}{% endfor %}")
@@ -167,6 +168,8 @@ def test_export_options_are_checked_before_anything_is_written(corpus: Path, tmp
         (["--eval-middle-turns", "-1"], "--eval-middle-turns -1: must be ≥ 0"),
         (["--test", "nan"], "split fractions validation=0.05, test=nan: each ≥ 0, sum ≤ 1"),
         (["--chat-template", str(tmp_path / "bad.jinja")], "--chat-template: line 2: unexpected '}'"),
+        (["--chat-template", str(tmp_path / "latin1.jinja")], f"--chat-template {tmp_path / 'latin1.jinja'}: not UTF-8 text "
+         "(byte 0: invalid start byte)"),
         (["--chat-template", str(tmp_path / "nosys.jinja")], "the chat template refuses messages of roles "
          "system, user, assistant: System role not supported; give one that takes them (--chat-template)"),
     ]:
