@@ -99,6 +99,11 @@ def _cmd_check(a: argparse.Namespace) -> int:
                         print(f"      {k}: {v}")
         return all(r.passed or r.severity == "warn" for r in results)  # a warning is reported, not a failure
 
+    from pipelines.export_contracts import other_corpus
+
+    for out in a.export:  # before any contract: an export of another corpus is a usage error, not a FAIL to puzzle over
+        if (why := other_corpus(out, a.corpus)) is not None:
+            raise ValueError(why)
     ok = show(run_contracts(a.corpus, a.max_quarantine_rate))  # printed before the others are computed
     ok = show(run_stage_contracts(a.corpus)) and ok
     ok = show(run_collection_contracts(a.corpus)) and ok

@@ -360,6 +360,26 @@ EXPORT_CONTRACTS: dict[str, Callable[[Path, Path | None], ContractResult]] = {
 }
 
 
+def other_corpus(out: Path | str, corpus: Path | str) -> str | None:
+    """Why the export in `out` is not of `corpus` (None when it is, or cannot be told): the committed batches it
+    was made from are not the first of this corpus's (batch ids begin with their time; a corpus only grows).
+    Its splits then checked out against trajectories of another corpus and the eval set failed obscurely."""
+    import hashlib
+
+    from pipelines.store import Corpus
+
+    m = orjson.loads((Path(out) / "manifest.json").read_bytes()) if (Path(out) / "manifest.json").is_file() else {}
+    state = (m.get("corpus") or {}).get("state") or {}
+    n, digest = state.get("batches"), state.get("batches_digest")
+    if not isinstance(n, int) or not isinstance(digest, str):
+        return None
+    ids = sorted(b["id"] for b in Corpus(corpus).manifest()["batches"] if b.get("state") == "committed")
+    if len(ids) >= n and hashlib.sha256("\n".join(ids[:n]).encode()).hexdigest()[:16] == digest:
+        return None
+    return (f"{out} was exported from {(m.get('corpus') or {}).get('path')} ({n} batch{'' if n == 1 else 'es'}), not from the corpus "
+            f"{corpus} as it is or was; check it with that corpus")
+
+
 def run_export_contracts(out: Path | str, corpus: Path | str | None = None) -> list[ContractResult]:
     out = Path(out)
     if not (out / "manifest.json").exists():

@@ -223,6 +223,22 @@ def test_worldline_check_runs_the_export_contracts(corpus: Path, tok: ExportToke
     assert export(corpus, out, small_config(), tokenizer=tok, progress=False, echo=lambda m: None).up_to_date
     assert main(["check", str(corpus), "--export", str(out)]) == 1
     assert "FAIL  export_complete" in capsys.readouterr().out
+    # an export of another corpus: said at once (its splits passed against the other corpus's trajectories
+    # and the eval set failed with "is in the corpus: no such split"); of this corpus grown since, it still checks
+    from tests.conftest import SAMPLE
+
+    other = tmp_path / "other"
+    ingest([SAMPLE / "tau-bench"], other, progress=False)
+    assert main(["check", str(other), "--export", str(out)]) == 1
+    assert capsys.readouterr().err == (f"worldline check: error: {out} was exported from {corpus} (1 batch), not from the "
+                                       f"corpus {other} as it is or was; check it with that corpus\n")
+    import shutil
+
+    grown = tmp_path / "grown"
+    shutil.copytree(corpus, grown)
+    ingest([SAMPLE / "tau-bench"], grown, progress=False)
+    main(["check", str(grown), "--export", str(out)])
+    assert "was exported from" not in capsys.readouterr().err
     # a traces output that is not there: each of its checks fails, saying so
     assert main(["check", str(corpus), "--traces", str(tmp_path / "no-traces")]) == 1
     lines = capsys.readouterr().out.splitlines()
