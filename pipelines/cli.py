@@ -403,7 +403,12 @@ def _run(args: argparse.Namespace) -> int:
             raise
         # DuckDB refusing a corpus file (a damaged Parquet part) or a setting: its first line names it
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        hint = f" (`{worldline_command('check', args.corpus)}` tests every file)" if getattr(args, "corpus", None) else ""
+        if "Out of Memory Error" in first and getattr(args, "memory_limit", None) is not None:
+            hint = f" (--memory-limit {args.memory_limit} is too little for this corpus: give more)"  # no damaged file
+        elif getattr(args, "corpus", None):
+            hint = f" (`{worldline_command('check', args.corpus)}` tests every file)"
+        else:
+            hint = ""
         print(f"worldline {args.command}: error: DuckDB: {first}{hint}", file=sys.stderr)
         return 1
 

@@ -32,6 +32,14 @@ def test_a_damaged_parquet_part_is_one_line_from_duckdb(corpus: Path, capsys) ->
     assert capsys.readouterr().err == err.replace("worldline stats", "worldline query")
 
 
+def test_out_of_memory_names_the_memory_limit_not_a_damaged_file(corpus: Path, capsys) -> None:
+    """DuckDB running out of the memory `--memory-limit` gave it was told to run `worldline check` (for damaged files)."""
+    assert main(["clean", str(corpus), "--memory-limit", "1KB"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("worldline clean: error: DuckDB: Out of Memory Error: ")
+    assert err.endswith(" (--memory-limit 1KB is too little for this corpus: give more)\n") and "check" not in err
+
+
 def test_os_errors_are_one_line(corpus: Path, tmp_path: Path, capsys) -> None:
     (tmp_path / "afile.txt").write_text("x")
     assert main(["export", str(corpus), "--out", str(tmp_path / "afile.txt" / "sub")]) == 1
