@@ -103,6 +103,7 @@ from pipelines.redact import (
     rules_digest,
 )
 from pipelines.render import (
+    TEMPLATE_SOURCE,
     AddedTokens,
     Conversation,
     Group,
@@ -362,6 +363,7 @@ class ExportTokenizer:
                 raise ValueError(f"--chat-template: line {e.lineno}: {e.message}") from None
             hf = copy.copy(hf)  # the caller's tokenizer keeps its own template
             hf.chat_template = chat_template
+            setattr(hf, TEMPLATE_SOURCE, "--chat-template")  # a template that drops a message is the file's fault
         if not getattr(hf, "chat_template", None):
             raise ValueError(f"tokenizer {spec!r} has no chat template; pass one (--chat-template FILE)")
         self.hf, self.spec = hf, spec

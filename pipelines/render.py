@@ -163,6 +163,16 @@ def template_pieces(tokenizer: Any, n_messages: int, roles: list[str]) -> list[s
 _PIECES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
+TEMPLATE_SOURCE = "worldline_template_source"  # set on a tokenizer whose chat template the user gave
+
+
+def _template_name(tokenizer: Any) -> str:
+    """Whose chat template a message blames: the `--chat-template` file's, else the tokenizer's."""
+    given = getattr(tokenizer, TEMPLATE_SOURCE, None)
+    return f"the chat template given ({given})" if given else \
+        f"the chat template of {getattr(tokenizer, 'name_or_path', 'the tokenizer')!r}"
+
+
 def _template_pieces(tokenizer: Any, n_messages: int, roles: list[str]) -> list[str]:
     from jinja2 import TemplateError
 
@@ -178,7 +188,7 @@ def _template_pieces(tokenizer: Any, n_messages: int, roles: list[str]) -> list[
         ph = _PH.format(i)
         at = text.find(ph, pos)
         if at < 0:
-            raise ValueError(f"the chat template of {getattr(tokenizer, 'name_or_path', 'the tokenizer')!r} "
+            raise ValueError(f"{_template_name(tokenizer)} "
                              f"drops or rewrites message {i} ({roles[i]}); scoring needs contents verbatim")
         pieces.append(text[pos:at])
         pos = at + len(ph)
@@ -187,7 +197,7 @@ def _template_pieces(tokenizer: Any, n_messages: int, roles: list[str]) -> list[
     # bare placeholders, but would render other text than the contents the spans are built from
     padded = [{"role": r, "content": f"\n \n{_PH.format(i)}\n \n"} for i, r in enumerate(roles)]
     if tokenizer.apply_chat_template(padded, tokenize=False) != interleave(pieces, padded)[0]:
-        raise ValueError(f"the chat template of {getattr(tokenizer, 'name_or_path', 'the tokenizer')!r} "
+        raise ValueError(f"{_template_name(tokenizer)} "
                          "strips the white space around message contents (e.g. `| trim`); scoring and the export "
                          "need contents verbatim: give a template without it (--chat-template)")
     return pieces

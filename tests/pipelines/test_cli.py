@@ -164,6 +164,7 @@ def test_export_options_are_checked_before_anything_is_written(corpus: Path, tmp
     out = tmp_path / "ex"
     (tmp_path / "bad.jinja").write_text("{% for m in messages %}\n{{ m.content }")
     (tmp_path / "latin1.jinja").write_bytes(b"\xff{{ m.content }}")
+    (tmp_path / "const.jinja").write_text("hello")
     (tmp_path / "nosys.jinja").write_text(  # as Gemma's: it was a jinja2 traceback
         "{% for m in messages %}{% if m.role == 'system' %}{{ raise_exception('System role not supported') }}"
         "{% endif %}{{ m.content }}{% endfor %}")
@@ -176,6 +177,8 @@ def test_export_options_are_checked_before_anything_is_written(corpus: Path, tmp
         (["--eval-middle-turns", "-1"], "--eval-middle-turns -1: must be ≥ 0"),
         (["--test", "nan"], "split fractions validation=0.05, test=nan: each ≥ 0, sum ≤ 1"),
         (["--chat-template", str(tmp_path / "bad.jinja")], "--chat-template: line 2: unexpected '}'"),
+        (["--chat-template", str(tmp_path / "const.jinja")], "the chat template given (--chat-template) drops or rewrites "
+         "message 0 (system); scoring needs contents verbatim"),  # it blamed the tokenizer's own template
         (["--chat-template", str(tmp_path / "latin1.jinja")], f"--chat-template {tmp_path / 'latin1.jinja'}: not UTF-8 text "
          "(byte 0: invalid start byte)"),
         (["--chat-template", str(tmp_path / "nosys.jinja")], "the chat template refuses messages of roles "
