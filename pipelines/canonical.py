@@ -133,15 +133,22 @@ def _scoped(pattern: str) -> str:
 ANY_RULE = "|".join(_scoped(r.pattern) for r in RULES)
 
 
-def canonical_sql(expr: str) -> str:
-    """A DuckDB expression computing `canonical(expr)` (NULL becomes ''). `expr` is evaluated
-    twice: pass a column, not a computation."""
+# For screens (accessibility trees, view hierarchies): what a terminal's output varies in, not a
+# screen's values. A combo box set from "5 minutes" to "30 minutes", "Process 3 of 10" become
+# "Process 4 of 10" are what the action changed, not noise (durations and process ids went).
+SCREEN_RULES: tuple[Rule, ...] = tuple(r for r in RULES if r.name not in ("duration", "pid", "pid_brackets", "pid_job"))
+
+
+def canonical_sql(expr: str, rules: tuple[Rule, ...] = RULES) -> str:
+    """A DuckDB expression computing `canonical(expr)` (NULL becomes ''), or its form under `rules`
+    (`SCREEN_RULES`). `expr` is evaluated twice: pass a column, not a computation."""
     sql = f"coalesce({expr}, '')"
-    for rule in RULES:
+    for rule in rules:
         # Patterns are given to RE2 verbatim: control characters stay as regex escapes (\x1b, \r).
         pattern = "'" + rule.pattern.replace("'", "''") + "'"
         # No CASE on `rule.needs` here: it would repeat the nested expression and grow it
         # exponentially; RE2 skips to a literal first byte on its own.
         sql = f"regexp_replace({sql}, {pattern}, {_sql_str(rule.replacement)}, 'g')"
-    any_rule = "'" + ANY_RULE.replace("'", "''") + "'"
+    whole = ANY_RULE if rules is RULES else "|".join(_scoped(r.pattern) for r in rules)
+    any_rule = "'" + whole.replace("'", "''") + "'"
     return f"(CASE WHEN regexp_matches(coalesce({expr}, ''), {any_rule}) THEN {sql} ELSE coalesce({expr}, '') END)"

@@ -41,7 +41,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipelines.canonical import RULES as CANONICAL_RULES
-from pipelines.canonical import canonical_sql
+from pipelines.canonical import SCREEN_RULES, canonical_sql
 from pipelines.decontam import DecontamConfig, EvalIndex, load_eval_set, scan_trajectory
 from pipelines.progress import StatusLine
 from pipelines.query import connect, spill_workspace, sql_str
@@ -461,13 +461,13 @@ def _turn_verdicts(con: duckdb.DuckDBPyConnection, cfg: CleanConfig, step: _Step
         con.execute(f"""
             INSERT INTO _udrop
             WITH g AS (
-                SELECT u.trajectory_id, u.turn_index, md5_number_lower({canonical_sql('u.observation')}) AS oh
+                SELECT u.trajectory_id, u.turn_index, md5_number_lower({canonical_sql('u.observation', SCREEN_RULES)}) AS oh
                 FROM turns u WHERE u.kind = 'env' AND u.observation IS NOT NULL
                   AND u.observation_kind IN {_in_list(cfg.gui_observation_kinds)}
                   AND NOT EXISTS (SELECT 1 FROM _tdrop d WHERE d.trajectory_id = u.trajectory_id)),
             w AS (SELECT *, lag(oh) OVER (PARTITION BY trajectory_id ORDER BY turn_index) AS prev,
                             lag(turn_index) OVER (PARTITION BY trajectory_id ORDER BY turn_index) AS prev_turn FROM g),
-            i AS (SELECT trajectory_id, md5_number_lower({canonical_sql('initial_state')}) AS ih
+            i AS (SELECT trajectory_id, md5_number_lower({canonical_sql('initial_state', SCREEN_RULES)}) AS ih
                   FROM trajectories WHERE initial_state IS NOT NULL)
             SELECT w.trajectory_id, w.turn_index, 'gui_no_change',
                    CASE WHEN w.prev_turn IS NULL THEN 'same screen as the initial state'

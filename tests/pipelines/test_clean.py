@@ -142,6 +142,12 @@ def planted(sample_corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> tu
     # the same screen twice (only a timestamp in it differs: canonical form)
     add("web_no_change", web, lambda t: setattr(t[2], "observation", t[1].observation + "\n\tStaticText 'at 2026-01-01T10:00:00Z'"))
     cases["web_no_change"].turns[1].observation += "\n\tStaticText 'at 2026-01-02T11:11:11Z'"
+    # a screen whose only change is a value the action set is a change (durations and process numbers are a
+    # terminal's noise, not a screen's: both were dropped as "same screen")
+    for name, before, after in (("web_value_set_ok", "combobox 'Remind me in' value='5 minutes'", "combobox 'Remind me in' value='30 minutes'"),
+                                ("web_next_process_ok", "StaticText 'Process 3 of 10'", "StaticText 'Process 4 of 10'")):
+        add(name, web, lambda t, before=before, after=after: (setattr(t[2], "observation", t[1].observation + f"\n\t{after}"),
+                                                              setattr(t[1], "observation", t[1].observation + f"\n\t{before}")))
     add("term_one_turn", term, lambda t: t.__delitem__(slice(1, None)))
     # two environment turns, one of them a rejected malformed action: one left, under --min-turns 2
     add("term_one_left_after_retry", term, lambda t: (t.__delitem__(slice(1, None)), t.insert(0, dataclasses.replace(rejected))))
