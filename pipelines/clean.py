@@ -177,7 +177,8 @@ class CleanConfig:
         d.pop("memory_limit")  # where DuckDB works, not what it finds
         d["decontam"] = self.decontam.fingerprint(eval_digest)
         d["redact"] = self.redact.fingerprint()
-        d["canonical"] = hashlib.sha256(repr(CANONICAL_RULES).encode()).hexdigest()[:12]  # retry and GUI verdicts compare by it
+        # retry and GUI verdicts compare by them
+        d["canonical"] = hashlib.sha256(repr((CANONICAL_RULES, SCREEN_RULES)).encode()).hexdigest()[:12]
         d["patterns"] = hashlib.sha256("\n".join((CAPTCHA_RE, HTTP_ERROR_RE, SANDBOX_CRASH_RE, CONTAINER_CLIENT_RE,
                                                   *CONTENT_KINDS, MALFORMED_RE, *WEB_DOMAINS,
                                                   *CAPTCHA_DOMAINS)).encode()).hexdigest()[:12]
