@@ -5,6 +5,7 @@ bundled sample corpus into INBOX/sample/ so there is something to ingest."""
 import argparse
 import os
 import shutil
+import sys
 from pathlib import Path
 
 import dagster as dg
@@ -14,11 +15,15 @@ from dagster_project.resources import REPO, settings
 from pipelines.inbox import sources
 
 
-def main() -> None:
+def main() -> int:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--sample", action="store_true", help="copy data/sample/corpus into INBOX/sample/")
     a = p.parse_args()
-    s = settings()
+    try:
+        s = settings()
+    except (ValueError, OSError) as e:  # WORLDLINE_CONFIG: an unknown key, a wrong type, no such file: one line
+        print(f"dagster_project.seed: error: {e}", file=sys.stderr)
+        return 1
     inbox = Path(s["inbox"])
     if a.sample and not (inbox / "sample").exists():
         shutil.copytree(REPO / "data" / "sample" / "corpus", inbox / "sample")
@@ -33,7 +38,8 @@ def main() -> None:
     if new:
         instance.add_dynamic_partitions(SOURCES.name, new)
     print(f"inbox {inbox}: sources {sources(inbox)} (added {new or 'none'})")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

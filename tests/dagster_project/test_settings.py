@@ -98,3 +98,19 @@ def test_a_yaml_setting_of_the_wrong_type_is_named(text: str, message: str, monk
     with pytest.raises(ValueError, match=re.escape(f"{cfg} (WORLDLINE_CONFIG): {message}")):
         settings()
 
+
+
+def test_the_seed_command_says_a_bad_setting_in_one_line(tmp_path: Path) -> None:
+    """`python -m dagster_project.seed` (docs/orchestration.md) printed a traceback for an unknown key."""
+    import os
+    import subprocess
+    import sys
+
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text("bogus: 1\n")
+    env = {**os.environ, "WORLDLINE_CONFIG": str(cfg), "DAGSTER_HOME": str(tmp_path / "home")}
+    r = subprocess.run([sys.executable, "-m", "dagster_project.seed"], env=env, capture_output=True, text=True,
+                       cwd=Path(__file__).resolve().parents[2])
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert r.stderr == (f"dagster_project.seed: error: {cfg}: unknown settings ['bogus']; known: ['beam_options', "
+                        "'beam_runner', 'corpus', 'inbox', 'max_quarantine_rate', 'settle_seconds']\n")
