@@ -111,7 +111,8 @@ def ingested_traces(context: dg.AssetExecutionContext, corpus: CorpusResource,
     query = query_command(corpus.root, f"SELECT * FROM trajectories WHERE starts_with(source, '{prefix}') LIMIT 20")
     return dg.MaterializeResult(
         metadata={
-            "inputs": len(files),
+            "inbox_inputs": len(files),  # what the inbox offered (a claimed folder with all under it: one)
+            "inputs": summary.inputs,  # what ingest read: = new + already ingested + same content
             "new_inputs": summary.new_inputs,
             "already_ingested": summary.already_ingested,
             "same_content_inputs": summary.duplicate_inputs,

@@ -15,6 +15,7 @@ import secrets
 from collections.abc import Iterator
 from dataclasses import asdict, replace
 from pathlib import Path
+from typing import Any
 
 from pipelines.ingest import (
     Group,
@@ -46,6 +47,25 @@ def absolute_paths(group: Group) -> Group:
     return [(replace(u, path=u.path.absolute(), files=[f.absolute() for f in u.files]), sha) for u, sha in group]
 
 
+def beam_options(options: list[str] | None) -> Any:
+    """`PipelineOptions` of `options`, refusing any Beam does not know: it drops them with a log warning and
+    runs on (`--direct_num_workerz=2` ran with the defaults)."""
+    import argparse
+
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    parser = argparse.ArgumentParser(allow_abbrev=False, add_help=False)
+    for cls in PipelineOptions.__subclasses__():  # as Beam parses them (`PipelineOptions.get_all_options`)
+        cls._add_argparse_args(parser)
+    try:
+        _, unknown = parser.parse_known_args(list(options or []))
+    except SystemExit:  # a known option with a bad value: argparse exits
+        raise ValueError(f"Beam options {list(options or [])}: a value Beam does not take") from None
+    if unknown:
+        raise ValueError(f"Beam options not understood: {unknown} (see `python -m apache_beam.examples.wordcount --help`)")
+    return PipelineOptions(list(options or []))
+
+
 def beam_runner(runner: str = "DirectRunner", options: list[str] | None = None) -> GroupRunner:
     """A GroupRunner that converts the groups with Beam (`runner`: DirectRunner, PrismRunner,
     DataflowRunner, ...; `options`: pipeline options as on a Beam command line). A runner Beam cannot
@@ -57,15 +77,14 @@ def beam_runner(runner: str = "DirectRunner", options: list[str] | None = None) 
         made = create_runner(runner)
     except (ValueError, ImportError, AttributeError, TypeError) as e:
         raise ValueError(f"Beam runner {runner!r} cannot be used: {type(e).__name__}: {e}") from None
+    pipeline_options = beam_options(options)
 
     def run(groups: list[Group], staging: str, batch_id: str, config: IngestConfig) -> Iterator[GroupResult]:
         import apache_beam as beam
-        from apache_beam.options.pipeline_options import PipelineOptions
-
         staging = str(Path(staging).absolute())  # a remote worker does not share the driver's working directory
         results = Path(staging) / RESULTS_DIR
         results.mkdir(parents=True, exist_ok=True)
-        with beam.Pipeline(runner=made, options=PipelineOptions(options or [])) as p:
+        with beam.Pipeline(runner=made, options=pipeline_options) as p:
             _ = (
                 p
                 | "groups" >> beam.Create([(i, absolute_paths(g)) for i, g in enumerate(groups)])

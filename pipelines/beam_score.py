@@ -21,6 +21,7 @@ from typing import Any
 
 import apache_beam as beam
 
+from pipelines.beam_ingest import beam_options
 from pipelines.score import ModelUnit, score_unit
 from pipelines.store import write_json_atomic
 
@@ -89,15 +90,14 @@ class BeamModelRunner:
             raise ValueError(f"Beam runner {runner!r} cannot be used: {type(e).__name__}: {e}") from None
         self.name = f"Beam {runner}"
         self.options = list(options or [])
+        self._pipeline_options = beam_options(self.options)  # one Beam does not know: refused here, not dropped
 
     def __call__(self, units: list[ModelUnit], scorer: Any) -> list[dict[str, Any]]:
-        from apache_beam.options.pipeline_options import PipelineOptions
-
         if not units:
             return []
         results = Path(units[0].out) / RESULTS_DIR
         results.mkdir(parents=True, exist_ok=True)
-        with beam.Pipeline(runner=self._runner, options=PipelineOptions(self.options)) as p:
+        with beam.Pipeline(runner=self._runner, options=self._pipeline_options) as p:
             _ = (
                 p
                 | "units" >> beam.Create(units)

@@ -855,8 +855,10 @@ def _distributed_model_tier(corpus: Corpus, committed: dict[str, list[Path]], co
                             ranges: int) -> tuple[dict[str, Any], list[Path]]:
     """The model tier as units of one md5 range each, scored by `runner`'s workers (each sets up its
     own copy of `scorer`: the model loads once per worker, not per unit); the rows are the local
-    run's (a turn's scores depend on its trajectory only), the work folder must be reachable by
-    every worker, as ingest's staging is for `--beam`."""
+    run's in float32 (a turn's scores depend on its trajectory only); in bfloat16 they differ in the
+    last bits, as batches hold other turns, and a repeated observation is scored alone once per unit,
+    not once in all (more `model_tokens`). The work folder must be reachable by every worker, as
+    ingest's staging is for `--beam`."""
     work = work.resolve()  # workers elsewhere have another working directory
     kept = _scorable(con, config, summary, work)
     total = summary.model_trajectories_total

@@ -248,6 +248,24 @@ def test_a_cursor_from_before_the_state_file_keeps_its_requested_inputs(setup) -
     assert inbox_requests(corpus, r3.cursor, ["swe"]).run_requests == []
 
 
+def test_a_claimed_folder_with_a_stray_file_counts_as_ingest_reads_it(setup, sample: Path) -> None:
+    """The inbox offers a DroidBot output folder, with a notes file in it, as one input; ingest reads that file as an
+    input of its own (quarantined: no format). `inputs` said 2 beside `new_inputs` 3."""
+    corpus, instance = setup
+    d = Path(corpus.inbox) / "phone" / "droidbot"
+    shutil.copytree(sample / "droidbot", d)
+    (d / "notes.log").write_text("tried it twice\n")
+    _drop(Path(corpus.inbox), "phone", [sample / "tau-bench" / "gpt-4o-airline__tasks0-7.json"])
+    for p in d.rglob("*"):
+        os.utime(p, (EPOCH, EPOCH))
+    os.utime(d, (EPOCH, EPOCH))
+    instance.add_dynamic_partitions(SOURCES.name, ["phone"])
+    res = dg.materialize([ingested_traces], partition_key=key("phone", DAY), resources={"corpus": corpus}, instance=instance)
+    md = {k: v.value for k, v in res.asset_materializations_for_node("ingested_traces")[0].metadata.items()}
+    assert (md["inbox_inputs"], md["inputs"], md["new_inputs"], md["already_ingested"]) == (2, 3, 3, 0)
+    assert md["quarantined"] == 1 and md["reconciles"] is True
+
+
 def test_the_sensor_itself_through_dagster(setup) -> None:
     """`inbox_sensor` as Dagster evaluates it: its resource, the instance's known sources, the cursor
     Dagster hands back."""

@@ -114,7 +114,8 @@ def test_workers_get_absolute_paths(sample: Path, local: Path, tmp_path: Path, m
     (["--beam", "--beam-runner", "no.such.Runner"],
      "Beam runner 'no.such.Runner' cannot be used: ModuleNotFoundError: No module named 'no'"),
     (["--beam-runner", "PrismRunner"], "--beam-runner and --beam-option apply only with --beam"),
-    (["--beam-option=--direct_num_workers=2"], "--beam-runner and --beam-option apply only with --beam"),
+    (["--beam-option=--direct_num_workers=2"], "--beam-runner and --beam-option apply only with --beam"),    # Beam drops an option it does not know, with a log line, and runs on with its defaults
+    (["--beam", "--beam-option=--direct_num_workerz=2"], "Beam options not understood: ['--direct_num_workerz=2']"),
 ])
 def test_beam_options_are_checked_before_the_corpus_is_touched(args: list[str], message: str, tmp_path: Path,
                                                                capsys: pytest.CaptureFixture[str]) -> None:

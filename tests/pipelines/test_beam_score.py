@@ -108,7 +108,8 @@ def test_four_threads_load_the_model_once_and_a_retried_unit_counts_once(
     (["--beam", "--tier", "surface"], "--beam runs the model tier on Beam's workers; --tier surface has none"),
     (["--beam", "--beam-runner", "NoSuchRunner"],
      "Beam runner 'NoSuchRunner' cannot be used: ValueError: Unexpected pipeline runner: NoSuchRunner."),
-    (["--beam-option=--direct_num_workers=2"], "--beam-runner and --beam-option apply only with --beam (the model tier"),
+    (["--beam-option=--direct_num_workers=2"], "--beam-runner and --beam-option apply only with --beam (the model tier"),    # Beam drops an option it does not know, with a log line, and runs on with its defaults
+    (["--beam", "--beam-option=--direct_num_workerz=2"], "Beam options not understood: ['--direct_num_workerz=2']"),
 ])
 def test_what_beam_cannot_do_is_refused_before_the_corpus_is_read(args: list[str], message: str, tmp_path: Path,
                                                                   capsys: pytest.CaptureFixture[str]) -> None:
