@@ -13,6 +13,7 @@ import pytest
 from pipelines.cli import main
 from pipelines.query import run_query
 from pipelines.score import MaskPolicy, ScoreConfig, apply_policy, score, score_contracts
+from pipelines.score_model import ModelScoreConfig
 from pipelines.score_surface import SurfaceConfig
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
@@ -460,15 +461,21 @@ def test_a_window_too_small_for_the_model_fails_before_the_surface_pass(tiny_mod
 
 
 @pytest.mark.parametrize("argv, said", [
-    (["--max-tokens", str(10**20)], "--max-tokens 100000000000000000000: must be positive and below 2**63"),
-    (["--batch-tokens", str(10**20)], "--batch-tokens 100000000000000000000: must be below 2**63"),
+    (["--max-tokens", str(10**20)], "argument --max-tokens: 100000000000000000000: must be below 2**63 in magnitude"),
+    (["--batch-tokens", str(10**20)], "argument --batch-tokens: 100000000000000000000: must be below 2**63 in magnitude"),
 ])
 def test_integers_past_64_bits_are_one_line_before_any_work(argv: list[str], said: str, tmp_path: Path,
                                                             capsys: pytest.CaptureFixture[str]) -> None:
     """They were taken, and the run crashed in orjson ("Integer exceeds 64-bit range") once the
-    surface and model tiers were done, writing nothing."""
-    assert main(["score", str(tmp_path / "none"), *argv]) == 1
-    assert capsys.readouterr().err.strip().endswith(said)
+    surface and model tiers were done, writing nothing. The command line refuses them as usage errors
+    (exit 2); the configs themselves (Python, Dagster) with a ValueError."""
+    with pytest.raises(SystemExit) as e:
+        main(["score", str(tmp_path / "none"), *argv])
+    assert e.value.code == 2 and said in capsys.readouterr().err
+    with pytest.raises(ValueError, match=r"^--max-tokens 100000000000000000000: must be positive and below 2\*\*63"):
+        ScoreConfig(max_tokens=10**20)
+    with pytest.raises(ValueError, match=r"^--batch-tokens 100000000000000000000: must be below 2\*\*63"):
+        ModelScoreConfig(max_batch_tokens=10**20)
 
 
 def test_a_nan_mask_bound_is_refused() -> None:
