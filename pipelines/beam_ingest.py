@@ -29,6 +29,10 @@ from pipelines.ingest import (
 from pipelines.store import write_json_atomic
 
 RESULTS_DIR = "_beam_results"
+# The runner `--beam` uses unless told: Beam's local runner for batch pipelines. `DirectRunner` (2.77) runs
+# them on it too, but tries Prism first: it downloads the Prism binary (offline: fails; where the
+# download hangs: stalls) and leaves an empty /tmp/beam-temp* folder each run.
+DEFAULT_RUNNER = "FnApiRunner"
 
 
 def _convert(item: tuple[int, Group], staging: str, batch_id: str, config: IngestConfig) -> str:
@@ -66,8 +70,8 @@ def beam_options(options: list[str] | None) -> Any:
     return PipelineOptions(list(options or []))
 
 
-def beam_runner(runner: str = "DirectRunner", options: list[str] | None = None) -> GroupRunner:
-    """A GroupRunner that converts the groups with Beam (`runner`: DirectRunner, PrismRunner,
+def beam_runner(runner: str = DEFAULT_RUNNER, options: list[str] | None = None) -> GroupRunner:
+    """A GroupRunner that converts the groups with Beam (`runner`: FnApiRunner, DirectRunner, PrismRunner,
     DataflowRunner, ...; `options`: pipeline options as on a Beam command line). A runner Beam cannot
     make (an unknown name, a dotted path that does not import) is a ValueError here, before the
     ingest takes the corpus lock."""

@@ -21,7 +21,7 @@ from typing import Any
 
 import apache_beam as beam
 
-from pipelines.beam_ingest import beam_options
+from pipelines.beam_ingest import DEFAULT_RUNNER, beam_options
 from pipelines.score import ModelUnit, score_unit
 from pipelines.store import write_json_atomic
 
@@ -81,7 +81,7 @@ class BeamModelRunner:
     ...; `options`: pipeline options as on a Beam command line, e.g. a GPU worker image). A runner
     Beam cannot make is a ValueError here, before the stage reads anything."""
 
-    def __init__(self, runner: str = "DirectRunner", options: list[str] | None = None):
+    def __init__(self, runner: str = DEFAULT_RUNNER, options: list[str] | None = None):
         from apache_beam.runners.runner import create_runner
 
         try:

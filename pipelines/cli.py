@@ -39,9 +39,9 @@ def _cmd_ingest(a: argparse.Namespace) -> int:
                        task_bytes=int(a.task_mb * MiB))
     runner = None
     if _beam_wanted(a, "the conversion"):
-        from pipelines.beam_ingest import beam_runner
+        from pipelines.beam_ingest import DEFAULT_RUNNER, beam_runner
 
-        runner = beam_runner(a.beam_runner or "DirectRunner", a.beam_option)
+        runner = beam_runner(a.beam_runner or DEFAULT_RUNNER, a.beam_option)
     summary = ingest(a.paths, a.out, cfg, progress=not a.quiet, echo=lambda m: print(m, file=sys.stderr), runner=runner)
     print(summary.render())
     return EXIT_QUARANTINED if summary.quarantined else 0
@@ -57,7 +57,7 @@ def _beam_wanted(a: argparse.Namespace, what: str) -> bool:
 def _add_beam_options(s: argparse.ArgumentParser, does: str) -> None:
     s.add_argument("--beam", action="store_true", help=f"{does} (the corpus directory must be reachable by every worker)")
     s.add_argument("--beam-runner", metavar="RUNNER",
-                   help="Beam runner for --beam (default DirectRunner; PrismRunner, FlinkRunner, DataflowRunner, ...)")
+                   help="Beam runner for --beam (default FnApiRunner, Beam's local batch runner; DirectRunner, PrismRunner, FlinkRunner, DataflowRunner, ...)")
     s.add_argument("--beam-option", action="append", default=[], metavar="OPTION",
                    help="a Beam pipeline option, e.g. --beam-option=--direct_num_workers=2 (repeatable)")
 
@@ -151,9 +151,10 @@ def _cmd_score(a: argparse.Namespace) -> int:
         from pipelines.score import check_distributable
 
         check_distributable(cfg)  # before Beam is imported: its warnings would come ahead of the error
+        from pipelines.beam_ingest import DEFAULT_RUNNER
         from pipelines.beam_score import BeamModelRunner
 
-        runner = BeamModelRunner(a.beam_runner or "DirectRunner", a.beam_option)
+        runner = BeamModelRunner(a.beam_runner or DEFAULT_RUNNER, a.beam_option)
     summary = score(a.corpus, cfg, progress=not a.quiet, echo=lambda m: print(m, file=sys.stderr), runner=runner)
     print(summary.render())
     return 0

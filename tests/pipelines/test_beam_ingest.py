@@ -6,6 +6,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -47,10 +48,12 @@ def test_beam_ingest_equals_local_ingest(sample: Path, local: Path, tmp_path: Pa
 
 
 def test_cli_ingest_with_beam(sample: Path, tmp_path: Path) -> None:
+    temps = set(Path(tempfile.gettempdir()).glob("beam-temp*"))
     r = subprocess.run([sys.executable, "-m", "pipelines.cli", "ingest", str(sample / "intercode"), "--out",
                         str(tmp_path / "c"), "--beam", "--task-mb", "0.1", "--quiet"], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "records in 124 = accepted 124 + quarantined 0\n  turns 726" in r.stdout
+    assert set(Path(tempfile.gettempdir()).glob("beam-temp*")) == temps  # the default runner tries no Prism download
     names = [p.name for p in (tmp_path / "c").glob("turns/**/*.parquet")]
     assert len(names) == 3 and all(re.fullmatch(r"part-.+-\d{5}-[0-9a-f]{8}-\d{4}\.parquet", n) for n in names), names
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -58,10 +59,13 @@ def test_cli_score_with_beam_on_two_worker_processes(local: Path, tiny_model_dir
     out = _corpus(tmp_path)
     argv = ["score", str(out), "--model", str(tiny_model_dir), "--dtype", "float32", "--quiet", "--beam",
             "--beam-option=--direct_num_workers=2", "--beam-option=--direct_running_mode=multi_processing"]
+    temps = set(Path(tempfile.gettempdir()).glob("beam-temp*"))
     assert main(argv) == 0
     summary = capsys.readouterr().out
     n = run_query(local, "SELECT count(*) FROM trajectories")[1][0][0]
-    assert f"via Beam DirectRunner, {MIN_UNITS} units; {n}/{n} trajectories" in summary, summary
+    assert f"via Beam FnApiRunner, {MIN_UNITS} units; {n}/{n} trajectories" in summary, summary
+    # the default runner: Beam's DirectRunner tried to download Prism and left a /tmp/beam-temp* folder a run
+    assert set(Path(tempfile.gettempdir()).glob("beam-temp*")) == temps
     _same_table(out, local)
 
 
