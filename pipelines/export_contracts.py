@@ -364,8 +364,7 @@ def other_corpus(out: Path | str, corpus: Path | str) -> str | None:
     """Why the export in `out` is not of `corpus` (None when it is, or cannot be told): the committed batches it
     was made from are not the first of this corpus's (batch ids begin with their time; a corpus only grows).
     Its splits then checked out against trajectories of another corpus and the eval set failed obscurely."""
-    import hashlib
-
+    from pipelines.side import batches_digest, committed_batch_ids
     from pipelines.store import Corpus
 
     m = orjson.loads((Path(out) / "manifest.json").read_bytes()) if (Path(out) / "manifest.json").is_file() else {}
@@ -373,8 +372,8 @@ def other_corpus(out: Path | str, corpus: Path | str) -> str | None:
     n, digest = state.get("batches"), state.get("batches_digest")
     if not isinstance(n, int) or not isinstance(digest, str):
         return None
-    ids = sorted(b["id"] for b in Corpus(corpus).manifest()["batches"] if b.get("state") == "committed")
-    if len(ids) >= n and hashlib.sha256("\n".join(ids[:n]).encode()).hexdigest()[:16] == digest:
+    ids = committed_batch_ids(Corpus(corpus).manifest())
+    if len(ids) >= n and batches_digest(ids[:n]) == digest:
         return None
     return (f"{out} was exported from {(m.get('corpus') or {}).get('path')} ({n} batch{'' if n == 1 else 'es'}), not from the corpus "
             f"{corpus} as it is or was; check it with that corpus")

@@ -40,8 +40,17 @@ def corpus_state(corpus: Corpus, manifest: dict[str, Any] | None = None) -> dict
     """The committed batches a stage read: a digest to compare later runs against. `manifest`: the one
     the stage's views were made from (`Corpus.committed_files`), so that the state is exactly what it read."""
     m = corpus.manifest() if manifest is None else manifest
-    ids = sorted(b["id"] for b in m["batches"] if b.get("state") == "committed")
-    return {"batches": len(ids), "batches_digest": hashlib.sha256("\n".join(ids).encode()).hexdigest()[:16]}
+    ids = committed_batch_ids(m)
+    return {"batches": len(ids), "batches_digest": batches_digest(ids)}
+
+
+def committed_batch_ids(manifest: dict[str, Any]) -> list[str]:
+    """The committed batches' ids, sorted: in the order they were made (an id begins with its time)."""
+    return sorted(b["id"] for b in manifest["batches"] if b.get("state") == "committed")
+
+
+def batches_digest(ids: list[str]) -> str:
+    return hashlib.sha256("\n".join(ids).encode()).hexdigest()[:16]
 
 
 def side_schema(corpus: Corpus, name: str) -> pa.Schema | None:
