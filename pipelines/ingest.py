@@ -302,15 +302,14 @@ def ingest(
 
 def is_corpus_report(path: Path, corpus_root: Path) -> bool:
     """Whether `path` is the report `worldline report` writes beside the corpus by default."""
-    if path.name != "report.html" or not path.is_file():  # not a pipe of that name: opening it would block
+    if path.name != "report.html":
         return False
     try:
         if path.resolve() != corpus_root.resolve().parent / "report.html":
             return False
-        from pipelines.report_html import REPORT_TITLE
+        from pipelines.report_html import is_report_file
 
-        with open(path, "rb") as f:
-            return REPORT_TITLE.encode() in f.read(4096)
+        return is_report_file(path)
     except (OSError, RuntimeError):  # RuntimeError: a symbolic link in a loop (`resolve`)
         return False
 

@@ -21,7 +21,7 @@ from collectors.mcp_report import section_mcp
 from pipelines.dedup_report import section_cleaning, section_dedup
 from pipelines.export_report import section_export
 from pipelines.query import connect
-from pipelines.report_html import REPORT_TITLE, query_bars, query_table, table_html
+from pipelines.report_html import REPORT_TITLE, is_report_file, query_bars, query_table, table_html
 from pipelines.score_report import section_scores
 from pipelines.store import Corpus, CorpusError, holds_worldline_data, refuse_output_in_corpus
 from pipelines.traces_report import section_traces
@@ -122,14 +122,8 @@ def _refuse_foreign_target(out: Path) -> None:
     for parent in out.resolve().parents:
         if holds_worldline_data(parent):
             raise CorpusError(f"report --out {out} is inside {parent}, a corpus or a stage's output; write it elsewhere")
-    if out.exists() or out.is_symlink():
-        try:
-            with open(out, "rb") as f:
-                mine = out.is_file() and REPORT_TITLE.encode() in f.read(4096)
-        except OSError:
-            mine = False
-        if not mine:
-            raise CorpusError(f"report --out {out} exists and is no Worldline report; give a new file name or a folder")
+    if (out.exists() or out.is_symlink()) and not is_report_file(out):  # a pipe is no report (opening one blocked)
+        raise CorpusError(f"report --out {out} exists and is no Worldline report; give a new file name or a folder")
 
 
 def write_report(corpus_dir: Path | str, out: Path | str | None = None) -> Path:

@@ -4,10 +4,25 @@ section uses. Nothing here imports a section, so any section module can import i
 from __future__ import annotations
 
 import html
+from pathlib import Path
 
 import duckdb
 
 REPORT_TITLE = "<title>Worldline corpus report</title>"  # also how ingest knows a corpus's own report
+
+
+def is_report_file(path: Path) -> bool:
+    """Whether `path` is a file `worldline report` wrote (its title in the first 4 KiB); never opens what is
+    no regular file (a pipe of that name would block)."""
+    try:
+        if not path.is_file():
+            return False
+        with open(path, "rb") as f:
+            return REPORT_TITLE.encode() in f.read(4096)
+    except OSError:
+        return False
+
+
 PALETTE = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7"]
 
 

@@ -87,6 +87,10 @@ def test_report_out_never_overwrites_another_corpus_or_a_file_that_is_no_report(
     assert main(["report", str(corpus), "--out", str(trace)]) == 1
     assert capsys.readouterr().err == (f"worldline report: error: report --out {trace} exists and is no Worldline report; "
                                        "give a new file name or a folder\n")
+    fifo = tmp_path / "pipe.html"  # opened to see whether it was a report, it blocked the command
+    os.mkfifo(fifo)
+    assert main(["report", str(corpus), "--out", str(fifo)]) == 1
+    assert "exists and is no Worldline report" in capsys.readouterr().err
     assert (other / "manifest.json").read_bytes() == manifest and trace.read_text() == '{"messages": []}\n'
     assert main(["report", str(corpus), "--out", str(tmp_path / "r.html")]) == 0
     assert main(["report", str(corpus), "--out", str(tmp_path / "r.html")]) == 0  # its own report: replaced
