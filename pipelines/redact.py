@@ -153,6 +153,12 @@ def _check_literal(m: re.Match[str]) -> bool:
     return _plausible_value(m.group("value"), "", 1, bare=False)
 
 
+def _check_token(m: re.Match[str]) -> bool:
+    """A URL parameter's or a cookie's value that is a credential: random-looking and 16 characters
+    or more (`?key=name`, `?sig=on`, `session=expired` are words)."""
+    return _plausible_value(m.group("value"), "", 16, bare=False)
+
+
 def _check_email(m: re.Match[str]) -> bool:
     """An address's domain names something: `pkg@1.0.tgz` (a package file) has no letter before its end."""
     host = m.group(0).rpartition("@")[2]
@@ -255,6 +261,17 @@ KINDS: tuple[Kind, ...] = (
     Kind("config_secret_flag", rf"(?i)(?<![A-Za-z0-9_-])(?P<key>--?[A-Za-z0-9_-]*(?:secret|api[_-]?key|apikey|token)[A-Za-z0-9_-]*)"
          rf"(?:=|[ \t]+){_VALUE}", check=_check_config, label="config_secret", needs=("secret", "api", "token"),
          gate=r"-[a-z0-9_-]*(?:secret|token|api[_-]?key|apikey)[a-z0-9_-]*[= \t]"),
+    # credentials in a URL's query: API keys, and the signatures of presigned URLs (S3's
+    # `X-Amz-Signature` / `Signature`, GCS's `X-Goog-Signature`, Azure SAS's `sig`) that grant access
+    # by themselves until they expire; `?access_token=` & co. are config_secret's keys
+    Kind("url_secret", r"(?i)[?&;](?:x-(?:amz|goog)-signature|x-api-key|api[_-]?key|apikey|auth(?:[_-]?key)?|key|sig(?:nature)?)="
+         r"(?P<value>[^&\s#'\"<>\\]+)", group="value", check=_check_token, needs=("key=", "auth=", "sig=", "signature=")),
+    # a session cookie's value is the logged-in session: in a text about cookies (`Cookie:` and
+    # `Set-Cookie:` headers, `curl --cookie`, a cookie jar), `sessionid=`, `PHPSESSID=`, `connect.sid=` ...
+    Kind("session_cookie", r"(?i)(?<![A-Za-z0-9_.-])(?:[A-Za-z0-9_.-]*sess[A-Za-z0-9_.-]*|(?:[A-Za-z0-9_.-]*[_.-])?sid)="
+         r"(?P<value>[^;,\s'\"<>\\]+)", group="value", check=_check_token, needs=("cookie",)),
+    Kind("npm_token", rf"{_B}npm_[A-Za-z0-9]{{36}}{_E}", needs=("npm_",)),
+    Kind("pypi_token", rf"{_B}pypi-AgE[A-Za-z0-9_-]{{50,}}", needs=("pypi-age",)),
     # the shortest domain that ends the address: `alpine-devel@lists.alpinelinux.org-4a6a0840.rsa.pub`
     # (a key file's name) keeps the name's tail; `a@mail.example.com` still ends at `.com`
     Kind("email", rf"{_B_EMAIL}[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*?\.[A-Za-z]{{2,}}(?![A-Za-z0-9]|\.[A-Za-z0-9])",

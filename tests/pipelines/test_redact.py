@@ -51,6 +51,10 @@ PLANTED: dict[str, tuple[str, str]] = {
     "url_password": ("git clone https://deploy:Xq7-Lm3-Rt9@git.example.org/repo.git", "Xq7-Lm3-Rt9"),
     "config_password": ("DB_PASSWORD=Pw9f3kQz77", "Pw9f3kQz77"),
     "config_secret": ("client_secret: cs_8Hq2Wz6Lp4Nx0Kv5", "cs_8Hq2Wz6Lp4Nx0Kv5"),
+    "url_secret": ("GET https://acct.blob.example.net/c/b?sp=r&sig=Zx8%2Bk3LqP0aXw7Rt2Yb9mN4v&se=2025", "Zx8%2Bk3LqP0aXw7Rt2Yb9mN4v"),
+    "session_cookie": ("Set-Cookie: PHPSESSID=9a8s7d6f5g4h3j2k1l0p; HttpOnly", "9a8s7d6f5g4h3j2k1l0p"),
+    "npm_token": ("npm token npm_aB3dE5fG7hJ9kL1mN3pQ5rS7tU9vW1xY3zA5 created", "npm_aB3dE5fG7hJ9kL1mN3pQ5rS7tU9vW1xY3zA5"),
+    "pypi_token": ("PyPI pypi-AgEIcHlwaS5vcmcCJDQ5ZmE3YjM2LWE5NmUtNDc3Ny1hNzE0LWQ5ZDM5YzFj", "pypi-AgEIcHlwaS5vcmcCJDQ5ZmE3YjM2LWE5NmUtNDc3Ny1hNzE0LWQ5ZDM5YzFj"),
     "email": ("mail jane.doe@corpmail.io now", "jane.doe@corpmail.io"),
     "ip_address": ("connect 93.184.216.34 port 22", "93.184.216.34"),
 }
@@ -252,6 +256,10 @@ def test_a_long_line_of_commands_is_linear() -> None:
     "Saved icon@2x.png and logo@3x.webp, img@1.5x.jpg", "users.filter(password => password.length > 8)",
     "PASS: test_login", "tests_pass: 12", "bypass=1", '{"FAIL_TO_PASS": "[\\"test_a\\"]", "PASS_TO_PASS": "[]"}',
     "DB_PASS_FILE=/run/secrets/db", "--max-tokens 4096", "if password == x:",
+    # query parameters and cookies that are words, counts or references, not credentials
+    "GET /items?sort_key=created_at_desc&key=name&sig=on", "https://www.google.com/url?q=x&sig=AOvVaw0abc",
+    "curl 'https://api.x.io/v1?api_key=$API_KEY'", "cookie: session_timeout=3600; sid=1", "Set-Cookie: session=expired",
+    "inside=Abcdefgh12345678 (no cookie here)", "npm_config_cache=/tmp/npm",
     # code that looks for a key's header holds no key; what follows it stays (it used to go to the end)
     'src/pem.py:12:    if line.startswith("-----BEGIN RSA PRIVATE KEY-----"):\nsrc/pem.py:40:        raise ValueError("not a key")',
 ])
