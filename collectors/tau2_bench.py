@@ -58,9 +58,18 @@ from pipelines.sources import parse_json
 from schemas.records import RecordError, Trajectory, Turn, dumps
 
 
+def _tasks_by_id(doc: dict) -> dict[str, Any]:
+    """The task definitions by id. They only add each simulation's scenario (`initial_state`) and
+    evaluation criteria: a `tasks` that is no list (a damaged file) leaves the simulations without
+    them rather than failing every simulation of the file."""
+    tasks = doc.get("tasks")
+    return {str(t.get("id")): t for t in tasks if isinstance(t, dict)} if isinstance(tasks, list) else {}
+
+
 class Tau2BenchImporter(Importer):
     name = "tau2-bench"
     container = "json"
+    version = "2"  # 2: a `tasks` that is no list no longer quarantines every simulation of the file
 
     def sniff(self, doc: Any) -> bool:
         if not isinstance(doc, dict) or not isinstance(doc.get("simulations"), list):
@@ -70,7 +79,7 @@ class Tau2BenchImporter(Importer):
 
     def split(self, doc: dict, ctx: ImportContext):
         info = object_at(doc, "info")
-        tasks = {str(t.get("id")): t for t in doc.get("tasks") or [] if isinstance(t, dict)}
+        tasks = _tasks_by_id(doc)
         for i, sim in enumerate(doc["simulations"]):
             task = tasks.get(str(sim.get("task_id"))) if isinstance(sim, dict) else None
             yield f"simulations[{i}]", {"simulation": sim, "info": info, "task": task}
@@ -129,6 +138,7 @@ class Tau2BenchDirImporter(Importer):
 
     name = "tau2-bench-dir"
     container = "dir"
+    version = "2"  # 2: as tau2-bench's
 
     @staticmethod
     def _index(directory: Path) -> dict | None:
@@ -153,7 +163,7 @@ class Tau2BenchDirImporter(Importer):
         if doc is None:
             raise RecordError("invalid_json", "results.json: no longer a tau2-bench results index")
         info = object_at(doc, "info")
-        tasks = {str(t.get("id")): t for t in doc.get("tasks") or [] if isinstance(t, dict)}
+        tasks = _tasks_by_id(doc)
         for p in sorted((directory / "simulations").glob("*.json")):
             loc = f"simulations/{p.name}"
             try:

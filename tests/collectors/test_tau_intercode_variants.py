@@ -336,3 +336,18 @@ def test_tau2_full_duplex_simulation_is_quarantined_alone(tmp_path: Path, first:
     assert len(t) == 1 and len(t[0].turns) == 4
     assert [(r.locator, r.reason) for r in q] == [("simulations[0]" if first else "simulations[1]", "unsupported_variant")]
     assert "full-duplex" in q[0].detail
+
+
+@pytest.mark.parametrize("tasks", [7, "t1", {"t1": {}}])
+def test_tau2_tasks_that_are_no_list_leave_the_simulations_without_their_scenario(tmp_path: Path, tasks: object) -> None:
+    """`tasks` only adds each simulation's scenario: a damaged one (no list) drops that, not every
+    simulation of the file (all were one quarantine row, "TypeError: 'int' object is not iterable")."""
+    msgs = [{"role": "assistant", "content": "Hi! How can I help you today?"}, {"role": "user", "content": "No signal."}]
+    good = _tau2_doc(msgs)
+    (tmp_path / "good.json").write_text(json.dumps(good))
+    (tmp_path / "bad.json").write_text(json.dumps({**good, "tasks": tasks}))
+    (ok,) = list(read_path(tmp_path / "good.json"))
+    (t,) = list(read_path(tmp_path / "bad.json"))
+    assert isinstance(t, Trajectory) and len(t.turns) == len(ok.turns) == 1
+    assert json.loads(ok.initial_state) == {"instructions": {"reason_for_call": "no signal"}} and t.initial_state is None
+    assert (t.task, t.reward, t.native_id) == (ok.task, ok.reward, ok.native_id)
