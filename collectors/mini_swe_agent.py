@@ -153,7 +153,7 @@ class _Run:
             if "role" not in m:
                 m = _from_responses(m)
             role = m.get("role")
-            if role not in _ROLES:
+            if not isinstance(role, str) or role not in _ROLES:
                 raise RecordError("malformed_record", f"{where}: unknown role {role!r}")
             content = m.get("content")
             if content is not None and not isinstance(content, (str, list)):
@@ -351,7 +351,7 @@ _MARK_LIMIT = 200  # messages looked at for a mini mark: a run shows one within 
 
 def _is_bare_run(doc: Any) -> bool:
     """A bare list of mini messages (see the module docstring)."""
-    if not (isinstance(doc, list) and doc and all(isinstance(m, dict) and m.get("role") in _ROLES for m in doc)):
+    if not (isinstance(doc, list) and doc and all(isinstance(m, dict) and isinstance(m.get("role"), str) and m["role"] in _ROLES for m in doc)):
         return False
     if not all(m.get("content") is None or isinstance(m.get("content"), str) for m in doc):
         return False

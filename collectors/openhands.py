@@ -218,6 +218,15 @@ def _obs_type(ev: dict) -> str:
 STREAM_VERSION = "3"
 
 
+def _check_ids(ev: dict, where: str) -> None:
+    """Events are paired by `id`, `cause` and tool call id: a list or an object there names the event."""
+    tcm = ev.get("tool_call_metadata")
+    for field, value in (("id", ev.get("id")), ("cause", ev.get("cause")),
+                         ("tool_call_metadata.tool_call_id", tcm.get("tool_call_id") if isinstance(tcm, dict) else None)):
+        if isinstance(value, (list, dict)):
+            raise RecordError("malformed_event", f"{where}: '{field}' must be a number or text, got {type(value).__name__}")
+
+
 def _call_id(ev: dict) -> Any:
     """The `tool_call_metadata.tool_call_id` an action carries, and the observation that answers it."""
     tcm = ev.get("tool_call_metadata")
@@ -232,7 +241,8 @@ def _tool_call(ev: dict) -> tuple[str | None, Any, str | None, dict]:
     name, call_id = tcm.get("function_name"), tcm.get("tool_call_id")
     arguments: Any = None
     mr = object_at(tcm, "model_response")
-    for choice in mr.get("choices") or []:
+    choices = mr.get("choices")
+    for choice in choices if isinstance(choices, list) else []:
         msg = choice.get("message") if isinstance(choice, dict) else None
         calls = msg.get("tool_calls") if isinstance(msg, dict) else None
         for tc in calls or []:
@@ -337,6 +347,7 @@ class _Stream:
                 entries.append(("observation", h[1], self._loc(i, 1)))
                 pairs[len(entries) - 2] = len(entries) - 1
             elif isinstance(h, dict):
+                _check_ids(h, f"{self.where} {self._loc(i)}")
                 entries.append((_role(h, f"{self.where} {self._loc(i)}"), h, self._loc(i)))
             else:
                 raise RecordError(

@@ -32,7 +32,7 @@ from collectors.base import (
     require,
     to_float,
 )
-from schemas.records import Trajectory, Turn, dumps
+from schemas.records import RecordError, Trajectory, Turn, dumps
 
 _CTF = re.compile(r"\bCTF\b|capture the flag", re.I)
 RETRY_KEY = "worldline_retry"  # added by `split` to a RetryAgent attempt: its place among the attempts
@@ -112,6 +112,8 @@ class SweAgentImporter(Importer):
         history = _own(doc.get("history") or [])
         info = object_at(doc, "info")
         steps = doc.get("trajectory")
+        if steps is not None and not isinstance(steps, list):
+            raise RecordError("malformed_record", f"{locator}: 'trajectory' must be a list of steps, got {type(steps).__name__}")
         if steps is not None:
             calls = [m for m in history if m.get("role") == "assistant"]
             by_action = bool(calls) and all("action" in c for c in calls)  # a step without a message was rejected

@@ -729,7 +729,7 @@ def _convert_one(imp: Importer, record: Any, locator: str, ctx: ImportContext) -
     try:
         traj = imp.convert(record, locator, ctx)
     except RecordError as e:
-        yield _q(ctx, e.locator or locator, e.reason, f"{ctx.source} {locator}: {e.detail}", importer=imp, excerpt=record), None
+        yield _q(ctx, e.locator or locator, e.reason, _at(ctx, locator, e.detail), importer=imp, excerpt=record), None
         return
     except Exception as e:  # noqa: BLE001
         yield _q(ctx, locator, "malformed_record", f"{ctx.source} {locator}: {imp.name}: {type(e).__name__}: {e}", importer=imp, excerpt=record), None
@@ -764,6 +764,14 @@ def _read_tar(stream: IO[bytes], ctx: ImportContext, limits: ReadLimits) -> Iter
             yield _q(ctx, "$", "empty_input", f"{ctx.source}: the archive holds {held}"), None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _at(ctx: ImportContext, locator: str, detail: str) -> str:
+    """A record's error named by file and record, once: importers often start theirs with the
+    record's locator already (`simulations[0] messages[3]: ...`)."""
+    if detail.startswith(locator) and detail[len(locator):len(locator) + 1] in (":", " "):
+        return f"{ctx.source} {detail}"
+    return f"{ctx.source} {locator}: {detail}"
 
 
 def _q(ctx: ImportContext, locator: str, reason: str, detail: str, excerpt: Any = None, importer: Importer | None = None) -> QuarantineRecord:

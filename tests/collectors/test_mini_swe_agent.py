@@ -513,3 +513,13 @@ def test_text_command_interrupted_by_the_user_has_no_result(tmp_path: Path, at: 
     assert (reply.kind, reply.locator, reply.action) == ("user", f"messages[{at}]", text)
     assert json.loads(reply.metadata) == {"interrupt_type": interrupt}
     assert len(t.turns) == 5 and [u.kind for u in t.turns].count("env") == 3
+
+
+@pytest.mark.parametrize("role", [[], {"r": 1}, 3])
+def test_a_role_that_is_no_text_is_named(tmp_path: Path, role: object) -> None:
+    doc = json.loads((DATA / "django__django-11099_v1_subset.traj.json").read_text())
+    doc["messages"][2]["role"] = role
+    (tmp_path / "x.traj.json").write_text(json.dumps(doc))
+    (q,) = list(read_path(tmp_path / "x.traj.json"))
+    assert isinstance(q, QuarantineRecord)
+    assert (q.reason, q.detail) == ("malformed_record", f"{tmp_path / 'x.traj.json'} line:1: messages[2]: unknown role {role!r}")

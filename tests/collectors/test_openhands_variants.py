@@ -347,3 +347,34 @@ def test_a_failed_mcp_tool_call_is_an_error_turn(tmp_path: Path) -> None:
     (tmp_path / "events.json").write_text(json.dumps(events))
     t = one_trajectory(tmp_path / "events.json")
     assert [(u.observation_kind, u.is_error) for u in t.turns] == [("tool_result", True), ("tool_result", False)]
+
+
+SAMPLE_EVENTS = Path(__file__).resolve().parents[2] / "data" / "sample" / "corpus" / "openhands" / "runtime_trajs_basic.json"
+
+
+@pytest.mark.parametrize(("index", "field", "value"), [
+    (1, "id", {"n": 3}), (2, "cause", [3]), (1, "tool_call_metadata.tool_call_id", {"id": "x"})])
+def test_an_event_id_that_is_a_list_or_object_names_the_event(tmp_path: Path, index: int, field: str, value: object) -> None:
+    """Events are paired by id, cause and tool call id; one that is a list or an object quarantines
+    the stream naming the event and field (it was "TypeError: unhashable type: 'dict'")."""
+    events = json.loads(SAMPLE_EVENTS.read_text())
+    if "." in field:
+        events[index]["tool_call_metadata"]["tool_call_id"] = value
+    else:
+        events[index][field] = value
+    (tmp_path / "events.json").write_text(json.dumps(events))
+    (q,) = list(read_path(tmp_path / "events.json"))
+    assert not isinstance(q, Trajectory) and q.reason == "malformed_event"
+    assert f"[{index}]: '{field}' must be a number or text, got {type(value).__name__}" in q.detail
+
+
+def test_model_response_choices_that_are_no_list_leave_the_arguments_out(tmp_path: Path) -> None:
+    events = json.loads(SAMPLE_EVENTS.read_text())
+    ref = one_trajectory(SAMPLE_EVENTS)
+    events[1]["tool_call_metadata"]["model_response"]["choices"] = 7
+    (tmp_path / "events.json").write_text(json.dumps(events))
+    t = one_trajectory(tmp_path / "events.json")  # it was "TypeError: 'int' object is not iterable"
+    assert [(u.kind, u.tool_name, u.observation) for u in t.turns] == [(u.kind, u.tool_name, u.observation) for u in ref.turns]
+    # the arguments are the event's own `args` then, not the model's tool call
+    assert json.loads(ref.turns[0].tool_args)["command"] == "create"
+    assert json.loads(t.turns[0].tool_args)["path"] == events[1]["args"]["path"] == "/workspace/game_2048.py"

@@ -305,3 +305,12 @@ def test_what_reached_no_environment_is_no_env_turn(tmp_path: Path) -> None:
     (tmp_path / "v0.traj").write_text(json.dumps(v0))
     [t] = list(read_path(tmp_path / "v0.traj"))
     assert [(u.kind, u.action) for u in t.turns] == [("env", "ls"), ("message", "exit_cost")]
+
+
+def test_a_trajectory_that_is_no_list_is_named(tmp_path: Path) -> None:
+    doc = json.loads((SAMPLE / "function_calling_simple.traj").read_text())
+    doc["trajectory"] = 7
+    (tmp_path / "x.traj").write_text(json.dumps(doc))
+    (q,) = list(read_path(tmp_path / "x.traj"))
+    assert not isinstance(q, Trajectory)
+    assert (q.reason, q.detail) == ("malformed_record", f"{tmp_path / 'x.traj'} line:1: 'trajectory' must be a list of steps, got int")
