@@ -263,7 +263,8 @@ def ingest(
     remove_stale_extractions()  # an interrupted run's workers could not clean up after themselves
     summary = IngestSummary(corpus=str(corpus.root), config_fingerprint=config.fingerprint())
     paths = [Path(p) for p in paths]
-    inside = [p for p in paths if p.resolve().is_relative_to(corpus.root.resolve())]
+    # realpath: `Path.resolve` raises on a symbolic link in a loop, which `discover` quarantines
+    inside = [p for p in paths if Path(os.path.realpath(p)).is_relative_to(corpus.root.resolve())]
     if inside:  # the corpus's own files are not inputs (an input folder may hold the corpus, though)
         raise CorpusError(f"input {inside[0]} is the corpus --out {corpus.root} or inside it; "
                           "write the corpus elsewhere (inside the input folder is fine)")

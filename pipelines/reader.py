@@ -66,13 +66,14 @@ class InputUnit:
     importer: Importer | None = None  # set for claimed directories
     files: list[Path] = field(default_factory=list)
     not_a_file: str | None = None  # what an entry of an input folder is that is neither file nor folder: not read
+    unreadable: str | None = None  # why a folder inside an input folder could not be listed: quarantined, not read
 
     @property
     def is_dir(self) -> bool:
         return self.importer is not None
 
     def size(self) -> int:
-        if self.not_a_file is not None:
+        if self.not_a_file is not None or self.unreadable is not None:
             return 0
         if self.is_dir:
             return sum(p.stat().st_size for p in self.files if p.is_file())
@@ -85,6 +86,8 @@ class InputUnit:
 
         if self.not_a_file is not None:  # never opened: a pipe would block, a dangling link has nothing
             return digest("not a file", str(self.path), self.not_a_file)
+        if self.unreadable is not None:  # once it can be listed, its files are inputs of their own
+            return digest("unreadable folder", str(self.path))
         try:
             if not self.is_dir:
                 return sha256_file(self.path)
@@ -179,7 +182,12 @@ def _walk(directory: Path, prefix: str | None, root: Path, seen: set[tuple[int, 
     for e in entries:
         p = directory / e.name
         if _is(e.is_dir):
-            yield from _walk(p, prefix, root, seen, corpora, consumed)
+            try:
+                yield from _walk(p, prefix, root, seen, corpora, consumed)
+            except FileNotFoundError:
+                continue  # gone while walked
+            except OSError as err:  # a sub-folder the user may not list: quarantined; the rest is read
+                yield InputUnit(p, _display(p, prefix, root), unreadable=err.strerror or str(err))
         elif consumed is not None and p in consumed:
             continue
         elif _is(e.is_file):
@@ -250,6 +258,10 @@ def read_unit(
         # a pipe, or a link to one (never a dangling link whose target's name says "pipe")
         hint = " (write a pipe's content to a file first: `... > traces.jsonl`)" if unit.not_a_file.endswith(_FIFO) else ""
         yield _q(ctx, "$", "not_a_file", f"{unit.source}: {unit.not_a_file}; only files and folders are read{hint}"), None
+        return
+    if unit.unreadable is not None:
+        yield _q(ctx, "$", "unreadable", f"{unit.source}: a folder that cannot be read ({unit.unreadable}); "
+                 "its files are not read"), None
         return
     if unit.is_dir:
         assert unit.importer is not None

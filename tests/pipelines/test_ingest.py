@@ -584,6 +584,44 @@ def test_an_unreadable_input_is_quarantined_and_the_others_imported(tmp_path: Pa
     assert (again.new_inputs, again.trajectories) == (1, 1)
 
 
+def test_an_unreadable_sub_folder_is_quarantined_and_the_rest_imported(tmp_path: Path, sample: Path) -> None:
+    # a folder inside an input the user may not list stopped the whole run ("error: Permission denied", exit 1)
+    import subprocess
+    import sys
+
+    d = tmp_path / "in"
+    (d / "private" / "deeper").mkdir(parents=True)
+    shutil.copy(sample / "swe-agent" / "ctf_pwn_warmup.traj", d / "ok.traj")
+    shutil.copy(sample / "swe-agent" / "function_calling_simple.traj", d / "private" / "deeper" / "later.traj")
+    (d / "private").chmod(0)
+    cmd = [sys.executable, "-m", "pipelines.cli", "ingest", str(d), "--out", str(tmp_path / "c"), "--quiet"]
+    if os.geteuid() == 0:  # root reads anything: drop the capabilities that let it
+        if shutil.which("setpriv") is None:
+            pytest.fail("running as root, this test needs setpriv (util-linux) to drop root's file capabilities")
+        cmd = ["setpriv", "--bounding-set=-dac_override,-dac_read_search,-fowner", "--", *cmd]
+    try:
+        run = subprocess.run(cmd, capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2], timeout=120)
+    finally:
+        (d / "private").chmod(0o755)
+    assert run.returncode == 3, run.stderr
+    assert "records in 2 = accepted 1 + quarantined 1" in run.stdout
+    assert run_query(tmp_path / "c", "SELECT source, locator, reason, detail FROM quarantine")[1] == [
+        (str(d / "private"), "$", "unreadable", f"{d / 'private'}: a folder that cannot be read (Permission denied); its files are not read")]
+    again = ingest([d], tmp_path / "c", progress=False)  # once it can be listed, its files are read
+    assert (again.new_inputs, again.trajectories) == (1, 1)
+
+
+def test_a_symbolic_link_loop_given_as_an_input_is_quarantined(tmp_path: Path) -> None:
+    # `ingest ./*` picking up a link loop ended in a RuntimeError traceback ("Symlink loop from ...") before reading anything
+    (tmp_path / "a.jsonl").write_bytes(_chat_line(1))
+    (tmp_path / "loopA").symlink_to(tmp_path / "loopB")
+    (tmp_path / "loopB").symlink_to(tmp_path / "loopA")
+    s = ingest([tmp_path / "a.jsonl", tmp_path / "loopA"], tmp_path / "c", IngestConfig(workers=1), progress=False)
+    assert (s.inputs, s.trajectories, s.quarantined, s.reasons) == (2, 1, 1, {"not_a_file": 1})
+    assert run_query(tmp_path / "c", "SELECT detail FROM quarantine")[1] == [
+        (f"{tmp_path / 'loopA'}: a symbolic link in a loop; only files and folders are read",)]
+
+
 def test_inputs_inside_the_corpus_and_bad_options_are_refused(tmp_path: Path, sample: Path, capsys) -> None:
     d = tmp_path / "in2"
     shutil.copytree(sample / "tau-bench", d)
