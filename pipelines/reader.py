@@ -26,6 +26,7 @@ from collectors.base import FolderRecord, ImportContext, Importer
 from collectors.registry import IMPORTERS
 from pipelines.parquet_input import BadRows, Row, is_parquet, parquet_rows
 from pipelines.sources import (
+    ExtractionFailed,
     InputError,
     ReadLimits,
     close_input,
@@ -753,13 +754,23 @@ def _convert_one(imp: Importer, record: Any, locator: str, ctx: ImportContext) -
     yield traj, imp
 
 
+EXTRACTION_FAILED = "extraction_failed"  # an archive this machine could not extract: retried by the next ingest
+_RETRIED = "; nothing of the archive is read, and the next ingest tries it again"
 TAR_PREFIX = "worldline-tar-"  # + the extracting process's id: `remove_stale_extractions` knows whose it is
 
 
 def _read_tar(stream: IO[bytes], ctx: ImportContext, limits: ReadLimits) -> Iterator[Item]:
-    tmp = Path(tempfile.mkdtemp(prefix=f"{TAR_PREFIX}{os.getpid()}-"))
     try:
-        rejected = extract_tar(stream, tmp, limits, ctx.source)
+        tmp = Path(tempfile.mkdtemp(prefix=f"{TAR_PREFIX}{os.getpid()}-"))
+    except OSError as e:
+        yield _q(ctx, "$", EXTRACTION_FAILED, f"{ctx.source}: {ExtractionFailed(Path(tempfile.gettempdir()), e)}{_RETRIED}"), None
+        return
+    try:
+        try:
+            rejected = extract_tar(stream, tmp, limits, ctx.source)
+        except ExtractionFailed as e:  # the members read so far are not read either: the next ingest reads them all
+            yield _q(ctx, "$", EXTRACTION_FAILED, f"{ctx.source}: {e}{_RETRIED}"), None
+            return
         for r in rejected:
             yield _q(ctx, f"member:{r.member}", r.reason, r.detail), None
         corpora: list[Path] = []

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import bz2
 import contextlib
+import errno
 import gzip
 import hashlib
 import io
@@ -335,10 +336,34 @@ class TarRejection:
     detail: str
 
 
+class ExtractionFailed(Exception):
+    """The extracted members could not be written (no space left, a quota, a read-only folder): the
+    machine's problem, not the archive's, so no member is read and the archive is tried again."""
+
+    def __init__(self, folder: Path, error: OSError):
+        super().__init__(f"its members could not be written to {folder} ({error.strerror or error}): free space there "
+                         "or set TMPDIR to a folder with room")
+
+
+# what opening a member's file may fail with that is the folder's fault, not the member's name's
+_LOCAL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO, errno.EMFILE, errno.ENFILE})
+
+
+def _write_all(out: IO[bytes], chunk: bytes, folder: Path) -> None:
+    view = memoryview(chunk)
+    try:
+        while view:
+            n = out.write(view)
+            view = view[n:]
+    except OSError as e:
+        raise ExtractionFailed(folder, e) from e
+
+
 def extract_tar(stream: IO[bytes], dest: Path, limits: ReadLimits, source: str) -> list[TarRejection]:
     """Extract regular files of a tar stream under `dest`; refuse absolute paths, `..`, links and
     devices (each becomes a rejection to quarantine) instead of trusting the archive. An archive that
-    breaks off (truncated, corrupt, a bomb) keeps the members extracted before; the rest is one rejection."""
+    breaks off (truncated, corrupt, a bomb) keeps the members extracted before; the rest is one rejection.
+    Raises `ExtractionFailed` when `dest` cannot take the members."""
     rejected: list[TarRejection] = []
     dest = dest.resolve()
     done, reading, partial, total = 0, "", None, 0
@@ -372,8 +397,11 @@ def extract_tar(stream: IO[bytes], dest: Path, limits: ReadLimits, source: str) 
                 assert f is not None
                 try:  # a name the file system refuses (too long; a file where a folder is, or the reverse)
                     target.parent.mkdir(parents=True, exist_ok=True)
-                    out = open(target, "wb")  # noqa: SIM115 - closed below, or unlinked on a break
+                    # unbuffered: a write that fails fails in `_write_all`, not again when the file is closed
+                    out = open(target, "wb", buffering=0)  # noqa: SIM115 - closed below, or unlinked on a break
                 except OSError as e:
+                    if e.errno in _LOCAL_ERRNOS:
+                        raise ExtractionFailed(dest.parent, e) from e
                     rejected.append(TarRejection(name, "unextractable_member", f"{source}!{name}: cannot be extracted here ({type(e).__name__}: {e})"))
                     continue
                 if (before := written.pop(target, None)) is not None:
@@ -382,7 +410,7 @@ def extract_tar(stream: IO[bytes], dest: Path, limits: ReadLimits, source: str) 
                 reading, partial = name, target
                 with out:
                     while chunk := f.read(4 * MiB):
-                        out.write(chunk)
+                        _write_all(out, chunk, dest.parent)
                 reading, partial = "", None
                 written[target] = name
                 done += 1

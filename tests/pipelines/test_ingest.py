@@ -611,6 +611,44 @@ def test_an_unreadable_sub_folder_is_quarantined_and_the_rest_imported(tmp_path:
     assert (again.new_inputs, again.trajectories) == (1, 1)
 
 
+def test_an_archive_this_machine_cannot_extract_is_tried_again(tmp_path: Path) -> None:
+    """No room to extract an archive's members (here a file size limit: `write` fails with EFBIG, as
+    with ENOSPC on a full TMPDIR) is no damage to the archive: it was a `corrupt_input` row, the
+    members extracted before it imported, the rest lost for good (the archive recorded as ingested)."""
+    import io
+    import resource
+    import subprocess
+    import sys
+    import tarfile
+
+    members = {f"part{k}.jsonl": b"".join(_chat_line(k * 1000 + i) for i in range(1000)) for k in range(3)}
+    assert all(len(data) > 300_000 for data in members.values())
+    with tarfile.open(tmp_path / "runs.tar.gz", "w:gz") as tar:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+
+    def small_files() -> None:  # the corpus's own files (one quarantine row, a manifest) stay far below it
+        resource.setrlimit(resource.RLIMIT_FSIZE, (256 * 1024, 256 * 1024))
+
+    cmd = [sys.executable, "-m", "pipelines.cli", "ingest", str(tmp_path / "runs.tar.gz"), "--out", str(tmp_path / "c"),
+           "--quiet", "--workers", "1"]
+    run = subprocess.run(cmd, capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2], timeout=120,
+                         preexec_fn=small_files)
+    assert run.returncode == 3, run.stderr
+    assert "records in 1 = accepted 0 + quarantined 1" in run.stdout
+    [(locator, reason, detail)] = run_query(tmp_path / "c", "SELECT locator, reason, detail FROM quarantine")[1]
+    assert (locator, reason) == ("$", "extraction_failed")
+    assert detail.startswith(f"{tmp_path / 'runs.tar.gz'}: its members could not be written to ")
+    assert detail.endswith("(File too large): free space there or set TMPDIR to a folder with room; nothing of the "
+                           "archive is read, and the next ingest tries it again")
+    again = ingest([tmp_path / "runs.tar.gz"], tmp_path / "c", IngestConfig(workers=1), progress=False)
+    assert (again.new_inputs, again.trajectories, again.quarantined) == (1, 3000, 0)
+    assert run_query(tmp_path / "c", "SELECT count(DISTINCT trajectory_id), count(*) FROM trajectories")[1] == [(3000, 3000)]
+    assert ingest([tmp_path / "runs.tar.gz"], tmp_path / "c", progress=False).new_inputs == 0  # read once
+
+
 def test_a_symbolic_link_loop_given_as_an_input_is_quarantined(tmp_path: Path) -> None:
     # `ingest ./*` picking up a link loop ended in a RuntimeError traceback ("Symlink loop from ...") before reading anything
     (tmp_path / "a.jsonl").write_bytes(_chat_line(1))
