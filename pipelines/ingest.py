@@ -151,6 +151,7 @@ def _convert_group(units: Group, writer: PartWriter, config: IngestConfig, caref
     out = DomainBuffers(writer)
     stats: dict[str, InputStats] = {}
     messages: list[str] = []
+    unshown = 0  # quarantined records past MAX_MESSAGES: said in one line at the end
     for unit, sha in units:
         try:
             size = unit.size()
@@ -175,6 +176,8 @@ def _convert_group(units: Group, writer: PartWriter, config: IngestConfig, caref
                 if len(messages) < MAX_MESSAGES:
                     # one line: a file name may hold a newline (and then what could pass for another message)
                     messages.append(f"quarantined {rec.locator}: {rec.reason}: {rec.detail}"[:400].translate(_ONE_LINE))
+                else:
+                    unshown += 1
                 continue
             assert imp is not None
             trajectories += 1
@@ -193,6 +196,8 @@ def _convert_group(units: Group, writer: PartWriter, config: IngestConfig, caref
             # content again, reads it instead of skipping it
             stats[digest("read-failed", sha)] = stats.pop(sha)
     files = out.close()
+    if unshown:
+        messages.append(f"... and {unshown:,} more quarantined records not shown here (each has its row in the quarantine view)")
     return files, stats, messages
 
 
@@ -225,18 +230,24 @@ class Progress:
     """Bytes read of the total, with the rate."""
 
     def __init__(self, total_bytes: int, enabled: bool = True):
-        self.total, self.done = total_bytes, 0
+        self.total, self.done, self.shown_done, self.label = total_bytes, 0, 0, ""
         self.line = StatusLine(enabled, width=110)
 
     def advance(self, nbytes: int, label: str = "") -> None:
         self.done += nbytes
-        if not self.line.due():
-            return
+        self.label = label
+        if self.line.due():
+            self._show()
+
+    def _show(self) -> None:
         rate = self.done / self.line.elapsed / 1e6
         pct = 100.0 * self.done / max(self.total, 1)
-        self.line.show(f"ingest {pct:5.1f}% {self.done / 1e6:,.1f}/{self.total / 1e6:,.1f} MB {rate:,.1f} MB/s {label[-60:]}")
+        self.line.show(f"ingest {pct:5.1f}% {self.done / 1e6:,.1f}/{self.total / 1e6:,.1f} MB {rate:,.1f} MB/s {self.label[-60:]}")
+        self.shown_done = self.done
 
     def finish(self) -> None:
+        if self.line.shown and self.shown_done != self.done:  # the last line drawn said less than was done
+            self._show()
         self.line.finish()
 
 

@@ -385,6 +385,9 @@ def _wide_encoding(head: bytes) -> str | None:
 
 def _read_stream(stream: IO[bytes], ctx: ImportContext, limits: ReadLimits) -> Iterator[Item]:
     head = stream.peek(limits.head_bytes)[: limits.head_bytes] if hasattr(stream, "peek") else b""
+    if head.startswith(_BOM):  # a UTF-8 byte order mark (Windows editors write one): not content
+        stream.read(len(_BOM))
+        head = head[len(_BOM):]
     if not head.strip():  # blank so far: skip the blanks as a stream (they may go on past any window)
         skipped = _skip_blanks(stream, limits.head_bytes)
         if skipped is None:
@@ -393,10 +396,7 @@ def _read_stream(stream: IO[bytes], ctx: ImportContext, limits: ReadLimits) -> I
             return
         newlines, head = skipped
         stream = io.BufferedReader(_AfterBlanks(newlines, head, stream), buffer_size=max(limits.head_bytes, 1 << 16))
-    if head.startswith(_BOM):  # a UTF-8 byte order mark (Windows editors write one): not content
-        stream.read(len(_BOM))
-        head = head[len(_BOM):]
-    elif (encoding := _wide_encoding(head)) is not None:  # UTF-16/32 with its byte order mark (PowerShell's `>`)
+    if (encoding := _wide_encoding(head)) is not None:  # UTF-16/32 with its byte order mark (PowerShell's `>`)
         stream = io.BufferedReader(_AsUtf8(stream, encoding, ctx.source), buffer_size=max(limits.head_bytes, 1 << 16))
         head = stream.peek(limits.head_bytes)[: limits.head_bytes]
     if is_tar(head):

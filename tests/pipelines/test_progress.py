@@ -30,3 +30,30 @@ def test_count_progress_line(capsys, monkeypatch) -> None:
     bar(2, 200)  # within 10 s of it: nothing
     assert capsys.readouterr().err == "export 3/10 trajectories · 800 tokens · 200 tokens/s · 4 s\n"
     assert (bar.done, bar.tokens) == (5, 1000)
+
+
+def test_ingest_progress_ends_on_what_was_done(capsys, monkeypatch) -> None:
+    # many small inputs finished within one interval: the only line drawn said "0.0% 0.0/15.0 MB" to the end
+    from pipelines import ingest, progress
+
+    clock = iter([100.0, 100.0, 101.0, 101.5, 102.0])  # start; due, elapsed; not due; the last line's elapsed
+    monkeypatch.setattr(progress.time, "monotonic", lambda: next(clock))
+    bar = ingest.Progress(3_000_000, enabled=True)
+    bar.advance(1_000_000, "a.jsonl")  # the first line at once
+    bar.advance(2_000_000, "b.jsonl")  # within the interval: not drawn
+    bar.finish()
+    assert capsys.readouterr().err.splitlines() == ["ingest  33.3% 1.0/3.0 MB 1.0 MB/s a.jsonl",
+                                                    "ingest 100.0% 3.0/3.0 MB 1.5 MB/s b.jsonl"]
+
+
+def test_ingest_messages_past_the_limit_are_counted_in_one_line(tmp_path, monkeypatch) -> None:
+    from pipelines import ingest
+
+    monkeypatch.setattr(ingest, "MAX_MESSAGES", 2)
+    good = '{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}\n'
+    (tmp_path / "m.jsonl").write_text(good + "{broken\n" * 5)
+    said: list[str] = []
+    s = ingest.ingest([tmp_path / "m.jsonl"], tmp_path / "c", ingest.IngestConfig(workers=1), progress=False, echo=said.append)
+    assert s.quarantined == 5
+    assert [m.split(": ")[1] for m in said[:2]] == ["invalid_json", "invalid_json"]
+    assert said[2:] == ["... and 3 more quarantined records not shown here (each has its row in the quarantine view)"]

@@ -253,6 +253,12 @@ def test_a_byte_order_mark_before_json_lines(tmp_path: Path) -> None:
     f = tmp_path / "bom.jsonl"
     f.write_bytes(b"\xef\xbb\xbf" + _chat(0) + _chat(1))
     assert _rows(f) == [("Trajectory", None, "line:1"), ("Trajectory", None, "line:2")]
+    # a mark and nothing else (or blank lines) is an empty input, not unknown_format
+    for body in (b"", b"\n\r\n  \n"):
+        f.write_bytes(b"\xef\xbb\xbf" + body)
+        assert _rows(f) == [("QuarantineRecord", "empty_input", "$")]
+    f.write_bytes(b"\xef\xbb\xbf\n\n" + _chat(0))
+    assert _rows(f) == [("Trajectory", None, "line:3")]
 
 
 def test_a_tar_member_the_file_system_refuses_is_one_row(tmp_path: Path) -> None:
