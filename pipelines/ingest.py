@@ -8,8 +8,10 @@ directory; the batch is committed atomically at the end (see `pipelines.store`).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
@@ -20,6 +22,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from pipelines.gcpause import fewer_gc_passes
+from pipelines.inflight import OpenInputs, Watch
 from pipelines.procs import die_with_parent
 from pipelines.progress import StatusLine
 from pipelines.reader import EXTRACTION_FAILED, InputUnit, discover, read_unit, remove_stale_extractions
@@ -227,28 +230,46 @@ def _groups(
 
 
 class Progress:
-    """Bytes read of the total, with the rate."""
+    """Bytes read of the total, with the rate: the inputs finished, and how far the ones being read
+    now are (`in_flight`, from `pipelines.inflight`)."""
 
     def __init__(self, total_bytes: int, enabled: bool = True):
         self.total, self.done, self.shown_done, self.label = total_bytes, 0, 0, ""
+        self.finished: set[str] = set()  # real paths of the inputs finished
+        self.flight: dict[str, int] = {}
         self.line = StatusLine(enabled, width=110)
+        self._lock = threading.Lock()  # the watch's thread draws too
 
-    def advance(self, nbytes: int, label: str = "") -> None:
-        self.done += nbytes
-        self.label = label
-        if self.line.due():
-            self._show()
+    def advance(self, nbytes: int, label: str = "", path: Path | None = None) -> None:
+        with self._lock:
+            self.done += nbytes
+            self.label = label
+            if path is not None:
+                self.finished.add(os.path.realpath(path))
+            if self.line.due():
+                self._show()
+
+    def in_flight(self, read: dict[str, int]) -> None:
+        with self._lock:
+            self.flight = read
+            if self.line.due():
+                self._show()
 
     def _show(self) -> None:
-        rate = self.done / self.line.elapsed / 1e6
-        pct = 100.0 * self.done / max(self.total, 1)
-        self.line.show(f"ingest {pct:5.1f}% {self.done / 1e6:,.1f}/{self.total / 1e6:,.1f} MB {rate:,.1f} MB/s {self.label[-60:]}")
-        self.shown_done = self.done
+        done = min(self.total, self.done + sum(n for p, n in self.flight.items() if p not in self.finished))
+        rate = done / self.line.elapsed / 1e6
+        pct = 100.0 * done / max(self.total, 1)
+        if self.done < self.total:  # read to the end is not finished (an archive's members come after it)
+            pct = min(pct, 99.9)
+        self.line.show(f"ingest {pct:5.1f}% {done / 1e6:,.1f}/{self.total / 1e6:,.1f} MB {rate:,.1f} MB/s {self.label[-60:]}")
+        self.shown_done = done
 
     def finish(self) -> None:
-        if self.line.shown and self.shown_done != self.done:  # the last line drawn said less than was done
-            self._show()
-        self.line.finish()
+        with self._lock:
+            if self.line.shown and self.shown_done != self.done:  # the last line drawn said less than was done
+                self.flight = {}
+                self._show()
+            self.line.finish()
 
 
 # Runs `process_group(group, staging, group_tag(batch_id, i), config)` for every group, anywhere,
@@ -409,6 +430,7 @@ def _ingest(
         bar = Progress(total, progress)
         files: list[dict] = []
         inputs: dict[str, dict] = {}
+        paths = {sha: u.path for u, sha, _ in todo if not u.is_dir}
 
         def take(result: GroupResult) -> None:
             part_files, stats, messages = result
@@ -420,10 +442,12 @@ def _ingest(
                 # `vars`, not `asdict`: a deep copy per input is parent CPU taken from the workers, and the
                 # counters are this result's own already (unpickled, or made for it)
                 inputs[sha] = {**vars(st), "schema_version": SCHEMA_VERSION}
-                bar.advance(st.bytes, st.source)
+                bar.advance(st.bytes, st.source, paths.get(sha))
 
-        for result in (runner or _pool_runner(pool))(groups, str(staging), batch_id, config):
-            take(result)
+        watch = Watch(OpenInputs((u.path, n) for u, _, n in todo if not u.is_dir), bar.in_flight, bar.line.interval)
+        with (watch if progress and runner is None else contextlib.nullcontext()):  # Beam's workers are not ours to watch
+            for result in (runner or _pool_runner(pool))(groups, str(staging), batch_id, config):
+                take(result)
         bar.finish()
         info = {
             "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
