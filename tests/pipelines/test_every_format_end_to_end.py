@@ -24,6 +24,7 @@ def test_every_fixture_format_reaches_the_export(tmp_path: Path) -> None:
     corpus = tmp_path / "corpus"
     s = ingest([ROOT / "tests" / "data"], corpus, IngestConfig(workers=1), progress=False)
     assert s.records == s.trajectories + s.quarantined and s.trajectories > 0
+    ingested = {r[0] for r in connect(corpus).sql("SELECT DISTINCT source_format FROM trajectories").fetchall()}
     clean(corpus, progress=False, echo=lambda m: None)
     dedup(corpus, progress=False)
     score(corpus, ScoreConfig(tier="surface"), progress=False)
@@ -38,7 +39,12 @@ def test_every_fixture_format_reaches_the_export(tmp_path: Path) -> None:
         "WHERE k.kind = 'env' AND k.counts_for_training AND s.loss_mask").fetchall()}
     exported = {f for split in summary.mix.values() for f in split.get("source_format", {})}
     assert trainable - exported == set()
-    assert {"tau2-bench", "chat", "swe-agent", "openhands-output", "intercode", "droidbot", "asciicast"} <= exported
+    # fixed, not derived from the stages' own output (a stage dropping a whole format would drop it from
+    # `trainable` too): every format ingested reaches the export but a uiautomator dump, one screen and no turn
+    assert exported == {"agentworldbench", "android-control", "asciicast", "atif", "browsergym", "chat", "droidbot",
+                        "fireact-chat", "fireact-trajs", "intercode", "mcp-traffic", "mini-swe-agent", "openhands-events",
+                        "openhands-output", "swe-agent", "tau-bench", "tau2-bench"}
+    assert ingested - exported == {"uiautomator"}
     # every kept trajectory is in exactly one split, or counted as having no environment turn
     kept = con.sql("SELECT count(*) FROM kept_trajectories").fetchall()[0][0]
     assert sum(st.trajectories for st in summary.splits.values()) + summary.no_env_turns == kept

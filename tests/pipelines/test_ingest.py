@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import bz2
 import gzip
 import io
 import json
+import lzma
 import os
 import random
 import shutil
@@ -247,13 +249,22 @@ def test_corrupt_compressed_data(inbox: Path, tmp_path: Path) -> None:
     gz, zst = gzip.compress(lines, mtime=0), zstandard.ZstdCompressor().compress(lines)
     (inbox / "a.jsonl.gz").write_bytes(gz[:40] + b"\xff\xfe" + gz[40:])
     (inbox / "b.jsonl.zst").write_bytes(zst[:20] + b"\xff" * 8 + zst[28:])
+    bz, xz = bz2.compress(lines), lzma.compress(lines)
+    (inbox / "c.jsonl.bz2").write_bytes(bz[:30] + b"\xff" * 8 + bz[38:])
+    (inbox / "d.jsonl.xz").write_bytes(xz[: len(xz) // 2])  # cut off
     out = tmp_path / "c"
     s = ingest([inbox], out, progress=False)
-    assert (s.records, s.trajectories, s.quarantined) == (4, 2, 2)
-    rows = _q(out, "SELECT source, locator, reason, detail FROM quarantine ORDER BY source")
-    assert [(Path(r[0]).name, r[1], r[2]) for r in rows] == [("a.jsonl.gz", "$", "corrupt_input"), ("b.jsonl.zst", "$", "corrupt_input")]
+    assert (s.records, s.trajectories, s.quarantined) == (7, 2, 5)
+    rows = _q(out, "SELECT source, locator, reason, detail FROM quarantine ORDER BY source, reason")
+    assert [(Path(r[0]).name, r[1], r[2]) for r in rows] == [
+        ("a.jsonl.gz", "$", "corrupt_input"), ("b.jsonl.zst", "$", "corrupt_input"), ("c.jsonl.bz2", "$", "corrupt_input"),
+        ("d.jsonl.xz", "$", "corrupt_input"), ("d.jsonl.xz", "$", "truncated_json")]  # the xz cut inside its first line
     assert rows[0][3].startswith(f"{inbox / 'a.jsonl.gz'}: the gzip data breaks off after 0 bytes out (error: ")
     assert rows[1][3].startswith(f"{inbox / 'b.jsonl.zst'}: the zstd data breaks off after 0 bytes out (ZstdError: ")
+    assert rows[2][3].startswith(f"{inbox / 'c.jsonl.bz2'}: the bzip2 data breaks off after 0 bytes out (OSError: Invalid data stream)")
+    got = len(lzma.LZMADecompressor().decompress(xz[: len(xz) // 2]))  # what the cut stream holds
+    assert rows[3][3].startswith(f"{inbox / 'd.jsonl.xz'}: the xz data breaks off after {got} bytes out (EOFError: "
+                                 "Compressed file ended before the end-of-stream marker was reached)")
     assert _good_counts(out) == (2, 12)
 
 
@@ -377,9 +388,13 @@ def test_compressed_inputs_are_detected_by_content(tmp_path: Path, sample: Path)
     d.mkdir()
     (d / "a.bin").write_bytes(gzip.compress((sample / SWE).read_bytes()))
     (d / "b.data").write_bytes(zstandard.ZstdCompressor().compress((sample / SWE2).read_bytes()))
+    (d / "c.x").write_bytes(bz2.compress((sample / SWE).read_bytes()))
+    (d / "d.y").write_bytes(lzma.compress((sample / SWE2).read_bytes()))
     out = tmp_path / "c"
     s = ingest([d], out, progress=False)
-    assert (s.trajectories, s.turns, s.quarantined) == (2, 12, 0)
+    assert (s.trajectories, s.turns, s.quarantined) == (4, 24, 0)  # 5 and 7 turns, each file twice
+    assert _q(out, "SELECT regexp_extract(source, '[^/]+$'), num_turns FROM trajectories ORDER BY 1") == [
+        ("a.bin", 5), ("b.data", 7), ("c.x", 5), ("d.y", 7)]
 
 
 def test_parallel_workers_write_the_same_rows(inbox: Path, tmp_path: Path, sample: Path) -> None:
