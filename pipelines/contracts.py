@@ -97,7 +97,7 @@ def counts_reconcile(corpus: Corpus) -> ContractResult:
     expected = {
         "trajectories": sum(e["trajectories"] for e in m["inputs"].values()),
         "turns": sum(e["turns"] for e in m["inputs"].values()),
-        "quarantine": sum(e["quarantined"] for e in m["inputs"].values()),
+        "quarantine": sum(e["quarantined"] for e in m["inputs"].values() if not e.get("superseded_by")),
     }
     con = connect(corpus.root)
     actual = {t: _q(con, f"SELECT count(*) FROM {t}")[0][0] for t in expected}

@@ -68,6 +68,8 @@ class InputStats:
     importers: dict[str, str] = field(default_factory=dict)
     domains: dict[str, int] = field(default_factory=dict)
     reasons: dict[str, int] = field(default_factory=dict)
+    # a read that failed, recorded under a key of its own (`read-failed`): the sha256 its quarantine row carries
+    read_sha256: str | None = None
 
 
 @dataclass
@@ -198,6 +200,7 @@ def _convert_group(units: Group, writer: PartWriter, config: IngestConfig, caref
             # could not extract (no space left): recorded under a key of its own, so that the next run, finding the
             # content again, reads it instead of skipping it
             stats[digest("read-failed", sha)] = stats.pop(sha)
+            st.read_sha256 = sha
     files = out.close()
     if unshown:
         messages.append(f"... and {unshown:,} more quarantined records not shown here (each has its row in the quarantine view)")
@@ -442,6 +445,8 @@ def _ingest(
                 # `vars`, not `asdict`: a deep copy per input is parent CPU taken from the workers, and the
                 # counters are this result's own already (unpickled, or made for it)
                 inputs[sha] = {**vars(st), "schema_version": SCHEMA_VERSION}
+                if st.read_sha256 is None:
+                    del inputs[sha]["read_sha256"]
                 bar.advance(st.bytes, st.source, paths.get(sha))
 
         watch = Watch(OpenInputs((u.path, n) for u, _, n in todo if not u.is_dir), bar.in_flight, bar.line.interval)

@@ -30,7 +30,7 @@ import numpy as np
 import orjson
 import pyarrow as pa
 
-from pipelines.store import TABLE_SCHEMAS, Corpus
+from pipelines.store import FAILED_READS, TABLE_SCHEMAS, Corpus, superseded_quarantine
 from pipelines.views import define_derived_views
 
 T = TypeVar("T")
@@ -135,10 +135,15 @@ def connect(corpus_dir: Path | str, con: duckdb.DuckDBPyConnection | None = None
         committed = corpus.committed_files(m)
     entries: dict = m.get("side") or {}
     con = con or duckdb.connect()
+    gone = superseded_quarantine(m)  # failed reads of inputs read since: no longer missing data
     for name, schema in TABLE_SCHEMAS.items():
         if committed[name]:
+            where = ""
+            if name == "quarantine" and gone:
+                where = (f" WHERE NOT (reason IN {tuple(FAILED_READS)!r} AND input_sha256 IN "
+                         f"({', '.join(sql_str(s) for s in gone)}))")
             con.execute(f"CREATE OR REPLACE VIEW {name} AS SELECT * FROM read_parquet({parquet_list(committed[name])}, "
-                        "hive_partitioning=false, union_by_name=true)")
+                        f"hive_partitioning=false, union_by_name=true){where}")
         else:
             con.register(f"_empty_{name}", pa.table({f.name: pa.array([], f.type) for f in schema}))
             con.execute(f"CREATE OR REPLACE VIEW {name} AS SELECT * FROM _empty_{name}")

@@ -271,6 +271,35 @@ class Corpus:
             os.close(fd)
 
 
+FAILED_READS = ("unreadable", "extraction_failed")  # quarantine reasons that say nothing of the data: retried
+
+
+def _failed_read(entry: dict) -> bool:
+    reasons = entry.get("reasons") or {}
+    return bool(reasons) and entry.get("trajectories") == 0 and set(reasons) <= set(FAILED_READS)
+
+
+def supersede_failed_reads(known: dict[str, dict], new: dict[str, dict]) -> None:
+    """Mark each input that could not be read (a file or folder the user could not read, an archive this
+    machine could not extract) `superseded_by` the input read now from the same place (the same path,
+    or a file in that folder): its quarantine row no longer stands for data that is missing, and the
+    `quarantine` view (`superseded_quarantine`) and the quarantine rate leave it out."""
+    failed = [e for e in known.values() if not e.get("superseded_by") and _failed_read(e)]
+    if not failed:
+        return
+    read = {e["source"]: k for k, e in new.items() if not _failed_read(e)}
+    for e in failed:
+        src = e["source"]
+        by = read.get(src) or next((k for s, k in read.items() if s.startswith(src.rstrip("/") + "/")), None)
+        if by is not None:
+            e["superseded_by"] = by
+
+
+def superseded_quarantine(manifest: dict) -> list[str]:
+    """The `input_sha256` of the quarantine rows of superseded failed reads (`supersede_failed_reads`)."""
+    return sorted(e.get("read_sha256") or k for k, e in manifest["inputs"].items() if e.get("superseded_by"))
+
+
 def _holder(lock_fd: int) -> str:
     """What the process holding the corpus lock wrote into the lock file (its pid and since when)."""
     return os.pread(lock_fd, 200, 0).decode(errors="replace").strip() or "unknown"
@@ -396,6 +425,7 @@ class CorpusWriter:
         m = self.corpus.manifest()
         batch = {"id": batch_id, "state": "committing", "files": sorted(files, key=lambda f: f["path"]), **info}
         m["batches"].append(batch)
+        supersede_failed_reads(m["inputs"], inputs)
         for sha, entry in inputs.items():
             m["inputs"][sha] = {**entry, "batch": batch_id}
         write_json_atomic(self.corpus.manifest_path, m)

@@ -597,6 +597,23 @@ def test_an_unreadable_input_is_quarantined_and_the_others_imported(tmp_path: Pa
     (d / "secret.traj").chmod(0o644)  # once it can be read, the next ingest imports it
     again = ingest([d], tmp_path / "c", progress=False)
     assert (again.new_inputs, again.trajectories) == (1, 1)
+    _failed_read_superseded(tmp_path / "c", str(d / "secret.traj"))
+
+
+def _failed_read_superseded(corpus: Path, source: str) -> None:
+    """The failed read's row stayed in the quarantine view (a corpus with nothing missing read 33%
+    quarantined, and `check`'s rate contract failed for good): its input is `superseded_by` the one read
+    since, and the view, the rate and the counts' reconciliation leave it out."""
+    from pipelines.contracts import counts_reconcile, quarantine_rate
+
+    entries = json.loads((corpus / "manifest.json").read_text())["inputs"]
+    [(old, failed)] = [(k, e) for k, e in entries.items() if e["source"] == source and e["trajectories"] == 0]
+    [(new, read)] = [(k, e) for k, e in entries.items() if e["source"].startswith(source) and e["trajectories"] == 1]
+    assert failed["superseded_by"] == new and "superseded_by" not in read
+    assert run_query(corpus, "SELECT count(*) FROM quarantine")[1] == [(0,)]
+    rate = quarantine_rate(Corpus(corpus))
+    assert rate.passed and rate.metadata["quarantined"] == 0
+    assert counts_reconcile(Corpus(corpus)).passed
 
 
 def test_an_unreadable_sub_folder_is_quarantined_and_the_rest_imported(tmp_path: Path, sample: Path) -> None:
@@ -624,6 +641,7 @@ def test_an_unreadable_sub_folder_is_quarantined_and_the_rest_imported(tmp_path:
         (str(d / "private"), "$", "unreadable", f"{d / 'private'}: a folder that cannot be read (Permission denied); its files are not read")]
     again = ingest([d], tmp_path / "c", progress=False)  # once it can be listed, its files are read
     assert (again.new_inputs, again.trajectories) == (1, 1)
+    _failed_read_superseded(tmp_path / "c", str(d / "private"))
 
 
 def test_an_archive_this_machine_cannot_extract_is_tried_again(tmp_path: Path) -> None:
@@ -662,6 +680,10 @@ def test_an_archive_this_machine_cannot_extract_is_tried_again(tmp_path: Path) -
     assert (again.new_inputs, again.trajectories, again.quarantined) == (1, 3000, 0)
     assert run_query(tmp_path / "c", "SELECT count(DISTINCT trajectory_id), count(*) FROM trajectories")[1] == [(3000, 3000)]
     assert ingest([tmp_path / "runs.tar.gz"], tmp_path / "c", progress=False).new_inputs == 0  # read once
+    from pipelines.contracts import counts_reconcile, quarantine_rate
+
+    assert run_query(tmp_path / "c", "SELECT count(*) FROM quarantine")[1] == [(0,)]  # the failed extraction: superseded
+    assert quarantine_rate(Corpus(tmp_path / "c")).passed and counts_reconcile(Corpus(tmp_path / "c")).passed
 
 
 def test_a_symbolic_link_loop_given_as_an_input_is_quarantined(tmp_path: Path) -> None:
