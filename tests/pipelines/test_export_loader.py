@@ -40,6 +40,11 @@ def test_ranks_and_workers_split_the_epoch_without_overlap(out: Path) -> None:
     assert len(seen) == len(set(seen)) == 384  # the last n mod 3 samples sit this epoch out
     stream = [(b, int(r)) for b, rows in PackedShards(out, "train", seed=7, rank=0, world_size=1).order() for r in rows]
     assert sorted(seen) == sorted(stream[:384])
+    # rank r reads the contiguous slice [r * (n // R), (r + 1) * (n // R)) of the epoch's stream, as documented
+    # (any assignment of disjoint slices passed the checks above; a resumed rank must read its own)
+    for rank in range(3):
+        ds = PackedShards(out, "train", seed=7, rank=rank, world_size=3)
+        assert list(ds.positions()) == stream[128 * rank:128 * (rank + 1)]
 
 
 def test_dataloader_workers_reassemble_the_rank_stream_in_order(out: Path) -> None:
