@@ -75,6 +75,15 @@ def test_an_item_of_task_and_actions_matches_the_trajectory_that_holds_both() ->
     assert scan_trajectory(index, "t", None, acts, cfg) == []
 
 
+def test_the_first_matching_turn_is_named_not_the_first_turn() -> None:
+    # 6 words, 4 trigrams, all of them in the action of turn 3; turns 0 and 2 hold none
+    cfg = DecontamConfig(n=3)
+    index = EvalIndex.build([EvalItem("e", "alpha beta gamma delta epsilon zeta")], cfg)
+    acts = [(0, "unrelated words here"), (2, "ls -la"), (3, "alpha beta gamma delta epsilon zeta"), (5, "alpha beta gamma")]
+    [flag] = scan_trajectory(index, "t", None, acts, cfg)
+    assert (flag.field, flag.turn_index, flag.matched, flag.total) == ("action", 3, 4, 4)
+
+
 def test_an_item_shorter_than_n_words_is_found_inside_a_longer_task() -> None:
     """A 7-word item under --ngram 8 became one 7-gram, and a longer text gives only 8-grams: it
     matched nothing, although two sample tasks hold it word for word. Two or three words are

@@ -259,7 +259,7 @@ def test_a_long_line_of_commands_is_linear() -> None:
     # query parameters and cookies that are words, counts or references, not credentials
     "GET /items?sort_key=created_at_desc&key=name&sig=on", "https://www.google.com/url?q=x&sig=AOvVaw0abc",
     "curl 'https://api.x.io/v1?api_key=$API_KEY'", "cookie: session_timeout=3600; sid=1", "Set-Cookie: session=expired",
-    "inside=Abcdefgh12345678 (no cookie here)", "npm_config_cache=/tmp/npm",
+    "inside=Abcdefgh12345678 (no cookie here)", "npm_config_cache=/tmp/npm", "sessionid=9a8s7d6f5g4h3j2k1l0p",
     # code that looks for a key's header holds no key; what follows it stays (it used to go to the end)
     'src/pem.py:12:    if line.startswith("-----BEGIN RSA PRIVATE KEY-----"):\nsrc/pem.py:40:        raise ValueError("not a key")',
 ])
@@ -364,3 +364,11 @@ def test_a_kind_has_needles_or_else_a_probe() -> None:
         Kind("bare", r"x+")
     with pytest.raises(ValueError, match="give `needs` or"):
         Kind("both", r"x+", needs=("x",), probe="x")
+
+
+def test_private_addresses_only_when_asked() -> None:
+    # 10.0.0.1 is an RFC 1918 address: left by default, replaced with private_ips; 0.0.0.0 never (no host)
+    text = "host 10.0.0.1 and 0.0.0.0 and 93.184.216.34"
+    assert Redactor(WITH_IPS).redact(text) == ("host 10.0.0.1 and 0.0.0.0 and <PII:ip_address>", Counter({"ip_address": 1}))
+    assert Redactor(RedactConfig(ip_addresses=True, private_ips=True)).redact(text) == (
+        "host <PII:ip_address> and 0.0.0.0 and <PII:ip_address>", Counter({"ip_address": 2}))
