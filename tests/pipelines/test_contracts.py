@@ -234,3 +234,36 @@ def test_a_damaged_turn_scores_fails_its_contracts_and_the_report_section_only(s
     page = write_report(corpus, tmp_path / "r.html").read_text()
     assert "<h2>Scores</h2><p class=note>not shown: " in page and "side table turn_scores cannot be read" in page
     assert "Exit codes" in page  # the other sections are there
+
+
+def test_schema_valid_counts_unknown_values_and_orphan_turns(sample: Path, tmp_path: Path) -> None:
+    """A trajectory's row gone (its turns orphaned), a domain and a turn kind no stage knows: each counted."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from pipelines.contracts import schema_valid
+    from pipelines.ingest import IngestConfig, ingest
+    from pipelines.store import Corpus
+
+    corpus = tmp_path / "c"
+    ingest([sample / "tau-bench"], corpus, IngestConfig(workers=1), progress=False)
+    assert schema_valid(Corpus(corpus)).passed
+    [tf] = sorted((corpus / "trajectories").rglob("*.parquet"))
+    [uf] = sorted((corpus / "turns").rglob("*.parquet"))
+    trajs, turns = pq.read_table(tf), pq.read_table(uf)
+    gone = trajs.column("trajectory_id")[0].as_py()
+    orphans = pc.sum(pc.equal(turns.column("trajectory_id"), gone)).as_py()  # that trajectory's turns, counted in the file
+    assert orphans == trajs.column("num_turns")[0].as_py() > 0
+    trajs = trajs.slice(1)
+    domains = trajs.column("domain").to_pylist()
+    trajs = trajs.set_column(trajs.schema.get_field_index("domain"), trajs.schema.field("domain"),
+                             pa.array(["moon", *domains[1:]], pa.string()))
+    kinds = turns.column("kind").to_pylist()
+    turns = turns.set_column(turns.schema.get_field_index("kind"), turns.schema.field("kind"),
+                             pa.array([*kinds[:-1], "bogus"], pa.string()))
+    pq.write_table(trajs, tf)
+    pq.write_table(turns, uf)
+    result = schema_valid(Corpus(corpus))
+    assert not result.passed and result.metadata["bad_files"] == []
+    assert result.metadata["bad_values"] == {"trajectories.domain": 1, "turns.kind": 1, "turns.orphans": orphans}

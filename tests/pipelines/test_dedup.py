@@ -521,3 +521,60 @@ def test_the_report_counts_the_duplicates_the_kept_views_leave_out(sample_corpus
     table = html.split("Largest clusters")[1]
     shown = re.findall(r"<tr><td>[^<]+</td><td>\d+</td><td>([0-9a-f]{32})</td>", table)
     assert shown and all(t in kept for t in shown)
+
+
+def test_a_reward_of_one_ranks_as_success_before_the_earliest(tmp_path: Path) -> None:
+    """The representative is the successful member (outcome success, or a reward of at least 1), then the
+    longest, then the earliest: a run rewarded 1.0 with no outcome beats an earlier unrewarded copy."""
+
+    turns = [Turn(kind="env", action="ls", observation="a.txt  b.txt", observation_kind="stdout", exit_code=0),
+             Turn(kind="env", action="cat a.txt", observation="hello from a", observation_kind="stdout", exit_code=0)]
+
+    def run(name: str, reward: float, day: int) -> Trajectory:
+        return Trajectory(domain="terminal", source_format="chat", native_id=name, record_digest=f"planted:{name}",
+                          turns=[dataclasses.replace(u) for u in turns], task="list and read", reward=reward,
+                          collected_at=dt.datetime(2026, 1, day, tzinfo=dt.UTC))
+
+    rewarded, earlier = plant(tmp_path / "c", [run("rewarded", 1.0, 2), run("earlier", 0.0, 1)])
+    s = dedup(tmp_path / "c", progress=False)
+    assert (s.clusters, s.exact_duplicates, s.kept) == (1, 1, 1)
+    assert rows(tmp_path / "c", "SELECT trajectory_id, is_representative FROM duplicates ORDER BY is_representative DESC") == [
+        (rewarded, True), (earlier, False)]
+
+    # the contracts fail on what they guard against: two representatives in one cluster
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from pipelines.clean_contracts import duplicates_one_representative
+    from pipelines.store import Corpus
+
+    assert duplicates_one_representative(Corpus(tmp_path / "c")).passed
+    [f] = sorted((tmp_path / "c" / "side" / "duplicates").glob("*.parquet"))
+    t = pq.read_table(f)
+    i = t.schema.get_field_index("is_representative")
+    pq.write_table(t.set_column(i, t.schema.field(i), pa.array([True] * t.num_rows)), f)
+    broken = duplicates_one_representative(Corpus(tmp_path / "c"))
+    assert not broken.passed and broken.metadata["bad_clusters"] == [t.column("cluster_id")[0].as_py()]
+
+
+def test_a_shared_prefix_with_two_owners_fails_its_contract(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from pipelines.clean_contracts import shared_prefixes_counted_once
+    from pipelines.ingest import IngestConfig, ingest
+    from pipelines.store import Corpus
+
+    root = tmp_path / "c"
+    ingest([Path(__file__).resolve().parents[1] / "data" / "dedup" / "prefix_owner.jsonl"], root,
+           IngestConfig(workers=1, domain_override="terminal"), progress=False)
+    dedup(root, progress=False)
+    assert shared_prefixes_counted_once(Corpus(root)).passed
+    [f] = sorted((root / "side" / "shared_prefixes").glob("*.parquet"))
+    t = pq.read_table(f)
+    i = t.schema.get_field_index("counts_for_training")
+    flags = t.column(i).to_pylist()
+    j = flags.index(False)  # a sharer's copy of the prefix: counted too now
+    pq.write_table(t.set_column(i, t.schema.field(i), pa.array([True if k == j else v for k, v in enumerate(flags)])), f)
+    broken = shared_prefixes_counted_once(Corpus(root))
+    assert not broken.passed and broken.metadata["bad_prefixes"] == [str(t.column("prefix_hash")[j].as_py())]
