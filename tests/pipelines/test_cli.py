@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -462,3 +463,32 @@ def test_duckdb_interrupted_in_any_stage_is_130(corpus: Path, monkeypatch: pytes
     monkeypatch.setattr(pipelines.stats, "render_stats", broken)
     with pytest.raises(RuntimeError, match="something else"):
         main(["stats", str(corpus)])
+
+
+def test_clean_and_dedup_options_reach_their_configs(corpus: Path, tmp_path: Path, capsys) -> None:
+    """Every option of `clean` and `dedup` arrives in the stage's config (recorded with its side tables):
+    five of them were checked for their help text and their bounds only."""
+    import dataclasses
+
+    from pipelines.clean import CleanConfig
+    from pipelines.decontam import DecontamConfig
+    from pipelines.dedup import DedupConfig
+    from pipelines.redact import RedactConfig
+
+    evals = tmp_path / "eval.jsonl"
+    evals.write_text(json.dumps({"id": "e1", "task": "count the lines of every log file in the folder"}) + "\n")
+    assert main(["clean", str(corpus), "--quiet", "--min-turns", "3", "--no-retry-identical", "--ip-addresses",
+                 "--eval-set", str(evals), "--ngram", "5", "--min-overlap", "0.9", "--memory-limit", "300MB"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"retry_cycle +1 turns", out)  # 41 turns without the option
+    want = CleanConfig(min_turns=3, retry_identical=False, redact=RedactConfig(ip_addresses=True),
+                       decontam=DecontamConfig(eval_set=str(evals), n=5, min_overlap=0.9), memory_limit="300MB")
+    side = json.loads((corpus / "manifest.json").read_text())["side"]
+    assert side["cleaning"]["config"] == json.loads(json.dumps(dataclasses.asdict(want), default=str))
+    assert main(["dedup", str(corpus), "--quiet", "--threshold", "0.8", "--num-perm", "64", "--shingle", "4", "--bands", "8",
+                 "--rows", "8", "--min-prefix-share", "3", "--ignore-cleaning", "--recompute", "--memory-limit", "300MB"]) == 0
+    want_dedup = DedupConfig(threshold=0.8, num_perm=64, shingle=4, bands=8, rows=8, min_prefix_share=3, use_cleaning=False,
+                             reuse_signatures=False, memory_limit="300MB")
+    side = json.loads((corpus / "manifest.json").read_text())["side"]
+    assert side["duplicates"]["config"] == json.loads(json.dumps(dataclasses.asdict(want_dedup), default=str))
+    assert side["dedup_signatures"]["config"]["use_cleaning"] is False
