@@ -116,6 +116,17 @@ def planted(sample_corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> tu
         setattr(t[1], "observation", "RootWebArea '503 Service Unavailable', focused\n\theading 'Service Unavailable'"),
         setattr(t[1], "perturbation", "http_error"),
         setattr(t[2], "observation", "RootWebArea '503 Service Unavailable'\n\theading 'Service Unavailable'\n\tlink 'Retry'")))
+    # an error page before the first injected fault is a failure of the environment all the same
+    add("web_http_error_before_injection", web, lambda t: (
+        setattr(t[0], "observation", "RootWebArea '502 Bad Gateway', focused\n\theading '502 Bad Gateway'"),
+        setattr(t[1], "perturbation", "http_error")))
+    # a status past a page's first 600 characters is the page's text (a docs page about error codes)
+    add("web_late_http_error_ok", web, lambda t: setattr(
+        t[1], "observation", "RootWebArea 'HTTP status reference'" + "".join(f"\n\tlink 'Section {i}: request headers'" for i in range(40))
+        + "\n\tStaticText 'Error 404 Not Found is returned when no route matches'"))
+    # the crash's text in a file the agent viewed, or in the user's reply: content, not the sandbox
+    add("term_file_view_crash_ok", term, lambda t: (setattr(t[2], "observation", CRASH), setattr(t[2], "observation_kind", "file_view")))
+    add("term_user_reply_crash_ok", term, lambda t: (setattr(t[2], "observation", CRASH), setattr(t[2], "observation_kind", "user_reply")))
     add("term_curl_404_ok", term, lambda t: setattr(t[1], "observation", "<html><head><title>404 Not Found</title></head></html>"))
     # through a bash tool, whose results are `tool_result`s (the chat importer's): curl's 404 and pip
     # installing a CAPTCHA library are the environment working; a web page's reCAPTCHA footer is a page
@@ -167,6 +178,7 @@ def test_planted_verdicts(planted: tuple[Path, dict[str, str]]) -> None:
         "swe_undeclared_tool": [(None, "action_outside_space", "turn 3: `python_exec` is not one of the 12 declared actions")],
         "web_captcha": [(None, "env_captcha", "turn 2: " + CAPTCHA.replace("\n", " ")[:100])],
         "web_http_error": [(None, "env_http_error", "turn 1: RootWebArea '502 Bad Gateway', focused \theading '502 Bad Gateway'")],
+        "web_http_error_before_injection": [(None, "env_http_error", "turn 0: RootWebArea '502 Bad Gateway', focused \theading '502 Bad Gateway'")],
         "term_sandbox_crash": [(None, "env_sandbox_crash", "turn 2: " + CRASH[:100])],
         "term_retry": [(1, "retry_cycle", "malformed action rejected: " + REJECTED[:80])],
         "term_same_failure": [(1, "retry_cycle", "same failed action repeated at turn 2")],
@@ -181,7 +193,8 @@ def test_planted_verdicts(planted: tuple[Path, dict[str, str]]) -> None:
     # malformed action with no retry after it, a repeated command that failed another way, the unchanged original
     for ok in ("web_clean", "openhands_recall_ok", "term_curl_404_ok", "term_trailing_malformed_ok", "term_other_exit_code_ok",
                "term_other_temp_file_ok",
-               "term_tool_404_ok", "term_tool_captcha_pkg_ok", "web_recaptcha_footer_ok", "web_injected_http_error_ok"):
+               "term_tool_404_ok", "term_tool_captcha_pkg_ok", "web_recaptcha_footer_ok", "web_injected_http_error_ok",
+               "web_late_http_error_ok", "term_file_view_crash_ok", "term_user_reply_crash_ok"):
         assert ok not in got
 
 
