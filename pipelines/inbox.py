@@ -78,24 +78,30 @@ def scan(inbox: Path, settle_s: float = 5.0, now: float | None = None, only: str
          on_error: Callable[[str, OSError], None] | None = None) -> Iterator[InboxInput]:
     """Settled inputs in the inbox (of one source with `only`), in a deterministic order.
     `on_future` hears of each input held back because a file's modification time is in the future;
-    `on_error` of a source that could not be walked to the end (a directory it may not read): the
-    inputs found before are offered, and the other sources are walked."""
+    `on_error` of a folder of a source that could not be listed (a directory it may not read): it
+    is said, the rest of the source is walked and offered, and so are the other sources (a source
+    whose own folder cannot be listed offers nothing)."""
     now = time.time() if now is None else now
     for source in sources(inbox):
         if only is not None and source != only:
             continue
         try:
-            yield from _scan_source(inbox / source, source, settle_s, now, on_future)
+            yield from _scan_source(inbox / source, source, settle_s, now, on_future, on_error)
         except OSError as e:
             if on_error is None:
                 raise
             on_error(source, e)
 
 
-def _scan_source(sdir: Path, source: str, settle_s: float, now: float,
-                 on_future: Callable[[Path], None] | None) -> Iterator[InboxInput]:
+def _scan_source(sdir: Path, source: str, settle_s: float, now: float, on_future: Callable[[Path], None] | None,
+                 on_error: Callable[[str, OSError], None] | None) -> Iterator[InboxInput]:
     claimed: Path | None = None
     for unit in discover([sdir]):
+        if unit.unreadable is not None:  # a folder it may not list: said, and the rest of the source walked
+            if on_error is None:
+                raise unit.unreadable
+            on_error(source, unit.unreadable)
+            continue
         if claimed is not None and unit.path.is_relative_to(claimed):
             continue  # a file of the claimed directory that its format does not read: part of it
         if _hidden(unit.path, sdir):

@@ -67,7 +67,7 @@ class InputUnit:
     importer: Importer | None = None  # set for claimed directories
     files: list[Path] = field(default_factory=list)
     not_a_file: str | None = None  # what an entry of an input folder is that is neither file nor folder: not read
-    unreadable: str | None = None  # why a folder inside an input folder could not be listed: quarantined, not read
+    unreadable: OSError | None = None  # why a folder inside an input folder could not be listed: quarantined, not read
 
     @property
     def is_dir(self) -> bool:
@@ -188,7 +188,7 @@ def _walk(directory: Path, prefix: str | None, root: Path, seen: set[tuple[int, 
             except FileNotFoundError:
                 continue  # gone while walked
             except OSError as err:  # a sub-folder the user may not list: quarantined; the rest is read
-                yield InputUnit(p, _display(p, prefix, root), unreadable=err.strerror or str(err))
+                yield InputUnit(p, _display(p, prefix, root), unreadable=err)
         elif consumed is not None and p in consumed:
             continue
         elif _is(e.is_file):
@@ -261,7 +261,7 @@ def read_unit(
         yield _q(ctx, "$", "not_a_file", f"{unit.source}: {unit.not_a_file}; only files and folders are read{hint}"), None
         return
     if unit.unreadable is not None:
-        yield _q(ctx, "$", "unreadable", f"{unit.source}: a folder that cannot be read ({unit.unreadable}); "
+        yield _q(ctx, "$", "unreadable", f"{unit.source}: a folder that cannot be read ({unit.unreadable.strerror or unit.unreadable}); "
                  "its files are not read"), None
         return
     if unit.is_dir:

@@ -501,7 +501,7 @@ def test_a_source_that_cannot_be_walked_does_not_stop_the_others(tmp_path: Path,
     _drop(inbox, "ok", [sample / "swe-agent" / "ctf_pwn_warmup.traj"])
     locked = inbox / "bad" / "locked"
     locked.mkdir(parents=True)
-    _drop(inbox, "bad", [sample / "swe-agent" / "function_calling_simple.traj"])
+    _drop(inbox, "bad", [sample / "swe-agent" / "function_calling_simple.traj", sample / "swe-agent" / "pydicom__pydicom-1458.traj"])
     locked.chmod(0)
     # the partition run reads its inputs as the sensor did (it raised there, failing every retry)
     code = ("import json, sys; from pathlib import Path; from pipelines.inbox import inputs_for, scan; errors = []; "
@@ -518,9 +518,10 @@ def test_a_source_that_cannot_be_walked_does_not_stop_the_others(tmp_path: Path,
     locked.chmod(0o755)
     assert run.returncode == 0, run.stderr
     found, errors, partition, again = json.loads(run.stdout)
-    # `bad` is walked in name order: its file (f...) comes before `locked`, where the walk broke off
-    assert found == ["function_calling_simple.traj", "ctf_pwn_warmup.traj"] and errors == [["bad", "Permission denied"]]
-    assert (partition, again) == (["function_calling_simple.traj"], ["bad"])
+    # `bad` is walked in name order past `locked`, which is said (the walk broke off there: `pydicom...` was not offered)
+    assert found == ["function_calling_simple.traj", "pydicom__pydicom-1458.traj", "ctf_pwn_warmup.traj"]
+    assert errors == [["bad", "Permission denied"]]
+    assert (partition, again) == (["function_calling_simple.traj", "pydicom__pydicom-1458.traj"], ["bad"])
 
 
 def test_a_corpus_setting_that_is_not_a_corpus_fails_at_once(tmp_path: Path) -> None:
