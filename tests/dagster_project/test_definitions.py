@@ -22,6 +22,7 @@ from pipelines.contracts import run_contracts
 from pipelines.inbox import FIRST_DAY, scan
 from pipelines.ingest import ingest
 from pipelines.query import connect
+from tests.support.permissions import without_root_powers
 
 DAY = "2026-11-01"
 TESTS = Path(__file__).resolve().parent.parent
@@ -510,10 +511,7 @@ def test_a_source_that_cannot_be_walked_does_not_stop_the_others(tmp_path: Path,
             "run = [i.path.name for i in inputs_for(Path(sys.argv[1]), 'bad', items[0].day, 0, on_error=lambda s, e: again.append(s))]; "
             "print(json.dumps([found, errors, run, again]))")
     cmd = [sys.executable, "-c", code, str(inbox)]
-    if os.geteuid() == 0:  # root reads anything: drop the capabilities that let it
-        if shutil.which("setpriv") is None:
-            pytest.fail("running as root, this test needs setpriv (util-linux) to drop root's file capabilities")
-        cmd = ["setpriv", "--bounding-set=-dac_override,-dac_read_search,-fowner", "--", *cmd]
+    cmd = without_root_powers(cmd)  # root reads anything
     run = subprocess.run(cmd, capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2], timeout=120)
     locked.chmod(0o755)
     assert run.returncode == 0, run.stderr

@@ -25,6 +25,7 @@ from pipelines.sources import sha256_file
 from pipelines.store import Corpus, CorpusLocked
 from schemas import validate
 from tests.support.memory import peak, reset_peak
+from tests.support.permissions import without_root_powers
 
 SWE = "swe-agent/function_calling_simple.traj"  # 5 steps: 5 assistant actions with tool results
 SWE2 = "swe-agent/ctf_pwn_warmup.traj"  # 7 trajectory[] steps
@@ -584,10 +585,7 @@ def test_an_unreadable_input_is_quarantined_and_the_others_imported(tmp_path: Pa
     shutil.copy(sample / "swe-agent" / "function_calling_simple.traj", d / "secret.traj")
     (d / "secret.traj").chmod(0)
     cmd = [sys.executable, "-m", "pipelines.cli", "ingest", str(d), "--out", str(tmp_path / "c"), "--quiet"]
-    if os.geteuid() == 0:  # root reads anything: drop the capabilities that let it
-        if shutil.which("setpriv") is None:
-            pytest.fail("running as root, this test needs setpriv (util-linux) to drop root's file capabilities")
-        cmd = ["setpriv", "--bounding-set=-dac_override,-dac_read_search,-fowner", "--", *cmd]
+    cmd = without_root_powers(cmd)  # root reads anything
     run = subprocess.run(cmd, capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2], timeout=120)
     assert run.returncode == 3, run.stderr
     assert "records in 2 = accepted 1 + quarantined 1" in run.stdout
@@ -627,10 +625,7 @@ def test_an_unreadable_sub_folder_is_quarantined_and_the_rest_imported(tmp_path:
     shutil.copy(sample / "swe-agent" / "function_calling_simple.traj", d / "private" / "deeper" / "later.traj")
     (d / "private").chmod(0)
     cmd = [sys.executable, "-m", "pipelines.cli", "ingest", str(d), "--out", str(tmp_path / "c"), "--quiet"]
-    if os.geteuid() == 0:  # root reads anything: drop the capabilities that let it
-        if shutil.which("setpriv") is None:
-            pytest.fail("running as root, this test needs setpriv (util-linux) to drop root's file capabilities")
-        cmd = ["setpriv", "--bounding-set=-dac_override,-dac_read_search,-fowner", "--", *cmd]
+    cmd = without_root_powers(cmd)  # root reads anything
     try:
         run = subprocess.run(cmd, capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2], timeout=120)
     finally:
