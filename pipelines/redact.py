@@ -159,6 +159,12 @@ def _check_token(m: re.Match[str]) -> bool:
     return _plausible_value(m.group("value"), "", 16, bare=False)
 
 
+def _check_session_cookie(m: re.Match[str]) -> bool:
+    """A session's cookie (`sessionid`, `PHPSESSID`, `laravel_session`, `connect.sid`, `sid`) with a credential for its value."""
+    name = m.group("name").lower()
+    return ("sess" in name or name == "sid" or name.endswith(("_sid", ".sid", "-sid"))) and _check_token(m)
+
+
 def _check_email(m: re.Match[str]) -> bool:
     """An address's domain names something: `pkg@1.0.tgz` (a package file) has no letter before its end."""
     host = m.group(0).rpartition("@")[2]
@@ -268,8 +274,10 @@ KINDS: tuple[Kind, ...] = (
          r"(?P<value>[^&\s#'\"<>\\]+)", group="value", check=_check_token, needs=("key=", "auth=", "sig=", "signature=")),
     # a session cookie's value is the logged-in session: in a text about cookies (`Cookie:` and
     # `Set-Cookie:` headers, `curl --cookie`, a cookie jar), `sessionid=`, `PHPSESSID=`, `connect.sid=` ...
-    Kind("session_cookie", r"(?i)(?<![A-Za-z0-9_.-])(?:[A-Za-z0-9_.-]*sess[A-Za-z0-9_.-]*|(?:[A-Za-z0-9_.-]*[_.-])?sid)="
-         r"(?P<value>[^;,\s'\"<>\\]+)", group="value", check=_check_token, needs=("cookie",)),
+    # (the name taken whole, possessively, and judged by the check: a pattern that looked for `sess` inside
+    # it backtracked over the run once per `sess` in it, quadratic on `session.session.session...`)
+    Kind("session_cookie", r"(?i)(?<![A-Za-z0-9_.-])(?P<name>[A-Za-z0-9_.-]++)=(?P<value>[^;,\s'\"<>\\]+)",
+         group="value", check=_check_session_cookie, needs=("cookie",)),
     Kind("npm_token", rf"{_B}npm_[A-Za-z0-9]{{36}}{_E}", needs=("npm_",)),
     Kind("pypi_token", rf"{_B}pypi-AgE[A-Za-z0-9_-]{{50,}}", needs=("pypi-age",)),
     # the shortest domain that ends the address: `alpine-devel@lists.alpinelinux.org-4a6a0840.rsa.pub`
