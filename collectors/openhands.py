@@ -340,6 +340,8 @@ class _Stream:
                         "malformed_event",
                         f"{self.where} {self._loc(i)}: expected an [action, observation] pair",
                     )
+                for sub, ev in enumerate(h):
+                    _check_ids(ev, f"{self.where} {self._loc(i, sub)}")
                 if _is_null_action(h[0]):  # an observation without its action: no action to pair it with
                     entries.append(("observation", h[1], self._loc(i, 1)))
                     continue

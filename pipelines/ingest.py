@@ -28,12 +28,12 @@ from pipelines.progress import StatusLine
 from pipelines.reader import EXTRACTION_FAILED, InputUnit, discover, read_unit, remove_stale_extractions
 from pipelines.shell import query_command
 from pipelines.sources import ReadLimits
-from pipelines.store import Corpus, CorpusError, DomainBuffers, PartWriter
+from pipelines.store import Corpus, CorpusError, DomainBuffers, PartWriter, failed_read, open_failed_reads
 from schemas.options import process_count
 from schemas.records import QuarantineRecord, Trajectory, digest, record_problem
 from schemas.tables import DOMAINS, SCHEMA_VERSION
 
-MAX_MESSAGES = 1000  # one-line messages per task; every quarantined record still gets its row
+MAX_MESSAGES = 1000  # one-line messages per run (and so per task); every quarantined record still gets its row
 
 
 @dataclass(frozen=True)
@@ -70,6 +70,7 @@ class InputStats:
     reasons: dict[str, int] = field(default_factory=dict)
     # a read that failed, recorded under a key of its own (`read-failed`): the sha256 its quarantine row carries
     read_sha256: str | None = None
+    path: str | None = None  # of an input nothing could be read of (`store.failed_read`): resolved, to match a later read
 
 
 @dataclass
@@ -156,7 +157,6 @@ def _convert_group(units: Group, writer: PartWriter, config: IngestConfig, caref
     out = DomainBuffers(writer)
     stats: dict[str, InputStats] = {}
     messages: list[str] = []
-    unshown = 0  # quarantined records past MAX_MESSAGES: said in one line at the end
     for unit, sha in units:
         try:
             size = unit.size()
@@ -181,8 +181,6 @@ def _convert_group(units: Group, writer: PartWriter, config: IngestConfig, caref
                 if len(messages) < MAX_MESSAGES:
                     # one line: a file name may hold a newline (and then what could pass for another message)
                     messages.append(f"quarantined {rec.locator}: {rec.reason}: {rec.detail}"[:400].translate(_ONE_LINE))
-                else:
-                    unshown += 1
                 continue
             assert imp is not None
             trajectories += 1
@@ -201,9 +199,9 @@ def _convert_group(units: Group, writer: PartWriter, config: IngestConfig, caref
             # content again, reads it instead of skipping it
             stats[digest("read-failed", sha)] = stats.pop(sha)
             st.read_sha256 = sha
+        if failed_read(vars(st)):
+            st.path = os.path.realpath(unit.path)
     files = out.close()
-    if unshown:
-        messages.append(f"... and {unshown:,} more quarantined records not shown here (each has its row in the quarantine view)")
     return files, stats, messages
 
 
@@ -422,8 +420,21 @@ def _ingest(
             seen[sha] = unit.source
             todo.append((unit, sha, size))
         summary.new_inputs = len(todo)
+        failed = open_failed_reads(known)  # earlier failed reads that an input of this run may now supersede
+
+        def read_now(inputs: dict[str, dict]) -> dict[str, str]:
+            """This run's units read fine (new, or in the corpus already): resolved path -> key."""
+            out = {}
+            for unit, sha in zip(units, shas, strict=True):
+                entry = inputs.get(sha) or known.get(sha)
+                if entry is not None and not failed_read(entry):
+                    out[os.path.realpath(unit.path)] = sha
+            return out
+
         if not todo:
             w.ensure_manifest()
+            if failed:
+                w.supersede(read_now({}))
             summary.seconds = time.monotonic() - t0
             return summary
         batch_id = w.new_batch_id()
@@ -435,19 +446,24 @@ def _ingest(
         inputs: dict[str, dict] = {}
         paths = {sha: u.path for u, sha, _ in todo if not u.is_dir}
 
+        shown = 0  # quarantine messages said, MAX_MESSAGES at most in a run; the rest in one line at the end
+
         def take(result: GroupResult) -> None:
+            nonlocal shown
             part_files, stats, messages = result
             files.extend(part_files)
             if echo is not None:
-                for m in messages:
+                for m in messages[:max(0, MAX_MESSAGES - shown)]:
                     echo(m)
+                    shown += 1
             for sha, st in stats.items():
                 # `vars`, not `asdict`: a deep copy per input is parent CPU taken from the workers, and the
                 # counters are this result's own already (unpickled, or made for it)
-                inputs[sha] = {**vars(st), "schema_version": SCHEMA_VERSION}
-                if st.read_sha256 is None:
-                    del inputs[sha]["read_sha256"]
-                bar.advance(st.bytes, st.source, paths.get(sha))
+                inputs[sha] = entry = {**vars(st), "schema_version": SCHEMA_VERSION}
+                for k in ("read_sha256", "path"):
+                    if entry[k] is None:
+                        del entry[k]
+                bar.advance(st.bytes, st.source, paths.get(st.read_sha256 or sha))
 
         watch = Watch(OpenInputs((u.path, n) for u, _, n in todo if not u.is_dir), bar.in_flight, bar.line.interval)
         with (watch if progress and runner is None else contextlib.nullcontext()):  # Beam's workers are not ours to watch
@@ -467,8 +483,11 @@ def _ingest(
             summary.quarantined += st["quarantined"]
             for r, n in st["reasons"].items():
                 summary.reasons[r] = summary.reasons.get(r, 0) + n
+        if echo is not None and summary.quarantined > shown:
+            echo(f"... and {summary.quarantined - shown:,} more quarantined records not shown here "
+                 "(each has its row in the quarantine view)")
         info["counts"] = {k: getattr(summary, k) for k in ("records", "trajectories", "turns", "quarantined")}
-        batch = w.commit(batch_id, files, inputs, info)
+        batch = w.commit(batch_id, files, inputs, info, read_now(inputs) if failed else None)
         summary.batch_id = batch["id"]
         for f in batch["files"]:
             if f["table"] in ("trajectories", "turns") and f["domain"]:

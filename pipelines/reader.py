@@ -67,7 +67,8 @@ class InputUnit:
     importer: Importer | None = None  # set for claimed directories
     files: list[Path] = field(default_factory=list)
     not_a_file: str | None = None  # what an entry of an input folder is that is neither file nor folder: not read
-    unreadable: OSError | None = None  # why a folder inside an input folder could not be listed: quarantined, not read
+    # why a folder inside an input folder could not be listed, or an entry's type told: quarantined, not read
+    unreadable: OSError | None = None
 
     @property
     def is_dir(self) -> bool:
@@ -155,14 +156,28 @@ def _display(path: Path, prefix: str | None, root: Path | None) -> str:
 
 
 def _walk(directory: Path, prefix: str | None, root: Path, seen: set[tuple[int, int]],
-          corpora: list[Path] | None = None, consumed: set[Path] | None = None) -> Iterator[InputUnit]:
+          corpora: list[Path] | None = None, consumed: set[Path] | None = None, top: bool = True) -> Iterator[InputUnit]:
     """`consumed`: inside a folder a directory-format importer claimed, the files it reads (the
-    other entries are offered by the same rules as anywhere else; no sub-folder is claimed again)."""
+    other entries are offered by the same rules as anywhere else; no sub-folder is claimed again).
+    A folder below `top` that cannot be listed, or an entry whose type cannot be told, is one
+    `unreadable` unit: the rest of the walk goes on (an input given that cannot be read raises, as the
+    command's failure)."""
     st = _stat_dir(directory)
     if st is None or (st.st_dev, st.st_ino) in seen:  # a symlink back up the tree: walked already (two such links would
         return  # make the walk exponential)
     seen.add((st.st_dev, st.st_ino))
-    if holds_worldline_data(directory):
+    try:
+        is_data = holds_worldline_data(directory)
+        if not is_data:  # scandir's entries know their type without a stat per file (an input of many small files)
+            with os.scandir(directory) as it:
+                entries = sorted(it, key=operator.attrgetter("name"))
+    except OSError as err:
+        if top:
+            raise
+        if not isinstance(err, FileNotFoundError):  # (gone while walked: nothing to say)
+            yield InputUnit(directory, _display(directory, prefix, root), unreadable=err)
+        return
+    if is_data:
         if corpora is not None:
             corpora.append(directory)
         return
@@ -177,21 +192,19 @@ def _walk(directory: Path, prefix: str | None, root: Path, seen: set[tuple[int, 
                 yield InputUnit(directory, _display(directory, prefix, root), imp, files)
                 consumed = set(files)
                 break
-    # scandir's entries know their type without a stat per file (an input of many small files)
-    with os.scandir(directory) as it:
-        entries = sorted(it, key=operator.attrgetter("name"))
     for e in entries:
         p = directory / e.name
-        if _is(e.is_dir):
-            try:
-                yield from _walk(p, prefix, root, seen, corpora, consumed)
-            except FileNotFoundError:
-                continue  # gone while walked
-            except OSError as err:  # a sub-folder the user may not list: quarantined; the rest is read
-                yield InputUnit(p, _display(p, prefix, root), unreadable=err)
-        elif consumed is not None and p in consumed:
+        try:
+            if _is(e.is_dir):
+                yield from _walk(p, prefix, root, seen, corpora, consumed, top=False)
+                continue
+            if consumed is not None and p in consumed:
+                continue
+            is_file = _is(e.is_file)
+        except OSError as err:  # a link into a folder the user may not search, say: unreadable, as such a folder
+            yield InputUnit(p, _display(p, prefix, root), unreadable=err)
             continue
-        elif _is(e.is_file):
+        if is_file:
             yield InputUnit(p, _display(p, prefix, root))
         elif (what := _what_is(p)) is not None:  # counted and quarantined, not dropped unseen
             yield InputUnit(p, _display(p, prefix, root), not_a_file=what)
@@ -261,8 +274,9 @@ def read_unit(
         yield _q(ctx, "$", "not_a_file", f"{unit.source}: {unit.not_a_file}; only files and folders are read{hint}"), None
         return
     if unit.unreadable is not None:
-        yield _q(ctx, "$", "unreadable", f"{unit.source}: a folder that cannot be read ({unit.unreadable.strerror or unit.unreadable}); "
-                 "its files are not read"), None
+        what = "a folder that cannot be read" if os.path.isdir(unit.path) else "an entry that cannot be examined"
+        yield _q(ctx, "$", "unreadable", f"{unit.source}: {what} ({unit.unreadable.strerror or unit.unreadable}); "
+                 "not read"), None
         return
     if unit.is_dir:
         assert unit.importer is not None
@@ -759,17 +773,27 @@ _RETRIED = "; nothing of the archive is read, and the next ingest tries it again
 TAR_PREFIX = "worldline-tar-"  # + the extracting process's id: `remove_stale_extractions` knows whose it is
 
 
+def _extracted(path: Path | None) -> bool:
+    """Whether `path` is a member of an archive, extracted by `_read_tar`."""
+    return path is not None and any(p.name.startswith(TAR_PREFIX) for p in path.parents)
+
+
 def _read_tar(stream: IO[bytes], ctx: ImportContext, limits: ReadLimits) -> Iterator[Item]:
+    # an archive inside another is no input of its own: the outer one, read, is recorded whole, and no later
+    # ingest of it reads again what this one could not (its other members are in the corpus by then)
+    then = _RETRIED if not _extracted(ctx.path) else (
+        "; nothing of it is read, and as it lies inside an archive that was read, no later ingest of that archive "
+        "reads it: extract it and ingest it on its own once there is room")
     try:
         tmp = Path(tempfile.mkdtemp(prefix=f"{TAR_PREFIX}{os.getpid()}-"))
     except OSError as e:
-        yield _q(ctx, "$", EXTRACTION_FAILED, f"{ctx.source}: {ExtractionFailed(Path(tempfile.gettempdir()), e)}{_RETRIED}"), None
+        yield _q(ctx, "$", EXTRACTION_FAILED, f"{ctx.source}: {ExtractionFailed(Path(tempfile.gettempdir()), e)}{then}"), None
         return
     try:
         try:
             rejected = extract_tar(stream, tmp, limits, ctx.source)
         except ExtractionFailed as e:  # the members read so far are not read either: the next ingest reads them all
-            yield _q(ctx, "$", EXTRACTION_FAILED, f"{ctx.source}: {e}{_RETRIED}"), None
+            yield _q(ctx, "$", EXTRACTION_FAILED, f"{ctx.source}: {e}{then}"), None
             return
         for r in rejected:
             yield _q(ctx, f"member:{r.member}", r.reason, r.detail), None

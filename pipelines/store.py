@@ -274,25 +274,32 @@ class Corpus:
 FAILED_READS = ("unreadable", "extraction_failed")  # quarantine reasons that say nothing of the data: retried
 
 
-def _failed_read(entry: dict) -> bool:
+def failed_read(entry: dict) -> bool:
+    """An input recorded with nothing but failed reads (nothing of it is in the corpus)."""
     reasons = entry.get("reasons") or {}
     return bool(reasons) and entry.get("trajectories") == 0 and set(reasons) <= set(FAILED_READS)
 
 
-def supersede_failed_reads(known: dict[str, dict], new: dict[str, dict]) -> None:
-    """Mark each input that could not be read (a file or folder the user could not read, an archive this
-    machine could not extract) `superseded_by` the input read now from the same place (the same path,
-    or a file in that folder): its quarantine row no longer stands for data that is missing, and the
-    `quarantine` view (`superseded_quarantine`) and the quarantine rate leave it out."""
-    failed = [e for e in known.values() if not e.get("superseded_by") and _failed_read(e)]
-    if not failed:
-        return
-    read = {e["source"]: k for k, e in new.items() if not _failed_read(e)}
-    for e in failed:
-        src = e["source"]
-        by = read.get(src) or next((k for s, k in read.items() if s.startswith(src.rstrip("/") + "/")), None)
+def open_failed_reads(inputs: dict[str, dict]) -> list[dict]:
+    """The failed reads that nothing has superseded yet (each with the `path` it was read at)."""
+    return [e for e in inputs.values() if e.get("path") and not e.get("superseded_by") and failed_read(e)]
+
+
+def supersede_failed_reads(inputs: dict[str, dict], read_now: dict[str, str]) -> bool:
+    """Mark each input that could not be read (a file or folder the user could not read, an entry that
+    could not be examined, an archive this machine could not extract) `superseded_by` the input read
+    fine now (`read_now`: resolved path -> its key, new or already in the corpus) from the same place:
+    the same path, or a file in that folder. Its quarantine row then no longer stands for missing
+    data: the `quarantine` view (`superseded_quarantine`) and the quarantine rate leave it out.
+    Returns whether any was marked."""
+    marked = False
+    for e in open_failed_reads(inputs):
+        at = e["path"]
+        by = read_now.get(at) or next((k for p, k in read_now.items() if p.startswith(at.rstrip("/") + "/")), None)
         if by is not None:
             e["superseded_by"] = by
+            marked = True
+    return marked
 
 
 def superseded_quarantine(manifest: dict) -> list[str]:
@@ -419,13 +426,22 @@ class CorpusWriter:
         if not self.corpus.exists():
             write_json_atomic(self.corpus.manifest_path, self.corpus.manifest())
 
-    def commit(self, batch_id: str, files: list[dict], inputs: dict[str, dict], info: dict) -> dict:
+    def supersede(self, read_now: dict[str, str]) -> None:
+        """`supersede_failed_reads` for a run that commits no batch (its inputs were all in the corpus)."""
+        m = self.corpus.manifest()
+        if supersede_failed_reads(m["inputs"], read_now):
+            write_json_atomic(self.corpus.manifest_path, m)
+
+    def commit(self, batch_id: str, files: list[dict], inputs: dict[str, dict], info: dict,
+               read_now: dict[str, str] | None = None) -> dict:
         """Record the batch as committing, move its staged files (`PartWriter.close()`'s entries,
-        checksummed by the writer) into place, mark it committed. Returns the batch entry."""
+        checksummed by the writer) into place, mark it committed. Returns the batch entry.
+        `read_now`: see `supersede_failed_reads`."""
         m = self.corpus.manifest()
         batch = {"id": batch_id, "state": "committing", "files": sorted(files, key=lambda f: f["path"]), **info}
         m["batches"].append(batch)
-        supersede_failed_reads(m["inputs"], inputs)
+        if read_now:
+            supersede_failed_reads(m["inputs"], read_now)
         for sha, entry in inputs.items():
             m["inputs"][sha] = {**entry, "batch": batch_id}
         write_json_atomic(self.corpus.manifest_path, m)

@@ -378,3 +378,14 @@ def test_model_response_choices_that_are_no_list_leave_the_arguments_out(tmp_pat
     # the arguments are the event's own `args` then, not the model's tool call
     assert json.loads(ref.turns[0].tool_args)["command"] == "create"
     assert json.loads(t.turns[0].tool_args)["path"] == events[1]["args"]["path"] == "/workspace/game_2048.py"
+
+
+def test_an_id_in_an_old_action_observation_pair_names_the_pair(tmp_path: Path) -> None:
+    src = Path(__file__).resolve().parent.parent / "data" / "openhands" / "legacy_output.jsonl"
+    row = json.loads(src.read_text().splitlines()[1])
+    assert isinstance(row["history"][0], list)  # the old [action, observation] form
+    row["history"][0][0]["id"] = {"n": 3}
+    (tmp_path / "out.jsonl").write_text(json.dumps(row) + "\n")
+    (q,) = list(read_path(tmp_path / "out.jsonl"))
+    assert not isinstance(q, Trajectory) and q.reason == "malformed_event"
+    assert q.detail.endswith("history[0][0]: 'id' must be a number or text, got dict")

@@ -598,7 +598,7 @@ def test_an_unreadable_input_is_quarantined_and_the_others_imported(tmp_path: Pa
     _failed_read_superseded(tmp_path / "c", str(d / "secret.traj"))
 
 
-def _failed_read_superseded(corpus: Path, source: str) -> None:
+def _failed_read_superseded(corpus: Path, source: str, by: str | None = None) -> None:
     """The failed read's row stayed in the quarantine view (a corpus with nothing missing read 33%
     quarantined, and `check`'s rate contract failed for good): its input is `superseded_by` the one read
     since, and the view, the rate and the counts' reconciliation leave it out."""
@@ -606,7 +606,7 @@ def _failed_read_superseded(corpus: Path, source: str) -> None:
 
     entries = json.loads((corpus / "manifest.json").read_text())["inputs"]
     [(old, failed)] = [(k, e) for k, e in entries.items() if e["source"] == source and e["trajectories"] == 0]
-    [(new, read)] = [(k, e) for k, e in entries.items() if e["source"].startswith(source) and e["trajectories"] == 1]
+    [(new, read)] = [(k, e) for k, e in entries.items() if e["source"].startswith(by or source) and e["trajectories"] == 1]
     assert failed["superseded_by"] == new and "superseded_by" not in read
     assert run_query(corpus, "SELECT count(*) FROM quarantine")[1] == [(0,)]
     rate = quarantine_rate(Corpus(corpus))
@@ -623,6 +623,9 @@ def test_an_unreadable_sub_folder_is_quarantined_and_the_rest_imported(tmp_path:
     (d / "private" / "deeper").mkdir(parents=True)
     shutil.copy(sample / "swe-agent" / "ctf_pwn_warmup.traj", d / "ok.traj")
     shutil.copy(sample / "swe-agent" / "function_calling_simple.traj", d / "private" / "deeper" / "later.traj")
+    shutil.copy(sample / "swe-agent" / "pydicom__pydicom-1458.traj", d / "zz.traj")
+    # a link into it, before the files: its type cannot be told (it ended the folder's walk, `zz.traj` unseen)
+    (d / "link.traj").symlink_to(d / "private" / "deeper" / "later.traj")
     (d / "private").chmod(0)
     cmd = [sys.executable, "-m", "pipelines.cli", "ingest", str(d), "--out", str(tmp_path / "c"), "--quiet"]
     cmd = without_root_powers(cmd)  # root reads anything
@@ -631,12 +634,16 @@ def test_an_unreadable_sub_folder_is_quarantined_and_the_rest_imported(tmp_path:
     finally:
         (d / "private").chmod(0o755)
     assert run.returncode == 3, run.stderr
-    assert "records in 2 = accepted 1 + quarantined 1" in run.stdout
-    assert run_query(tmp_path / "c", "SELECT source, locator, reason, detail FROM quarantine")[1] == [
-        (str(d / "private"), "$", "unreadable", f"{d / 'private'}: a folder that cannot be read (Permission denied); its files are not read")]
-    again = ingest([d], tmp_path / "c", progress=False)  # once it can be listed, its files are read
-    assert (again.new_inputs, again.trajectories) == (1, 1)
-    _failed_read_superseded(tmp_path / "c", str(d / "private"))
+    assert "records in 4 = accepted 2 + quarantined 2" in run.stdout
+    assert run_query(tmp_path / "c", "SELECT source, locator, reason, detail FROM quarantine ORDER BY source")[1] == [
+        (str(d / "link.traj"), "$", "unreadable", f"{d / 'link.traj'}: an entry that cannot be examined (Permission denied); not read"),
+        (str(d / "private"), "$", "unreadable", f"{d / 'private'}: a folder that cannot be read (Permission denied); not read")]
+    assert sorted(r[0] for r in run_query(tmp_path / "c", "SELECT source FROM trajectories")[1]) == [str(d / "ok.traj"), str(d / "zz.traj")]
+    again = ingest([d], tmp_path / "c", progress=False)  # once it can be listed, its files are read (the link's: the same)
+    assert (again.new_inputs, again.trajectories, again.duplicate_inputs) == (1, 1, 1)
+    # the link comes first in the walk: the content is recorded under its name, and supersedes both failed reads
+    _failed_read_superseded(tmp_path / "c", str(d / "private"), by=str(d / "link.traj"))
+    _failed_read_superseded(tmp_path / "c", str(d / "link.traj"))
 
 
 def test_an_archive_this_machine_cannot_extract_is_tried_again(tmp_path: Path) -> None:
@@ -679,6 +686,75 @@ def test_an_archive_this_machine_cannot_extract_is_tried_again(tmp_path: Path) -
 
     assert run_query(tmp_path / "c", "SELECT count(*) FROM quarantine")[1] == [(0,)]  # the failed extraction: superseded
     assert quarantine_rate(Corpus(tmp_path / "c")).passed and counts_reconcile(Corpus(tmp_path / "c")).passed
+    # inside another archive, which is read and recorded whole, it is not tried again: the row says so
+    inner = (tmp_path / "runs.tar.gz").read_bytes()
+    with tarfile.open(tmp_path / "outer.tar", "w") as tar:
+        for name, data in (("runs.tar.gz", inner), ("small.jsonl", _chat_line(99_999))):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    cmd[cmd.index(str(tmp_path / "runs.tar.gz"))] = str(tmp_path / "outer.tar")
+    cmd[cmd.index(str(tmp_path / "c"))] = str(tmp_path / "c2")
+    run = subprocess.run(cmd, capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2], timeout=120,
+                         preexec_fn=small_files)
+    assert run.returncode == 3, run.stderr
+    assert "records in 2 = accepted 1 + quarantined 1" in run.stdout
+    [(source, reason, detail)] = run_query(tmp_path / "c2", "SELECT source, reason, detail FROM quarantine")[1]
+    assert (source, reason) == (f"{tmp_path / 'outer.tar'}!runs.tar.gz", "extraction_failed")
+    assert detail.endswith("(File too large): free space there or set TMPDIR to a folder with room; nothing of it is read, and "
+                           "as it lies inside an archive that was read, no later ingest of that archive reads it: extract it "
+                           "and ingest it on its own once there is room")
+
+
+def test_a_failed_read_is_superseded_by_a_read_of_the_same_place_only(tmp_path: Path, sample: Path, monkeypatch) -> None:
+    """Matched by resolved path: another project's `in/secret.traj` (the same name from another working
+    folder) hid the row; the same file given by its absolute path did not; and a file read fine, then
+    unreadable, then readable again (its content in the corpus all along) kept its row for good."""
+    import subprocess
+    import sys
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    for root in (a, b):
+        (root / "in").mkdir(parents=True)
+        shutil.copy(sample / "swe-agent" / "ctf_pwn_warmup.traj", root / "in" / "ok.traj")
+    shutil.copy(sample / "swe-agent" / "function_calling_simple.traj", a / "in" / "secret.traj")
+    shutil.copy(sample / "swe-agent" / "pydicom__pydicom-1458.traj", b / "in" / "secret.traj")
+    corpus = tmp_path / "c"
+
+    def ingest_unprivileged(cwd: Path) -> None:
+        cmd = without_root_powers([sys.executable, "-m", "pipelines.cli", "ingest", "in", "--out", str(corpus), "--quiet"])
+        run = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, timeout=120,
+                             env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
+        assert run.returncode in (0, 3), run.stderr
+
+    def open_rows() -> list[tuple]:
+        return run_query(corpus, "SELECT source, reason FROM quarantine ORDER BY ALL")[1]
+
+    (a / "in" / "secret.traj").chmod(0)
+    try:
+        ingest_unprivileged(a)
+        assert open_rows() == [("in/secret.traj", "unreadable")]
+        monkeypatch.chdir(b)
+        ingest([Path("in")], corpus, IngestConfig(workers=1), progress=False)  # b's in/secret.traj: another file
+        assert open_rows() == [("in/secret.traj", "unreadable")]
+    finally:
+        (a / "in" / "secret.traj").chmod(0o644)
+    s = ingest([a / "in"], corpus, IngestConfig(workers=1), progress=False)  # the same file, by another spelling
+    assert (s.new_inputs, s.trajectories, open_rows()) == (1, 1, [])
+    # read fine, then unreadable, then readable again with the same content: a run that adds nothing supersedes
+    # (touched: an unreadable file's key is its path, size and time, and this one's first failed read is superseded)
+    os.utime(a / "in" / "secret.traj", (1_700_000_000, 1_700_000_000))
+    (a / "in" / "secret.traj").chmod(0)
+    try:
+        ingest_unprivileged(a)
+        assert open_rows() == [("in/secret.traj", "unreadable")]
+    finally:
+        (a / "in" / "secret.traj").chmod(0o644)
+    s = ingest([a / "in"], corpus, IngestConfig(workers=1), progress=False)
+    assert (s.new_inputs, open_rows()) == (0, [])
+    from pipelines.contracts import counts_reconcile, quarantine_rate
+
+    assert quarantine_rate(Corpus(corpus)).passed and counts_reconcile(Corpus(corpus)).passed
 
 
 def test_a_symbolic_link_loop_given_as_an_input_is_quarantined(tmp_path: Path) -> None:

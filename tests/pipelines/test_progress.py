@@ -57,3 +57,9 @@ def test_ingest_messages_past_the_limit_are_counted_in_one_line(tmp_path, monkey
     assert s.quarantined == 5
     assert [m.split(": ")[1] for m in said[:2]] == ["invalid_json", "invalid_json"]
     assert said[2:] == ["... and 3 more quarantined records not shown here (each has its row in the quarantine view)"]
+    # two tasks of five each: the limit and the count are the run's
+    (tmp_path / "n.jsonl").write_text(good.replace("hi", "hey") + "{broken\n" * 5)
+    said.clear()
+    s = ingest.ingest([tmp_path], tmp_path / "d", ingest.IngestConfig(workers=1, task_bytes=1), progress=False, echo=said.append)
+    assert s.quarantined == 10 and len(said) == 3
+    assert said[2] == "... and 8 more quarantined records not shown here (each has its row in the quarantine view)"
