@@ -28,7 +28,15 @@ from pipelines.progress import StatusLine
 from pipelines.reader import EXTRACTION_FAILED, InputUnit, discover, read_unit, remove_stale_extractions
 from pipelines.shell import query_command
 from pipelines.sources import ReadLimits
-from pipelines.store import Corpus, CorpusError, DomainBuffers, PartWriter, failed_read, open_failed_reads
+from pipelines.store import (
+    Corpus,
+    CorpusError,
+    DomainBuffers,
+    PartWriter,
+    ReadNow,
+    failed_read,
+    open_failed_reads,
+)
 from schemas.options import process_count
 from schemas.records import QuarantineRecord, Trajectory, digest, record_problem
 from schemas.tables import DOMAINS, SCHEMA_VERSION
@@ -70,7 +78,10 @@ class InputStats:
     reasons: dict[str, int] = field(default_factory=dict)
     # a read that failed, recorded under a key of its own (`read-failed`): the sha256 its quarantine row carries
     read_sha256: str | None = None
-    path: str | None = None  # of an input nothing could be read of (`store.failed_read`): resolved, to match a later read
+    # of an input nothing could be read of and no content known (`store.failed_read`): its absolute path, a file's or a
+    # folder's, for a later run to find it read (`store.supersede_failed_reads`)
+    path: str | None = None
+    folder: str | None = None
 
 
 @dataclass
@@ -197,10 +208,14 @@ def _convert_group(units: Group, writer: PartWriter, config: IngestConfig, caref
             # hashed, then unreadable when read (its permissions changed, it went away), or an archive this machine
             # could not extract (no space left): recorded under a key of its own, so that the next run, finding the
             # content again, reads it instead of skipping it
-            stats[digest("read-failed", sha)] = stats.pop(sha)
+            # (a key per attempt: a second failed attempt's row is the manifest's too)
+            stats[digest("read-failed", sha, writer.tag)] = stats.pop(sha)
             st.read_sha256 = sha
-        if failed_read(vars(st)):
-            st.path = os.path.realpath(unit.path)
+        elif failed_read(vars(st)):  # nothing of it known but where it is
+            if unit.unreadable is not None and os.path.isdir(unit.path):
+                st.folder = os.path.abspath(unit.path)
+            else:
+                st.path = os.path.abspath(unit.path)
     files = out.close()
     return files, stats, messages
 
@@ -304,7 +319,8 @@ def ingest(
         raise CorpusError(f"input {inside[0]} is the corpus --out {corpus.root} or inside it; "
                           "write the corpus elsewhere (inside the input folder is fine)")
     corpora: list[Path] = []
-    units = list(discover(paths, skip=[corpus.root], corpora=corpora))  # not its own output, if among the inputs
+    listed: set[str] = set()  # the folders listed: what a folder's earlier failed read waits for
+    units = list(discover(paths, skip=[corpus.root], corpora=corpora, listed=listed))  # not its own output, if among the inputs
     summary.corpora_skipped = [str(c) for c in corpora]
     # the corpus's own report (`worldline report`'s default place, beside it) when the corpus lies in an input
     # folder: output, as the corpus is, so skipped as the corpus is (a report made since would be a new input each time)
@@ -326,7 +342,7 @@ def ingest(
         preload_for_workers()
         pool = ProcessPoolExecutor(max_workers=workers, initializer=die_with_parent, initargs=(os.getpid(),))
     try:
-        result = _ingest(units, sizes, workers, pool, corpus, summary, config, progress, echo, t0, runner)
+        result = _ingest(units, sizes, workers, pool, corpus, summary, config, progress, echo, t0, runner, listed)
     except BaseException:
         if pool is not None:
             stop_pool(pool)  # an interrupt or an error: the groups still running are not wanted
@@ -402,6 +418,7 @@ def _ingest(
     echo: Callable[[str], None] | None,
     t0: float,
     runner: GroupRunner | None = None,
+    listed: set[str] | None = None,
 ) -> IngestSummary:
     with corpus.writer(config.lock_wait_s) as w:  # first: a corpus another writer holds is said at once, not after hashing
         shas = list(pool.map(_unit_sha, units, chunksize=16)) if pool is not None else [u.sha256() for u in units]
@@ -420,21 +437,24 @@ def _ingest(
             seen[sha] = unit.source
             todo.append((unit, sha, size))
         summary.new_inputs = len(todo)
-        failed = open_failed_reads(known)  # earlier failed reads that an input of this run may now supersede
+        failed = open_failed_reads(known)  # earlier failed reads that this run may supersede
 
-        def read_now(inputs: dict[str, dict]) -> dict[str, str]:
-            """This run's units read fine (new, or in the corpus already): resolved path -> key."""
-            out = {}
+        def read_now(inputs: dict[str, dict]) -> ReadNow:
+            """What this run read fine (new, or in the corpus already); file paths only when a failed read waits for one."""
+            now = ReadNow(folders=listed or set())
+            want_paths = any(e.get("path") for e in failed)
             for unit, sha in zip(units, shas, strict=True):
                 entry = inputs.get(sha) or known.get(sha)
                 if entry is not None and not failed_read(entry):
-                    out[os.path.realpath(unit.path)] = sha
-            return out
+                    now.keys.add(sha)
+                    if want_paths:
+                        now.paths[os.path.abspath(unit.path)] = sha
+            return now
 
         if not todo:
             w.ensure_manifest()
             if failed:
-                w.supersede(read_now({}))
+                w.supersede(read_now({}), f"the run of {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}")
             summary.seconds = time.monotonic() - t0
             return summary
         batch_id = w.new_batch_id()
@@ -460,7 +480,7 @@ def _ingest(
                 # `vars`, not `asdict`: a deep copy per input is parent CPU taken from the workers, and the
                 # counters are this result's own already (unpickled, or made for it)
                 inputs[sha] = entry = {**vars(st), "schema_version": SCHEMA_VERSION}
-                for k in ("read_sha256", "path"):
+                for k in ("read_sha256", "path", "folder"):
                     if entry[k] is None:
                         del entry[k]
                 bar.advance(st.bytes, st.source, paths.get(st.read_sha256 or sha))

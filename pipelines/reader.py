@@ -89,7 +89,10 @@ class InputUnit:
         if self.not_a_file is not None:  # never opened: a pipe would block, a dangling link has nothing
             return digest("not a file", str(self.path), self.not_a_file)
         if self.unreadable is not None:  # once it can be listed, its files are inputs of their own
-            return digest("unreadable folder", str(self.path))
+            try:  # a file added to it (its time changes) is a new failed read, not one recorded before
+                return digest("unreadable entry", str(self.path), str(self.path.lstat().st_mtime_ns))
+            except OSError:
+                return digest("unreadable entry", str(self.path))
         try:
             if not self.is_dir:
                 return sha256_file(self.path)
@@ -127,17 +130,21 @@ def remove_stale_extractions() -> int:
 
 
 def discover(paths: Iterable[Path], source_prefix: str | None = None, root: Path | None = None,
-             skip: Iterable[Path] = (), corpora: list[Path] | None = None) -> Iterator[InputUnit]:
+             skip: Iterable[Path] = (), corpora: list[Path] | None = None,
+             listed: set[str] | None = None) -> Iterator[InputUnit]:
     """Expand paths into input units, in a deterministic order. Directories claimed by a
     directory-format importer become one unit; their consumed files are not offered again.
     Directories in `skip` (the corpus being written, when it lies among the inputs) are not walked,
     nor are Worldline corpora (their Parquet parts are no trace format) or the folders an export or the
-    traces stage wrote (`holds_worldline_data`): with `corpora`, those are appended to it."""
+    traces stage wrote (`holds_worldline_data`): with `corpora`, those are appended to it. `listed`
+    receives the absolute path of every folder listed (what a folder's failed read waits for:
+    `store.supersede_failed_reads`)."""
     skipped = {(st.st_dev, st.st_ino) for d in skip if (st := _stat_dir(Path(d))) is not None}
     for path in paths:
         path = Path(path)
         if path.is_dir():
-            yield from _walk(path, source_prefix, root if root is not None else path.parent, set(skipped), corpora)
+            yield from _walk(path, source_prefix, root if root is not None else path.parent, set(skipped), corpora,
+                             listed=listed)
         elif path.is_file():
             yield InputUnit(path, _display(path, source_prefix, root))
         elif (what := _what_is(path)) is not None:  # a pipe (`/dev/stdin`, `<(...)`): read once, it could not be
@@ -156,7 +163,8 @@ def _display(path: Path, prefix: str | None, root: Path | None) -> str:
 
 
 def _walk(directory: Path, prefix: str | None, root: Path, seen: set[tuple[int, int]],
-          corpora: list[Path] | None = None, consumed: set[Path] | None = None, top: bool = True) -> Iterator[InputUnit]:
+          corpora: list[Path] | None = None, consumed: set[Path] | None = None, top: bool = True,
+          listed: set[str] | None = None) -> Iterator[InputUnit]:
     """`consumed`: inside a folder a directory-format importer claimed, the files it reads (the
     other entries are offered by the same rules as anywhere else; no sub-folder is claimed again).
     A folder below `top` that cannot be listed, or an entry whose type cannot be told, is one
@@ -181,6 +189,8 @@ def _walk(directory: Path, prefix: str | None, root: Path, seen: set[tuple[int, 
         if corpora is not None:
             corpora.append(directory)
         return
+    if listed is not None:
+        listed.add(os.path.abspath(directory))
     if consumed is None:
         for imp in _BY_CONTAINER.get("dir", []):
             try:
@@ -196,7 +206,7 @@ def _walk(directory: Path, prefix: str | None, root: Path, seen: set[tuple[int, 
         p = directory / e.name
         try:
             if _is(e.is_dir):
-                yield from _walk(p, prefix, root, seen, corpora, consumed, top=False)
+                yield from _walk(p, prefix, root, seen, corpora, consumed, top=False, listed=listed)
                 continue
             if consumed is not None and p in consumed:
                 continue

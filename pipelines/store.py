@@ -26,6 +26,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -281,21 +282,37 @@ def failed_read(entry: dict) -> bool:
 
 
 def open_failed_reads(inputs: dict[str, dict]) -> list[dict]:
-    """The failed reads that nothing has superseded yet (each with the `path` it was read at)."""
-    return [e for e in inputs.values() if e.get("path") and not e.get("superseded_by") and failed_read(e)]
+    """The failed reads nothing has superseded yet: each names its content (`read_sha256`), its file
+    (`path`) or its folder (`folder`)."""
+    return [e for e in inputs.values()
+            if not e.get("superseded_by") and (e.get("read_sha256") or e.get("path") or e.get("folder")) and failed_read(e)]
 
 
-def supersede_failed_reads(inputs: dict[str, dict], read_now: dict[str, str]) -> bool:
-    """Mark each input that could not be read (a file or folder the user could not read, an entry that
-    could not be examined, an archive this machine could not extract) `superseded_by` the input read
-    fine now (`read_now`: resolved path -> its key, new or already in the corpus) from the same place:
-    the same path, or a file in that folder. Its quarantine row then no longer stands for missing
-    data: the `quarantine` view (`superseded_quarantine`) and the quarantine rate leave it out.
-    Returns whether any was marked."""
+@dataclass
+class ReadNow:
+    """What one ingest run read fine, new or in the corpus already: content keys, the absolute paths of
+    the files (path -> key; left empty when no open failed read waits for a file) and of the folders it listed."""
+
+    keys: set[str] = field(default_factory=set)
+    paths: dict[str, str] = field(default_factory=dict)
+    folders: set[str] = field(default_factory=set)
+
+
+def supersede_failed_reads(inputs: dict[str, dict], now: ReadNow, batch: str) -> bool:
+    """Mark `superseded_by` each failed read whose data is in the corpus now: an input hashed, then not
+    read (unreadable by then, an archive this machine could not extract) once its content is read;
+    a file that could not even be hashed once that file is read; a folder that could not be listed
+    once a run lists it (`batch`: that run). Its quarantine row then no longer stands for missing data:
+    the `quarantine` view (`superseded_quarantine`) and the quarantine rate leave it out. Returns
+    whether any was marked."""
     marked = False
     for e in open_failed_reads(inputs):
-        at = e["path"]
-        by = read_now.get(at) or next((k for p, k in read_now.items() if p.startswith(at.rstrip("/") + "/")), None)
+        if e.get("read_sha256"):
+            by = e["read_sha256"] if e["read_sha256"] in now.keys else None
+        elif e.get("folder"):
+            by = f"listed by {batch}" if e["folder"] in now.folders else None
+        else:
+            by = now.paths.get(e["path"])
         if by is not None:
             e["superseded_by"] = by
             marked = True
@@ -426,22 +443,22 @@ class CorpusWriter:
         if not self.corpus.exists():
             write_json_atomic(self.corpus.manifest_path, self.corpus.manifest())
 
-    def supersede(self, read_now: dict[str, str]) -> None:
+    def supersede(self, now: ReadNow, run: str) -> None:
         """`supersede_failed_reads` for a run that commits no batch (its inputs were all in the corpus)."""
         m = self.corpus.manifest()
-        if supersede_failed_reads(m["inputs"], read_now):
+        if supersede_failed_reads(m["inputs"], now, run):
             write_json_atomic(self.corpus.manifest_path, m)
 
     def commit(self, batch_id: str, files: list[dict], inputs: dict[str, dict], info: dict,
-               read_now: dict[str, str] | None = None) -> dict:
+               read_now: ReadNow | None = None) -> dict:
         """Record the batch as committing, move its staged files (`PartWriter.close()`'s entries,
         checksummed by the writer) into place, mark it committed. Returns the batch entry.
         `read_now`: see `supersede_failed_reads`."""
         m = self.corpus.manifest()
         batch = {"id": batch_id, "state": "committing", "files": sorted(files, key=lambda f: f["path"]), **info}
         m["batches"].append(batch)
-        if read_now:
-            supersede_failed_reads(m["inputs"], read_now)
+        if read_now is not None:
+            supersede_failed_reads(m["inputs"], read_now, batch_id)
         for sha, entry in inputs.items():
             m["inputs"][sha] = {**entry, "batch": batch_id}
         write_json_atomic(self.corpus.manifest_path, m)

@@ -607,7 +607,9 @@ def _failed_read_superseded(corpus: Path, source: str, by: str | None = None) ->
     entries = json.loads((corpus / "manifest.json").read_text())["inputs"]
     [(old, failed)] = [(k, e) for k, e in entries.items() if e["source"] == source and e["trajectories"] == 0]
     [(new, read)] = [(k, e) for k, e in entries.items() if e["source"].startswith(by or source) and e["trajectories"] == 1]
-    assert failed["superseded_by"] == new and "superseded_by" not in read
+    # a folder that could not be listed is superseded by the run that listed it; a file or archive by its read
+    assert failed["superseded_by"] == (f"listed by {read['batch']}" if "folder" in failed else new)
+    assert "superseded_by" not in read
     assert run_query(corpus, "SELECT count(*) FROM quarantine")[1] == [(0,)]
     rate = quarantine_rate(Corpus(corpus))
     assert rate.passed and rate.metadata["quarantined"] == 0
@@ -678,14 +680,36 @@ def test_an_archive_this_machine_cannot_extract_is_tried_again(tmp_path: Path) -
     assert detail.startswith(f"{tmp_path / 'runs.tar.gz'}: its members could not be written to ")
     assert detail.endswith("(File too large): free space there or set TMPDIR to a folder with room; nothing of the "
                            "archive is read, and the next ingest tries it again")
-    again = ingest([tmp_path / "runs.tar.gz"], tmp_path / "c", IngestConfig(workers=1), progress=False)
-    assert (again.new_inputs, again.trajectories, again.quarantined) == (1, 3000, 0)
-    assert run_query(tmp_path / "c", "SELECT count(DISTINCT trajectory_id), count(*) FROM trajectories")[1] == [(3000, 3000)]
-    assert ingest([tmp_path / "runs.tar.gz"], tmp_path / "c", progress=False).new_inputs == 0  # read once
     from pipelines.contracts import counts_reconcile, quarantine_rate
 
-    assert run_query(tmp_path / "c", "SELECT count(*) FROM quarantine")[1] == [(0,)]  # the failed extraction: superseded
+    # failing again is a second row, and the manifest counts both (one entry per attempt: it held one)
+    run = subprocess.run(cmd, capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2], timeout=120,
+                         preexec_fn=small_files)
+    assert run.returncode == 3 and run_query(tmp_path / "c", "SELECT count(*) FROM quarantine")[1] == [(2,)]
+    assert counts_reconcile(Corpus(tmp_path / "c")).passed
+    # read from another place (moved): its content is what the failed reads wait for, wherever it lies
+    (tmp_path / "moved").mkdir()
+    (tmp_path / "runs.tar.gz").rename(tmp_path / "moved" / "runs.tar.gz")
+    again = ingest([tmp_path / "moved" / "runs.tar.gz"], tmp_path / "c", IngestConfig(workers=1), progress=False)
+    assert (again.new_inputs, again.trajectories, again.quarantined) == (1, 3000, 0)
+    assert run_query(tmp_path / "c", "SELECT count(DISTINCT trajectory_id), count(*) FROM trajectories")[1] == [(3000, 3000)]
+    assert ingest([tmp_path / "moved" / "runs.tar.gz"], tmp_path / "c", progress=False).new_inputs == 0  # read once
+    assert run_query(tmp_path / "c", "SELECT count(*) FROM quarantine")[1] == [(0,)]  # both failed extractions: superseded
     assert quarantine_rate(Corpus(tmp_path / "c")).passed and counts_reconcile(Corpus(tmp_path / "c")).passed
+    (tmp_path / "moved" / "runs.tar.gz").rename(tmp_path / "runs.tar.gz")
+    # another archive at a place that failed: the failed one's data is still missing, and its row stays
+    with tarfile.open(tmp_path / "other.tar.gz", "w:gz") as tar:
+        info = tarfile.TarInfo("big.jsonl")
+        info.size = len(members["part0.jsonl"])
+        tar.addfile(info, io.BytesIO(members["part0.jsonl"]))
+    other = [*cmd[:cmd.index(str(tmp_path / "runs.tar.gz"))], str(tmp_path / "other.tar.gz"), *cmd[cmd.index(str(tmp_path / "runs.tar.gz")) + 1:]]
+    assert subprocess.run(other, capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2], timeout=120,
+                          preexec_fn=small_files).returncode == 3
+    with tarfile.open(tmp_path / "other.tar.gz", "w:gz") as tar:
+        tar.add(tmp_path / "runs.tar.gz", arcname="replaced.tar.gz")  # small enough now, and other content
+    assert ingest([tmp_path / "other.tar.gz"], tmp_path / "c", IngestConfig(workers=1), progress=False).new_inputs == 1
+    assert run_query(tmp_path / "c", "SELECT source, reason FROM quarantine")[1] == [(str(tmp_path / "other.tar.gz"), "extraction_failed")]
+    assert counts_reconcile(Corpus(tmp_path / "c")).passed
     # inside another archive, which is read and recorded whole, it is not tried again: the row says so
     inner = (tmp_path / "runs.tar.gz").read_bytes()
     with tarfile.open(tmp_path / "outer.tar", "w") as tar:
@@ -752,6 +776,50 @@ def test_a_failed_read_is_superseded_by_a_read_of_the_same_place_only(tmp_path: 
         (a / "in" / "secret.traj").chmod(0o644)
     s = ingest([a / "in"], corpus, IngestConfig(workers=1), progress=False)
     assert (s.new_inputs, open_rows()) == (0, [])
+    from pipelines.contracts import counts_reconcile, quarantine_rate
+
+    assert quarantine_rate(Corpus(corpus)).passed and counts_reconcile(Corpus(corpus)).passed
+
+
+def test_a_folder_that_could_not_be_listed_waits_for_a_listing(tmp_path: Path) -> None:
+    """A folder's failed read was superseded by a read of one file in it (its other files never read, nothing
+    said), an empty one's row stayed for good, and a file added to it while still unreadable went unseen."""
+    import subprocess
+    import sys
+
+    d = tmp_path / "in"
+    (d / "private").mkdir(parents=True)
+    (d / "empty").mkdir()
+    (d / "ok.jsonl").write_bytes(_chat_line(0))
+    (d / "private" / "a.jsonl").write_bytes(_chat_line(1))
+    (d / "private" / "b.jsonl").write_bytes(_chat_line(2))
+    corpus = tmp_path / "c"
+
+    def unprivileged(*paths: Path) -> None:
+        cmd = without_root_powers([sys.executable, "-m", "pipelines.cli", "ingest", *map(str, paths), "--out", str(corpus), "--quiet"])
+        run = subprocess.run(cmd, capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2], timeout=120)
+        assert run.returncode in (0, 3), run.stderr
+
+    def open_rows() -> list[tuple]:
+        return sorted(run_query(corpus, "SELECT source FROM quarantine")[1])
+
+    (d / "private").chmod(0o311)  # its files can be opened by name, the folder not listed
+    (d / "empty").chmod(0)
+    try:
+        unprivileged(d)
+        assert open_rows() == [(str(d / "empty"),), (str(d / "private"),)]
+        unprivileged(d / "private" / "a.jsonl")  # one file of it read: the folder is not listed, b.jsonl unread
+        assert open_rows() == [(str(d / "empty"),), (str(d / "private"),)]
+        (d / "private" / "c.jsonl").write_bytes(_chat_line(3))  # added while it cannot be listed: said again
+        unprivileged(d)
+        assert open_rows() == [(str(d / "empty"),), (str(d / "private"),), (str(d / "private"),)]
+    finally:
+        (d / "private").chmod(0o755)
+        (d / "empty").chmod(0o755)
+    s = ingest([d], corpus, IngestConfig(workers=1), progress=False)  # listed: both folders, an empty one too
+    assert (s.new_inputs, open_rows()) == (2, [])  # b and c (a was read before)
+    assert sorted(r[0] for r in run_query(corpus, "SELECT source FROM trajectories")[1]) == [
+        str(d / "ok.jsonl"), str(d / "private" / "a.jsonl"), str(d / "private" / "b.jsonl"), str(d / "private" / "c.jsonl")]
     from pipelines.contracts import counts_reconcile, quarantine_rate
 
     assert quarantine_rate(Corpus(corpus)).passed and counts_reconcile(Corpus(corpus)).passed
