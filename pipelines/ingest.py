@@ -25,10 +25,12 @@ from pipelines.gcpause import fewer_gc_passes
 from pipelines.inflight import OpenInputs, Watch
 from pipelines.procs import die_with_parent
 from pipelines.progress import StatusLine
-from pipelines.reader import EXTRACTION_FAILED, InputUnit, discover, read_unit, remove_stale_extractions
+from pipelines.reader import InputUnit, discover, read_unit, remove_stale_extractions
 from pipelines.shell import query_command
 from pipelines.sources import ReadLimits
 from pipelines.store import (
+    EXTRACTION_FAILED,
+    UNREADABLE,
     Corpus,
     CorpusError,
     DomainBuffers,
@@ -203,8 +205,8 @@ def _convert_group(units: Group, writer: PartWriter, config: IngestConfig, caref
             add(rec, rec.source or unit.source, type(imp).__name__, imp.version)
         st.records, st.trajectories, st.turns, st.quarantined = records, trajectories, turns, quarantined
         st.domains, st.reasons = domains, dict(reasons)
-        if (records == 1 and reasons.get("unreadable") == 1 and not unit.is_dir and sha != unit.sha256()) \
-                or (records == 1 and reasons.get(EXTRACTION_FAILED) == 1):
+        if records == 1 and (reasons.get(EXTRACTION_FAILED) == 1
+                             or (reasons.get(UNREADABLE) == 1 and not unit.is_dir and sha != unit.sha256())):
             # hashed, then unreadable when read (its permissions changed, it went away), or an archive this machine
             # could not extract (no space left): recorded under a key of its own, so that the next run, finding the
             # content again, reads it instead of skipping it

@@ -41,7 +41,7 @@ from pipelines.sources import (
     sha256_file,
     stream_problem,
 )
-from pipelines.store import holds_worldline_data
+from pipelines.store import EXTRACTION_FAILED, holds_worldline_data
 from schemas.records import QuarantineRecord, RecordError, Trajectory, digest
 from schemas.tables import DOMAINS
 
@@ -778,7 +778,6 @@ def _convert_one(imp: Importer, record: Any, locator: str, ctx: ImportContext) -
     yield traj, imp
 
 
-EXTRACTION_FAILED = "extraction_failed"  # an archive this machine could not extract: retried by the next ingest
 _RETRIED = "; nothing of the archive is read, and the next ingest tries it again"
 TAR_PREFIX = "worldline-tar-"  # + the extracting process's id: `remove_stale_extractions` knows whose it is
 

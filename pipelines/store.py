@@ -272,7 +272,9 @@ class Corpus:
             os.close(fd)
 
 
-FAILED_READS = ("unreadable", "extraction_failed")  # quarantine reasons that say nothing of the data: retried
+UNREADABLE = "unreadable"  # an input, or an entry of an input folder, the user may not read
+EXTRACTION_FAILED = "extraction_failed"  # an archive this machine could not extract (no room): retried by the next ingest
+FAILED_READS = (UNREADABLE, EXTRACTION_FAILED)  # quarantine reasons that say nothing of the data: retried
 
 
 def failed_read(entry: dict) -> bool:
