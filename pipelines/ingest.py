@@ -262,7 +262,7 @@ class Progress:
         with self._lock:
             self.done += nbytes
             self.label = label
-            if path is not None:
+            if path is not None and self.line.enabled:  # (a realpath per input: only for a line drawn)
                 self.finished.add(os.path.realpath(path))
             if self.line.due():
                 self._show()
@@ -466,7 +466,7 @@ def _ingest(
         bar = Progress(total, progress)
         files: list[dict] = []
         inputs: dict[str, dict] = {}
-        paths = {sha: u.path for u, sha, _ in todo if not u.is_dir}
+        paths = {sha: u.path for u, sha, _ in todo if not u.is_dir} if progress else {}
 
         shown = 0  # quarantine messages said, MAX_MESSAGES at most in a run; the rest in one line at the end
 
@@ -487,8 +487,10 @@ def _ingest(
                         del entry[k]
                 bar.advance(st.bytes, st.source, paths.get(st.read_sha256 or sha))
 
-        watch = Watch(OpenInputs((u.path, n) for u, _, n in todo if not u.is_dir), bar.in_flight, bar.line.interval)
-        with (watch if progress and runner is None else contextlib.nullcontext()):  # Beam's workers are not ours to watch
+        # (not built without a line to draw: it resolves every input's path; Beam's workers are not ours to watch)
+        watch = Watch(OpenInputs((u.path, n) for u, _, n in todo if not u.is_dir), bar.in_flight, bar.line.interval) \
+            if progress and runner is None else contextlib.nullcontext()
+        with watch:
             for result in (runner or _pool_runner(pool))(groups, str(staging), batch_id, config):
                 take(result)
         bar.finish()

@@ -51,3 +51,29 @@ def test_ingest_progress_counts_inputs_read_and_finished_once(capsys, monkeypatc
     bar.advance(6_000_000, "/in/b.jsonl", Path("/in/b.jsonl"))
     lines = [line.split(" MB ")[0] for line in capsys.readouterr().err.splitlines()]
     assert lines == ["ingest  99.9% 10.0/10.0", "ingest  99.9% 10.0/10.0", "ingest 100.0% 10.0/10.0"]
+
+
+def test_without_a_progress_line_nothing_is_watched_or_resolved(tmp_path: Path, monkeypatch) -> None:
+    """The watch resolves every input's path, and the line each finished one's: parent CPU taken from
+    the workers (0.29 s over the 1 GiB benchmark input) where no line is drawn (`--quiet`, the benchmark)."""
+    from pipelines import ingest
+
+    def refuse(*a, **k):  # noqa: ANN002, ANN003
+        raise AssertionError("a watch without a progress line")
+
+    real = ingest.os.path.realpath
+    resolved: list[str] = []
+
+    def counting(p, *a, **k):  # noqa: ANN001, ANN002, ANN003
+        resolved.append(str(p))
+        return real(p, *a, **k)
+
+    d = tmp_path / "in"
+    d.mkdir()
+    for i in range(3):
+        (d / f"{i}.jsonl").write_text(f'{{"messages": [{{"role": "user", "content": "hi {i}"}}, {{"role": "assistant", "content": "yo"}}]}}\n')
+    monkeypatch.setattr(ingest, "OpenInputs", refuse)
+    monkeypatch.setattr(ingest.os.path, "realpath", counting)
+    s = ingest.ingest([d], tmp_path / "c", ingest.IngestConfig(workers=1), progress=False)
+    assert s.trajectories == 3
+    assert [p for p in resolved if p.endswith(".jsonl")] == []  # none per input (the corpus checks resolve the folder)
