@@ -10,6 +10,8 @@ import lzma
 import os
 import random
 import shutil
+import subprocess
+import sys
 import tarfile
 from pathlib import Path
 
@@ -53,6 +55,15 @@ def inbox(tmp_path: Path, sample: Path) -> Path:
     shutil.copy(sample / SWE, d / "a.traj")
     shutil.copy(sample / SWE2, d / "b.traj")
     return d
+
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _ingest_unprivileged(args: list[str | Path], corpus: Path, cwd: Path = REPO) -> subprocess.CompletedProcess:
+    """`worldline ingest ARGS --out CORPUS --quiet` in a process file permissions bind (root reads anything)."""
+    cmd = without_root_powers([sys.executable, "-m", "pipelines.cli", "ingest", *map(str, args), "--out", str(corpus), "--quiet"])
+    return subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)})
 
 
 def _good_counts(corpus: Path) -> tuple[int, int]:
@@ -576,17 +587,13 @@ def test_a_record_arrow_cannot_hold_is_quarantined_and_the_rest_kept(tmp_path: P
 
 def test_an_unreadable_input_is_quarantined_and_the_others_imported(tmp_path: Path, sample: Path) -> None:
     # one file the user may not read took the whole run down with a PermissionError traceback
-    import subprocess
-    import sys
 
     d = tmp_path / "in"
     d.mkdir()
     shutil.copy(sample / "swe-agent" / "ctf_pwn_warmup.traj", d / "ok.traj")
     shutil.copy(sample / "swe-agent" / "function_calling_simple.traj", d / "secret.traj")
     (d / "secret.traj").chmod(0)
-    cmd = [sys.executable, "-m", "pipelines.cli", "ingest", str(d), "--out", str(tmp_path / "c"), "--quiet"]
-    cmd = without_root_powers(cmd)  # root reads anything
-    run = subprocess.run(cmd, capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2], timeout=120)
+    run = _ingest_unprivileged([d], tmp_path / "c")
     assert run.returncode == 3, run.stderr
     assert "records in 2 = accepted 1 + quarantined 1" in run.stdout
     [(source, locator, reason, detail)] = run_query(tmp_path / "c", "SELECT source, locator, reason, detail FROM quarantine")[1]
@@ -618,8 +625,6 @@ def _failed_read_superseded(corpus: Path, source: str, by: str | None = None) ->
 
 def test_an_unreadable_sub_folder_is_quarantined_and_the_rest_imported(tmp_path: Path, sample: Path) -> None:
     # a folder inside an input the user may not list stopped the whole run ("error: Permission denied", exit 1)
-    import subprocess
-    import sys
 
     d = tmp_path / "in"
     (d / "private" / "deeper").mkdir(parents=True)
@@ -629,10 +634,8 @@ def test_an_unreadable_sub_folder_is_quarantined_and_the_rest_imported(tmp_path:
     # a link into it, before the files: its type cannot be told (it ended the folder's walk, `zz.traj` unseen)
     (d / "link.traj").symlink_to(d / "private" / "deeper" / "later.traj")
     (d / "private").chmod(0)
-    cmd = [sys.executable, "-m", "pipelines.cli", "ingest", str(d), "--out", str(tmp_path / "c"), "--quiet"]
-    cmd = without_root_powers(cmd)  # root reads anything
     try:
-        run = subprocess.run(cmd, capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2], timeout=120)
+        run = _ingest_unprivileged([d], tmp_path / "c")
     finally:
         (d / "private").chmod(0o755)
     assert run.returncode == 3, run.stderr
@@ -734,8 +737,6 @@ def test_a_failed_read_is_superseded_by_a_read_of_the_same_place_only(tmp_path: 
     """Matched by resolved path: another project's `in/secret.traj` (the same name from another working
     folder) hid the row; the same file given by its absolute path did not; and a file read fine, then
     unreadable, then readable again (its content in the corpus all along) kept its row for good."""
-    import subprocess
-    import sys
 
     a, b = tmp_path / "a", tmp_path / "b"
     for root in (a, b):
@@ -746,9 +747,7 @@ def test_a_failed_read_is_superseded_by_a_read_of_the_same_place_only(tmp_path: 
     corpus = tmp_path / "c"
 
     def ingest_unprivileged(cwd: Path) -> None:
-        cmd = without_root_powers([sys.executable, "-m", "pipelines.cli", "ingest", "in", "--out", str(corpus), "--quiet"])
-        run = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, timeout=120,
-                             env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
+        run = _ingest_unprivileged(["in"], corpus, cwd)
         assert run.returncode in (0, 3), run.stderr
 
     def open_rows() -> list[tuple]:
@@ -784,8 +783,6 @@ def test_a_failed_read_is_superseded_by_a_read_of_the_same_place_only(tmp_path: 
 def test_a_folder_that_could_not_be_listed_waits_for_a_listing(tmp_path: Path) -> None:
     """A folder's failed read was superseded by a read of one file in it (its other files never read, nothing
     said), an empty one's row stayed for good, and a file added to it while still unreadable went unseen."""
-    import subprocess
-    import sys
 
     d = tmp_path / "in"
     (d / "private").mkdir(parents=True)
@@ -796,8 +793,7 @@ def test_a_folder_that_could_not_be_listed_waits_for_a_listing(tmp_path: Path) -
     corpus = tmp_path / "c"
 
     def unprivileged(*paths: Path) -> None:
-        cmd = without_root_powers([sys.executable, "-m", "pipelines.cli", "ingest", *map(str, paths), "--out", str(corpus), "--quiet"])
-        run = subprocess.run(cmd, capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2], timeout=120)
+        run = _ingest_unprivileged(list(paths), corpus)
         assert run.returncode in (0, 3), run.stderr
 
     def open_rows() -> list[tuple]:
