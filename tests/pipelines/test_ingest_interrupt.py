@@ -104,3 +104,59 @@ def test_no_more_worker_processes_than_inputs(tmp_path: Path, monkeypatch: pytes
     monkeypatch.setattr(ingest_module, "ProcessPoolExecutor", no_pool)
     s = ingest_module.ingest([SAMPLE / "tau-bench"], tmp_path / "c", IngestConfig(workers=8), progress=False)
     assert (s.inputs, s.trajectories, s.quarantined) == (1, 8, 0)
+
+
+def _distinct_inputs(folder: Path, n: int) -> list:
+    from pipelines.reader import discover
+
+    folder.mkdir()
+    line = (SAMPLE / FIREACT).read_bytes().splitlines()[0]
+    for i in range(n):
+        (folder / f"in{i:02d}.jsonl").write_bytes(line + b"\n" * (i + 1))
+    return list(discover([folder]))
+
+
+def test_hashing_starts_during_the_walk_once_the_worker_count_is_settled(tmp_path: Path) -> None:
+    from pipelines.ingest import InputHashes
+    from pipelines.sources import sha256_file
+
+    units = _distinct_inputs(tmp_path / "in", 40)  # more than two hashing tasks (16 inputs each)
+    hashes = InputHashes(IngestConfig(workers=2))
+    try:
+        hashes.add(units[0])
+        assert not hashes.started and hashes.workers() == 1  # one input: one process, no pool yet
+        hashes.add(units[1])
+        assert hashes.started and hashes.workers() == 2  # two inputs settle --workers 2: the pool hashes from here
+        pool = hashes.pool()
+        for u in units[2:]:
+            hashes.add(u)
+        assert hashes.pool() is pool
+        shas, sizes = hashes.result()
+        assert shas == [sha256_file(u.path) for u in units]  # in the order found
+        assert sizes == [u.path.stat().st_size for u in units]
+        assert len(set(shas)) == 40
+    finally:
+        hashes.stop()
+
+
+def test_a_small_input_is_hashed_here_without_a_pool(tmp_path: Path) -> None:
+    from pipelines.ingest import InputHashes
+    from pipelines.sources import sha256_file
+
+    units = _distinct_inputs(tmp_path / "in", 20)
+    hashes = InputHashes(IngestConfig(workers=0))  # one per core, when there is more than a task's worth (64 MiB)
+    for u in units:
+        hashes.add(u)
+    assert (hashes.started, hashes.workers(), hashes.pool()) == (False, 1, None)
+    assert hashes.result()[0] == [sha256_file(u.path) for u in units]
+
+
+def test_an_input_missing_after_the_pool_started_stops_it(tmp_path: Path) -> None:
+    from pipelines.ingest import ingest
+
+    _distinct_inputs(tmp_path / "in", 40)
+    before = set(psutil.Process().children(recursive=True))  # (services a fixture started, say)
+    with pytest.raises(FileNotFoundError, match="missing"):
+        ingest([tmp_path / "in", tmp_path / "missing"], tmp_path / "c", IngestConfig(workers=2), progress=False)
+    assert set(psutil.Process().children(recursive=True)) <= before  # the hashing workers went with the error
+    assert not Corpus(tmp_path / "c").exists()
