@@ -323,7 +323,7 @@ def ingest(
                           "write the corpus elsewhere (inside the input folder is fine)")
     corpora: list[Path] = []
     listed: set[str] = set()  # the folders listed: what a folder's earlier failed read waits for
-    hashes = InputHashes(config)  # hashing starts during the walk once the input is large enough for a pool
+    hashes = InputHashes(config, progress)  # hashing starts during the walk once the input is large enough for a pool
     try:
         for unit in discover(paths, skip=[corpus.root], corpora=corpora, listed=listed):  # not its own output
             # the corpus's own report (`worldline report`'s default place, beside it) when the corpus lies in an input
@@ -396,11 +396,12 @@ class InputHashes:
     the inputs found so far settle the worker count (it only grows with the input, up to the cores or
     `--workers`), the pool starts and hashes them in chunks while the parent lists the rest. Hashing
     after the walk kept one core idle for the walk: on `bench/ingest.py`'s 1 GiB input (5,696 files) the
-    first group was sent 0.82 s after the start instead of 0.90 s (five runs each, alternating)."""
+    first group was sent 0.82 s after the start instead of 0.90 s (five runs each, alternating). A walk or
+    hashing that takes longer than one interval of the progress line draws one."""
 
     CHUNK = 16  # inputs per hashing task
 
-    def __init__(self, config: IngestConfig):
+    def __init__(self, config: IngestConfig, progress: bool = False):
         self.config = config
         self.cap = config.workers or (os.cpu_count() or 1)
         self.units: list[InputUnit] = []
@@ -408,7 +409,11 @@ class InputHashes:
         self.total = 0
         self._pool: ProcessPoolExecutor | None = None
         self._sent = 0  # units handed to the pool
-        self._futures: list[Future[list[str]]] = []
+        self._futures: list[tuple[Future[list[str]], int]] = []  # a hashing task, and the bytes of its inputs
+        # a line once the walk or the hashing takes longer than one interval (a folder of millions of files,
+        # terabytes to hash): the ingest's own progress line starts only after both
+        self.line = StatusLine(progress, first_at_once=False, width=110)
+        self._said: tuple[int, int] | None = None  # (inputs, bytes) the last hashing line said
 
     def add(self, unit: InputUnit) -> None:
         self.units.append(unit)
@@ -419,6 +424,8 @@ class InputHashes:
             self._start(self.cap)
         if self._pool is not None and len(self.units) - self._sent >= self.CHUNK:
             self._send()
+        if self.line.due():
+            self.line.show(f"listing inputs: {len(self.units):,} found, {self.total / 1e6:,.1f} MB")
 
     @property
     def started(self) -> bool:
@@ -436,10 +443,24 @@ class InputHashes:
 
     def result(self) -> tuple[list[str], list[int]]:
         """(sha256, size) of every input, in the order they were found."""
+        shas: list[str] = []
+        hashed = 0
         if self._pool is None:
-            return _unit_shas(self.units), self.sizes
-        self._send()
-        return [sha for f in self._futures for sha in f.result()], self.sizes
+            for unit, size in zip(self.units, self.sizes, strict=True):
+                shas.append(unit.sha256())
+                hashed += size
+                self._hashing(len(shas), hashed)
+        else:
+            self._send()
+            for future, nbytes in self._futures:
+                shas += future.result()
+                hashed += nbytes
+                self._hashing(len(shas), hashed)
+        if self.line.shown:  # a line was drawn: it ends on what was done, and on a line of its own
+            if self._said != (len(shas), hashed):
+                self._hashing(len(shas), hashed, force=True)
+            self.line.finish()
+        return shas, self.sizes
 
     def stop(self) -> None:
         if self._pool is not None:
@@ -452,8 +473,16 @@ class InputHashes:
     def _send(self) -> None:
         assert self._pool is not None
         for i in range(self._sent, len(self.units), self.CHUNK):
-            self._futures.append(self._pool.submit(_unit_shas, self.units[i:i + self.CHUNK]))
+            self._futures.append((self._pool.submit(_unit_shas, self.units[i:i + self.CHUNK]),
+                                  sum(self.sizes[i:i + self.CHUNK])))
         self._sent = len(self.units)
+
+    def _hashing(self, done: int, hashed: int, force: bool = False) -> None:
+        if self.line.due(force):
+            self._said = (done, hashed)
+            pct = 100.0 * hashed / max(self.total, 1)
+            self.line.show(f"hashing {pct:5.1f}% {hashed / 1e6:,.1f}/{self.total / 1e6:,.1f} MB, "
+                           f"{done:,}/{len(self.units):,} inputs")
 
 
 def group_tag(batch_id: str, index: int) -> str:

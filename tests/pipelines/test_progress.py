@@ -63,3 +63,37 @@ def test_ingest_messages_past_the_limit_are_counted_in_one_line(tmp_path, monkey
     s = ingest.ingest([tmp_path], tmp_path / "d", ingest.IngestConfig(workers=1, task_bytes=1), progress=False, echo=said.append)
     assert s.quarantined == 10 and len(said) == 3
     assert said[2] == "... and 8 more quarantined records not shown here (each has its row in the quarantine view)"
+
+
+def test_listing_and_hashing_draw_a_line_when_they_take_long(tmp_path, capsys, monkeypatch) -> None:
+    # a walk of millions of files, or terabytes to hash, said nothing until the ingest's own line began
+    from pipelines import ingest, progress
+    from pipelines.reader import discover
+
+    for i, n in enumerate([1_000_000, 500_000, 250_000]):
+        (tmp_path / f"in{i}.jsonl").write_bytes(b"{}\n" + b" " * (n - 3))
+    # the start; each input found; each input hashed; the last line
+    clock = iter([100.0, 111.0, 112.0, 113.0, 122.0, 123.0, 124.0, 125.0])
+    monkeypatch.setattr(progress.time, "monotonic", lambda: next(clock))
+    hashes = ingest.InputHashes(ingest.IngestConfig(workers=1), progress=True)
+    for unit in discover([tmp_path]):
+        hashes.add(unit)
+    shas, sizes = hashes.result()
+    assert sizes == [1_000_000, 500_000, 250_000] and len(set(shas)) == 3
+    assert capsys.readouterr().err.splitlines() == [
+        "listing inputs: 1 found, 1.0 MB",  # one interval (10 s when not a terminal) after the start
+        "hashing  57.1% 1.0/1.8 MB, 1/3 inputs",
+        "hashing 100.0% 1.8/1.8 MB, 3/3 inputs",  # drawn within the interval: it ends on what was done
+    ]
+
+
+def test_a_quick_walk_and_hash_draw_nothing(tmp_path, capsys) -> None:
+    from pipelines import ingest
+    from pipelines.reader import discover
+
+    (tmp_path / "a.jsonl").write_text("{}\n")
+    hashes = ingest.InputHashes(ingest.IngestConfig(workers=1), progress=True)
+    for unit in discover([tmp_path]):
+        hashes.add(unit)
+    hashes.result()
+    assert capsys.readouterr().err == ""
