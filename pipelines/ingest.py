@@ -462,6 +462,12 @@ class InputHashes:
             self.line.finish()
         return shas, self.sizes
 
+    def rehash(self) -> None:
+        """Hash every input again (the hashing tasks not yet begun are dropped)."""
+        for future, _ in self._futures:
+            future.cancel()
+        self._futures, self._sent = [], 0
+
     def stop(self) -> None:
         if self._pool is not None:
             stop_pool(self._pool)
@@ -515,8 +521,10 @@ def _ingest(
     runner: GroupRunner | None = None,
     listed: set[str] | None = None,
 ) -> IngestSummary:
-    with corpus.writer(config.lock_wait_s) as w:  # first: a corpus another writer holds is said at once, not after hashing
+    with corpus.writer(config.lock_wait_s) as w:  # first: a corpus another writer holds is said after the walk, not after hashing
         units, workers = hashes.units, hashes.workers()
+        if w.waited:  # hashed during the walk, then a wait for another writer: what was hashed may have changed since
+            hashes.rehash()
         shas, sizes = hashes.result()
         known = w.known_inputs()
         todo: list[tuple[InputUnit, str, int]] = []

@@ -266,6 +266,7 @@ class Corpus:
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"pid {os.getpid()} since {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}".encode(), 0)
             w = CorpusWriter(self)
+            w.waited = said
             w.recover()
             yield w
         finally:
@@ -427,6 +428,7 @@ class CorpusWriter:
 
     def __init__(self, corpus: Corpus):
         self.corpus = corpus
+        self.waited = False  # whether the lock was held by another writer at first (inputs may have changed meanwhile)
 
     def known_inputs(self) -> dict[str, dict]:
         return self.corpus.manifest()["inputs"]

@@ -160,3 +160,44 @@ def test_an_input_missing_after_the_pool_started_stops_it(tmp_path: Path) -> Non
         ingest([tmp_path / "in", tmp_path / "missing"], tmp_path / "c", IngestConfig(workers=2), progress=False)
     assert set(psutil.Process().children(recursive=True)) <= before  # the hashing workers went with the error
     assert not Corpus(tmp_path / "c").exists()
+
+
+def test_an_input_changed_while_waiting_for_the_lock_is_hashed_again(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    # hashed during the walk, changed while another writer held the corpus: it was recorded under the sha of
+    # its old content with the rows of its new one, and the next ingest read it again (its records twice)
+    import threading
+
+    from pipelines.ingest import ingest
+    from pipelines.sources import sha256_file
+
+    _distinct_inputs(tmp_path / "in", 20)  # more than one hashing task: the pool starts during the walk
+    changed = tmp_path / "in" / "in00.jsonl"
+    corpus = tmp_path / "c"
+    results: list = []
+    holder = subprocess.Popen(  # another writer: a process of its own (a pool forked here would hold a lock taken here)
+        [sys.executable, "-c", "import sys; from pipelines.store import Corpus\n"
+         f"with Corpus({str(corpus)!r}).writer():\n    print('held', flush=True); sys.stdin.readline()"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdin is not None
+        assert holder.stdout.readline() == "held\n"
+        run = threading.Thread(target=lambda: results.append(
+            ingest([tmp_path / "in"], corpus, IngestConfig(workers=2, lock_wait_s=60), progress=False)))
+        run.start()
+        deadline = time.monotonic() + 60
+        while "waiting up to 60 s" not in capsys.readouterr().err:
+            assert run.is_alive() and time.monotonic() < deadline, "the ingest never waited for the lock"
+            time.sleep(0.05)
+        time.sleep(1.0)  # the hashing that began during the walk is done
+        changed.write_bytes(changed.read_bytes() + (SAMPLE / FIREACT).read_bytes().splitlines()[1] + b"\n")
+        holder.stdin.write("\n")
+        holder.stdin.flush()
+    finally:
+        holder.wait(30)
+    run.join(60)
+    first = results[0]
+    assert (first.new_inputs, first.trajectories) == (20, 21)
+    entries = Corpus(corpus).manifest()["inputs"]
+    assert sha256_file(changed) in entries  # recorded under what was read
+    again = ingest([tmp_path / "in"], corpus, IngestConfig(workers=2), progress=False)
+    assert (again.new_inputs, again.trajectories) == (0, 0)
