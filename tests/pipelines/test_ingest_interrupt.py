@@ -30,9 +30,11 @@ def inputs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return d
 
 
-def _start(inputs: Path, out: Path) -> tuple[subprocess.Popen, list[psutil.Process]]:
+def _start(inputs: Path, out: Path, group: bool = False) -> tuple[subprocess.Popen, list[psutil.Process]]:
+    """`group`: in a process group of its own, as a terminal runs a command (Ctrl-C goes to the whole group)."""
     proc = subprocess.Popen([sys.executable, "-m", "pipelines.cli", "ingest", str(inputs), "--out", str(out), "--workers", "2",
-                             "--task-mb", "8", "--quiet"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                             "--task-mb", "8", "--quiet"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            start_new_session=group)
     parent = psutil.Process(proc.pid)
     deadline = time.monotonic() + 60
     while len(workers := parent.children()) < 2:
@@ -65,6 +67,22 @@ def test_workers_stop_with_the_ingest_and_the_rerun_imports_everything(inputs: P
     m = json.loads((out / "manifest.json").read_text())
     assert len(m["inputs"]) == COPIES and sum(e["quarantined"] for e in m["inputs"].values()) == 0
     assert not list(out.glob(".staging-*"))
+
+
+def test_ctrl_c_at_a_terminal_stops_the_run_without_worker_tracebacks(inputs: Path, tmp_path: Path) -> None:
+    # the terminal sends SIGINT to the whole process group: each worker printed a KeyboardInterrupt traceback
+    import os
+
+    out = tmp_path / "c"
+    proc, workers = _start(inputs, out, group=True)
+    os.killpg(proc.pid, signal.SIGINT)
+    assert proc.wait(timeout=10) == 130
+    assert proc.stderr is not None
+    err = proc.stderr.read().decode()
+    proc.stderr.close()
+    assert err == "worldline ingest: interrupted\n"
+    assert _gone(workers, within_s=2.0) == []
+    assert not Corpus(out).exists() or json.loads((out / "manifest.json").read_text())["batches"] == []
 
 
 def test_workers_are_bounded() -> None:
