@@ -331,6 +331,7 @@ def ingest(
             # each time)
             if not is_corpus_report(unit.path, corpus.root):
                 hashes.add(unit)
+        hashes.end_walk()
         summary.corpora_skipped = [str(c) for c in corpora]
         if not hashes.units and corpora:  # every input a corpus: an empty corpus written would look like a result
             raise CorpusError(f"nothing to ingest: {', '.join(map(str, corpora[:5]))}{' ...' if len(corpora) > 5 else ''} "
@@ -340,6 +341,7 @@ def ingest(
         result = _ingest(hashes, pool, corpus, summary, config, progress, echo, t0, runner, listed)
     except BaseException:
         hashes.stop()  # an interrupt or an error: the hashing and the groups still running are not wanted
+        hashes.line.finish()  # a line left open would take the error's message
         raise
     if pool is not None:
         pool.shutdown()
@@ -382,11 +384,12 @@ def _unit_shas(units: list[InputUnit]) -> list[str]:
     return [u.sha256() for u in units]
 
 
-def worker_count(config: IngestConfig, total_bytes: int, inputs: int) -> int:
-    """Processes for `inputs` of `total_bytes` in all: `config.workers`, or (0) one per core when the input
-    is large enough to pay for processes; never more than there are inputs."""
+def worker_count(config: IngestConfig, total_bytes: int, inputs: int, cores: int | None = None) -> int:
+    """Processes for `inputs` of `total_bytes` in all: `config.workers`, or (0) one per core (`cores`, default
+    `os.cpu_count()`) when the input is large enough to pay for processes; never more than there are inputs."""
+    cores = cores or os.cpu_count() or 1
     workers = config.workers or (
-        min(os.cpu_count() or 1, -(-total_bytes // config.task_bytes)) if total_bytes > config.task_bytes else 1
+        min(cores, -(-total_bytes // config.task_bytes)) if total_bytes > config.task_bytes else 1
     )
     return max(1, min(workers, inputs))
 
@@ -403,7 +406,8 @@ class InputHashes:
 
     def __init__(self, config: IngestConfig, progress: bool = False):
         self.config = config
-        self.cap = config.workers or (os.cpu_count() or 1)
+        self.cores = os.cpu_count() or 1  # once (it reads /sys each time), not per input found
+        self.cap = config.workers or self.cores
         self.units: list[InputUnit] = []
         self.sizes: list[int] = []
         self.total = 0
@@ -413,6 +417,7 @@ class InputHashes:
         # a line once the walk or the hashing takes longer than one interval (a folder of millions of files,
         # terabytes to hash): the ingest's own progress line starts only after both
         self.line = StatusLine(progress, first_at_once=False, width=110)
+        self._listed = 0  # inputs the last walk line said
         self._said: tuple[int, int] | None = None  # (inputs, bytes) the last hashing line said
 
     def add(self, unit: InputUnit) -> None:
@@ -420,12 +425,16 @@ class InputHashes:
         size = unit.size()
         self.sizes.append(size)
         self.total += size
-        if self._pool is None and self.cap > 1 and worker_count(self.config, self.total, len(self.units)) == self.cap:
+        if self._pool is None and self.cap > 1 and self.workers() == self.cap:
             self._start(self.cap)
         if self._pool is not None and len(self.units) - self._sent >= self.CHUNK:
             self._send()
-        if self.line.due():
-            self.line.show(f"listing inputs: {len(self.units):,} found, {self.total / 1e6:,.1f} MB")
+        self._listing()
+
+    def _listing(self, force: bool = False) -> None:
+        if self.line.due(force):
+            self._listed = len(self.units)
+            self.line.show(f"listing inputs: {self._listed:,} found, {self.total / 1e6:,.1f} MB")
 
     @property
     def started(self) -> bool:
@@ -433,7 +442,15 @@ class InputHashes:
         return self._pool is not None
 
     def workers(self) -> int:
-        return worker_count(self.config, self.total, len(self.units))
+        return worker_count(self.config, self.total, len(self.units), self.cores)
+
+    def end_walk(self) -> None:
+        """The walk's line, if one was drawn, ends on what was found, on a line of its own (before an error,
+        the wait for the corpus lock, or the hashing's line)."""
+        if self.line.shown:
+            if self._listed != len(self.units):
+                self._listing(force=True)
+            self.line.finish()
 
     def pool(self) -> ProcessPoolExecutor | None:
         """The pool of `workers()` processes (None for one), started now if the walk did not start it."""

@@ -40,8 +40,10 @@ class StatusLine:
               file=sys.stderr, flush=True)
 
     def finish(self) -> None:
+        """End a line drawn on a terminal (a later `show` starts the next; a second `finish` adds nothing)."""
         if self.enabled and self.tty and self.shown:
             print(file=sys.stderr)
+        self.shown = False
 
 
 class CountProgress:

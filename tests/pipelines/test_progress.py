@@ -72,16 +72,18 @@ def test_listing_and_hashing_draw_a_line_when_they_take_long(tmp_path, capsys, m
 
     for i, n in enumerate([1_000_000, 500_000, 250_000]):
         (tmp_path / f"in{i}.jsonl").write_bytes(b"{}\n" + b" " * (n - 3))
-    # the start; each input found; each input hashed; the last line
-    clock = iter([100.0, 111.0, 112.0, 113.0, 122.0, 123.0, 124.0, 125.0])
+    # the start; each input found; the walk's last line; each input hashed; the hashing's last line
+    clock = iter([100.0, 111.0, 112.0, 113.0, 114.0, 125.0, 126.0, 127.0, 128.0])
     monkeypatch.setattr(progress.time, "monotonic", lambda: next(clock))
     hashes = ingest.InputHashes(ingest.IngestConfig(workers=1), progress=True)
     for unit in discover([tmp_path]):
         hashes.add(unit)
+    hashes.end_walk()
     shas, sizes = hashes.result()
     assert sizes == [1_000_000, 500_000, 250_000] and len(set(shas)) == 3
     assert capsys.readouterr().err.splitlines() == [
         "listing inputs: 1 found, 1.0 MB",  # one interval (10 s when not a terminal) after the start
+        "listing inputs: 3 found, 1.8 MB",  # drawn within the interval: the walk's line ends on what was found
         "hashing  57.1% 1.0/1.8 MB, 1/3 inputs",
         "hashing 100.0% 1.8/1.8 MB, 3/3 inputs",  # drawn within the interval: it ends on what was done
     ]
@@ -97,3 +99,23 @@ def test_a_quick_walk_and_hash_draw_nothing(tmp_path, capsys) -> None:
         hashes.add(unit)
     hashes.result()
     assert capsys.readouterr().err == ""
+
+
+def test_an_error_after_the_walk_line_starts_a_line_of_its_own(tmp_path, capsys, monkeypatch) -> None:
+    # on a terminal the walk's line was left open, and the error (a missing input, a locked corpus, Ctrl-C)
+    # was printed on the end of it
+    import itertools
+    import sys
+
+    import pytest
+
+    from pipelines import ingest, progress
+
+    (tmp_path / "a.jsonl").write_text("{}\n")
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    clock = itertools.count(100.0, 20.0)  # every line due
+    monkeypatch.setattr(progress.time, "monotonic", lambda: next(clock))
+    with pytest.raises(FileNotFoundError):
+        ingest.ingest([tmp_path / "a.jsonl", tmp_path / "missing"], tmp_path / "c", ingest.IngestConfig(workers=1))
+    err = capsys.readouterr().err
+    assert err.startswith("\rlisting inputs: 1 found, 0.0 MB") and err.endswith("\n") and err.count("\n") == 1
