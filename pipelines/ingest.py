@@ -609,9 +609,13 @@ def _ingest(
         # (not built without a line to draw: it resolves every input's path; Beam's workers are not ours to watch)
         watch = Watch(OpenInputs((u.path, n) for u, _, n in todo if not u.is_dir), bar.in_flight, bar.line.interval) \
             if progress and runner is None else contextlib.nullcontext()
-        with watch:
-            for result in (runner or _pool_runner(pool))(groups, str(staging), batch_id, config):
-                take(result)
+        try:
+            with watch:
+                for result in (runner or _pool_runner(pool))(groups, str(staging), batch_id, config):
+                    take(result)
+        except BaseException:
+            bar.line.finish()  # a line left open would take the error's message (Ctrl-C, a failed group)
+            raise
         bar.finish()
         info = {
             "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

@@ -119,3 +119,34 @@ def test_an_error_after_the_walk_line_starts_a_line_of_its_own(tmp_path, capsys,
         ingest.ingest([tmp_path / "a.jsonl", tmp_path / "missing"], tmp_path / "c", ingest.IngestConfig(workers=1))
     err = capsys.readouterr().err
     assert err.startswith("\rlisting inputs: 1 found, 0.0 MB") and err.endswith("\n") and err.count("\n") == 1
+
+
+def test_an_error_while_reading_starts_a_line_of_its_own(tmp_path, capsys, monkeypatch) -> None:
+    # on a terminal, Ctrl-C or a failing group left the ingest's line open for the error's message
+    import itertools
+    import sys
+
+    import pytest
+
+    from pipelines import ingest, progress
+
+    chat = '{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}\n'
+    (tmp_path / "a.jsonl").write_text(chat)
+    (tmp_path / "b.jsonl").write_text(chat * 2)
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    clock = itertools.count(100.0, 20.0)  # every line due
+    monkeypatch.setattr(progress.time, "monotonic", lambda: next(clock))
+    real = ingest.process_group
+    calls: list[int] = []
+
+    def interrupted(*a, **k):  # noqa: ANN002, ANN003, ANN202
+        calls.append(1)
+        if len(calls) == 2:  # the first group read (its line drawn), then Ctrl-C
+            raise KeyboardInterrupt
+        return real(*a, **k)
+
+    monkeypatch.setattr(ingest, "process_group", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        ingest.ingest([tmp_path], tmp_path / "c", ingest.IngestConfig(workers=1, task_bytes=1))
+    err = capsys.readouterr().err
+    assert "\ringest " in err and err.endswith("\n")
