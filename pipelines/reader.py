@@ -54,6 +54,7 @@ for _imp in IMPORTERS:
     _BY_CONTAINER.setdefault(_imp.container, []).append(_imp)
 # Who may take one parsed line: specific line formats, then whole-document formats (a document
 # written on one line), then the generic ones (chat), which take any record of their shape.
+_CHAT = next(i for i in IMPORTERS if i.name == "chat")
 _LINE_ORDER = ([i for i in _BY_CONTAINER.get("jsonl", []) if not i.generic] + _BY_CONTAINER.get("json", [])
                + [i for i in _BY_CONTAINER.get("jsonl", []) if i.generic])
 
@@ -562,6 +563,11 @@ def _read_unsniffed(parsed: Iterator[_Line | QuarantineRecord], ctx: ImportConte
             break
         held.append(_Unsniffed(lineno, obj, len(line), line[:300]))
         size += len(line)
+    if fmt is None and held and not gave_up and all(_no_messages(h.obj) for h in held):
+        # only chat records with no messages (each `{"messages": []}`): what the chat format makes of such a line
+        # among others (a trajectory of no turns), not an unknown format. Not a sniff: a first such line would
+        # then name chat the format of a file whose later lines are FireAct's, say
+        fmt = _LineFormat(_CHAT)
     if fmt is None:
         if held:
             first, more = held[0], len(held) - 1
@@ -623,6 +629,10 @@ def _json_after_first_line(head: bytes) -> bool:
     rest = head.lstrip()
     nl = rest.find(b"\n")
     return nl >= 0 and rest[nl + 1 :].lstrip()[:1] in (b"{", b"[")
+
+
+def _no_messages(obj: Any) -> bool:
+    return isinstance(obj, dict) and obj.get("messages") == [] and len(obj) <= 2  # (and an id, say)
 
 
 @dataclass(frozen=True)
@@ -718,6 +728,8 @@ def _read_doc(data: bytes, ctx: ImportContext, limits: ReadLimits) -> Iterator[I
         yield from _convert_all(imp, imp.split(doc, ctx), ctx, "$")
         return
     fmt = _sniff_unit(doc)  # a record of a line format, pretty-printed, or an array of them
+    if fmt is None and _no_messages(doc):  # as a JSON line of it (`_read_unsniffed`)
+        fmt = _LineFormat(_CHAT)
     if fmt is None:
         yield _q(ctx, "$", "unknown_format", f"{ctx.source}: JSON document matches no known trace format", data), None
         return

@@ -18,6 +18,7 @@ from pipelines.reader import SNIFF_AHEAD, discover, read_unit
 from pipelines.sources import ReadLimits
 from pipelines.store import CORPUS_FORMAT
 from schemas.records import QuarantineRecord
+from tests.conftest import SAMPLE
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 
@@ -192,6 +193,27 @@ def test_json_lines_of_no_known_format_are_one_quarantine_row(tmp_path: Path) ->
     # lines that are not JSON are quarantined as such, the others as the input's one unknown_format row
     few.write_bytes(b'{"x": 1}\n{"x": \n{"x": 3}\n')
     assert [(q.locator, q.reason) for q in _records(few)[1]] == [("line:2", "truncated_json"), ("line:1", "unknown_format")]
+
+
+def test_chat_records_with_no_messages_alone_are_what_they_are_among_others(tmp_path: Path) -> None:
+    # `{"messages": []}` among other chat lines is a trajectory of no turns; a file of only such lines was
+    # `unknown_format` (the chat sniffer wants messages to judge by)
+    only, doc, mixed = tmp_path / "only.jsonl", tmp_path / "doc.json", tmp_path / "mixed.jsonl"
+    _write_lines(only, [{"messages": []}, {"messages": [], "id": "b"}])
+    doc.write_text('{\n  "messages": []\n}\n')  # pretty-printed: one document
+    _write_lines(mixed, [{"messages": []}, {"x": 1}])
+    trajs, quarantined = _records(only)
+    assert {loc: (fmt, turns) for loc, (fmt, _, _, turns) in trajs.items()} == {"line:1": ("chat", ()), "line:2": ("chat", ())}
+    assert quarantined == []
+    trajs, quarantined = _records(doc)
+    assert [(loc, fmt, turns) for loc, (fmt, _, _, turns) in trajs.items()] == [("$", "chat", ())] and quarantined == []
+    trajs, (q,) = _records(mixed)  # with a line of no known format: not taken for chat
+    assert trajs == {} and (q.locator, q.reason) == ("line:1", "unknown_format")
+    # and a first line of no messages does not name the format of what follows (FireAct's chat lines)
+    fireact = tmp_path / "fireact.jsonl"
+    fireact.write_bytes(b'{"messages": []}\n' + (SAMPLE / "fireact" / "finetune_gpt_format_hotpotqa.jsonl").read_bytes())
+    formats = {fmt for fmt, *_ in _records(fireact)[0].values()}
+    assert formats == {"fireact-chat"}, formats
 
 
 def test_a_document_written_one_record_per_line_is_still_a_document(tmp_path: Path) -> None:
