@@ -18,7 +18,6 @@ from pipelines.reader import SNIFF_AHEAD, discover, read_unit
 from pipelines.sources import ReadLimits
 from pipelines.store import CORPUS_FORMAT
 from schemas.records import QuarantineRecord
-from tests.conftest import SAMPLE
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 
