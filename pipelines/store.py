@@ -265,8 +265,7 @@ class Corpus:
                 )
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"pid {os.getpid()} since {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}".encode(), 0)
-            w = CorpusWriter(self)
-            w.waited = said
+            w = CorpusWriter(self, waited=said)
             w.recover()
             yield w
         finally:
@@ -426,9 +425,9 @@ class DomainBuffers:
 class CorpusWriter:
     """Batches of new rows, committed atomically into the corpus under the lock."""
 
-    def __init__(self, corpus: Corpus):
+    def __init__(self, corpus: Corpus, waited: bool = False):
         self.corpus = corpus
-        self.waited = False  # whether the lock was held by another writer at first (inputs may have changed meanwhile)
+        self.waited = waited  # whether the lock was held by another writer at first (inputs may have changed meanwhile)
 
     def known_inputs(self) -> dict[str, dict]:
         return self.corpus.manifest()["inputs"]
