@@ -337,14 +337,12 @@ def ingest(
             raise CorpusError(f"nothing to ingest: {', '.join(map(str, corpora[:5]))}{' ...' if len(corpora) > 5 else ''} "
                               f"{'is a Worldline corpus' if len(corpora) == 1 else 'are Worldline corpora'}, not traces; "
                               "`worldline query` reads a corpus, and `collect mcp --replay` replays one")
-        pool = hashes.pool()
-        result = _ingest(hashes, pool, corpus, summary, config, progress, echo, t0, runner, listed)
+        result = _ingest(hashes, corpus, summary, config, progress, echo, t0, runner, listed)
     except BaseException:
         hashes.stop()  # an interrupt or an error: the hashing and the groups still running are not wanted
         hashes.line.finish()  # a line left open would take the error's message
         raise
-    if pool is not None:
-        pool.shutdown()
+    hashes.shutdown()
     return result
 
 
@@ -384,10 +382,9 @@ def _unit_shas(units: list[InputUnit]) -> list[str]:
     return [u.sha256() for u in units]
 
 
-def worker_count(config: IngestConfig, total_bytes: int, inputs: int, cores: int | None = None) -> int:
-    """Processes for `inputs` of `total_bytes` in all: `config.workers`, or (0) one per core (`cores`, default
-    `os.cpu_count()`) when the input is large enough to pay for processes; never more than there are inputs."""
-    cores = cores or os.cpu_count() or 1
+def worker_count(config: IngestConfig, total_bytes: int, inputs: int, cores: int) -> int:
+    """Processes for `inputs` of `total_bytes` in all: `config.workers`, or (0) one per core when the input is
+    large enough to pay for processes; never more than there are inputs."""
     workers = config.workers or (
         min(cores, -(-total_bytes // config.task_bytes)) if total_bytes > config.task_bytes else 1
     )
@@ -417,8 +414,6 @@ class InputHashes:
         # a line once the walk or the hashing takes longer than one interval (a folder of millions of files,
         # terabytes to hash): the ingest's own progress line starts only after both
         self.line = StatusLine(progress, first_at_once=False, width=110)
-        self._listed = 0  # inputs the last walk line said
-        self._said: tuple[int, int] | None = None  # (inputs, bytes) the last hashing line said
 
     def add(self, unit: InputUnit) -> None:
         self.units.append(unit)
@@ -429,12 +424,11 @@ class InputHashes:
             self._start(self.cap)
         if self._pool is not None and len(self.units) - self._sent >= self.CHUNK:
             self._send()
-        self._listing()
+        if self.line.due():
+            self.line.show(self._listing())
 
-    def _listing(self, force: bool = False) -> None:
-        if self.line.due(force):
-            self._listed = len(self.units)
-            self.line.show(f"listing inputs: {self._listed:,} found, {self.total / 1e6:,.1f} MB")
+    def _listing(self) -> str:
+        return f"listing inputs: {len(self.units):,} found, {self.total / 1e6:,.1f} MB"
 
     @property
     def started(self) -> bool:
@@ -447,10 +441,7 @@ class InputHashes:
     def end_walk(self) -> None:
         """The walk's line, if one was drawn, ends on what was found, on a line of its own (before an error,
         the wait for the corpus lock, or the hashing's line)."""
-        if self.line.shown:
-            if self._listed != len(self.units):
-                self._listing(force=True)
-            self.line.finish()
+        self.line.finish(self._listing())
 
     def pool(self) -> ProcessPoolExecutor | None:
         """The pool of `workers()` processes (None for one), started now if the walk did not start it."""
@@ -466,17 +457,16 @@ class InputHashes:
             for unit, size in zip(self.units, self.sizes, strict=True):
                 shas.append(unit.sha256())
                 hashed += size
-                self._hashing(len(shas), hashed)
+                if self.line.due():
+                    self.line.show(self._hashing(len(shas), hashed))
         else:
             self._send()
             for future, nbytes in self._futures:
                 shas += future.result()
                 hashed += nbytes
-                self._hashing(len(shas), hashed)
-        if self.line.shown:  # a line was drawn: it ends on what was done, and on a line of its own
-            if self._said != (len(shas), hashed):
-                self._hashing(len(shas), hashed, force=True)
-            self.line.finish()
+                if self.line.due():
+                    self.line.show(self._hashing(len(shas), hashed))
+        self.line.finish(self._hashing(len(shas), hashed))  # a line drawn ends on what was done, on a line of its own
         return shas, self.sizes
 
     def rehash(self) -> None:
@@ -489,6 +479,10 @@ class InputHashes:
         if self._pool is not None:
             stop_pool(self._pool)
 
+    def shutdown(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown()
+
     def _start(self, workers: int) -> None:
         preload_for_workers()
         self._pool = ProcessPoolExecutor(max_workers=workers, initializer=die_with_parent, initargs=(os.getpid(),))
@@ -500,12 +494,9 @@ class InputHashes:
                                   sum(self.sizes[i:i + self.CHUNK])))
         self._sent = len(self.units)
 
-    def _hashing(self, done: int, hashed: int, force: bool = False) -> None:
-        if self.line.due(force):
-            self._said = (done, hashed)
-            pct = 100.0 * hashed / max(self.total, 1)
-            self.line.show(f"hashing {pct:5.1f}% {hashed / 1e6:,.1f}/{self.total / 1e6:,.1f} MB, "
-                           f"{done:,}/{len(self.units):,} inputs")
+    def _hashing(self, done: int, hashed: int) -> str:
+        pct = 100.0 * hashed / max(self.total, 1)
+        return f"hashing {pct:5.1f}% {hashed / 1e6:,.1f}/{self.total / 1e6:,.1f} MB, {done:,}/{len(self.units):,} inputs"
 
 
 def group_tag(batch_id: str, index: int) -> str:
@@ -528,7 +519,6 @@ def _pool_runner(pool: ProcessPoolExecutor | None) -> GroupRunner:
 
 def _ingest(
     hashes: InputHashes,
-    pool: ProcessPoolExecutor | None,
     corpus: Corpus,
     summary: IngestSummary,
     config: IngestConfig,
@@ -538,6 +528,7 @@ def _ingest(
     runner: GroupRunner | None = None,
     listed: set[str] | None = None,
 ) -> IngestSummary:
+    pool = hashes.pool()  # (started during the walk when the input was large enough)
     with corpus.writer(config.lock_wait_s) as w:  # first: a corpus another writer holds is said after the walk, not after hashing
         units, workers = hashes.units, hashes.workers()
         if w.waited:  # hashed during the walk, then a wait for another writer: what was hashed may have changed since

@@ -15,6 +15,7 @@ class StatusLine:
         # the first line at once, or after one interval
         self.last = self.t0 - self.interval if first_at_once else self.t0
         self.shown = False
+        self.said = ""  # the last line shown
 
     @property
     def interval(self) -> float:
@@ -35,12 +36,15 @@ class StatusLine:
         return True
 
     def show(self, line: str) -> None:
-        self.shown = True
+        self.shown, self.said = True, line
         print(("\r" + line.ljust(self.width)) if self.tty else line, end="" if self.tty else "\n",
               file=sys.stderr, flush=True)
 
-    def finish(self) -> None:
-        """End a line drawn on a terminal (a later `show` starts the next; a second `finish` adds nothing)."""
+    def finish(self, final: str | None = None) -> None:
+        """End a line drawn on a terminal (a later `show` starts the next; a second `finish` adds nothing).
+        `final`: what was done in the end, drawn first if a line was shown and it said something else."""
+        if self.shown and final is not None and final != self.said and self.due(force=True):
+            self.show(final)
         if self.enabled and self.tty and self.shown:
             print(file=sys.stderr)
         self.shown = False
