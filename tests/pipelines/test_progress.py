@@ -1,6 +1,25 @@
 from __future__ import annotations
 
+import itertools
+
+import pytest
+
+from pipelines import progress
 from pipelines.progress import StatusLine
+
+
+@pytest.fixture
+def terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Lines drawn as on a terminal (in place, ended by a newline), every one due (a clock of 20 s a call)."""
+    real_init = StatusLine.__init__
+
+    def as_on_a_terminal(self: StatusLine, *a, **k) -> None:  # noqa: ANN002, ANN003
+        real_init(self, *a, **k)
+        self.tty = True
+
+    monkeypatch.setattr(StatusLine, "__init__", as_on_a_terminal)
+    clock = itertools.count(100.0, 20.0)
+    monkeypatch.setattr(progress.time, "monotonic", lambda: next(clock))
 
 
 def test_lines_are_throttled_and_plain_when_not_a_terminal(capsys) -> None:
@@ -21,7 +40,6 @@ def test_first_line_after_one_interval_and_disabled_shows_nothing() -> None:
 
 
 def test_count_progress_line(capsys, monkeypatch) -> None:
-    from pipelines import progress
 
     clock = iter([100.0, 101.0, 104.0, 105.0])  # start; first call (due, elapsed); second call (not due)
     monkeypatch.setattr(progress.time, "monotonic", lambda: next(clock))
@@ -34,7 +52,7 @@ def test_count_progress_line(capsys, monkeypatch) -> None:
 
 def test_ingest_progress_ends_on_what_was_done(capsys, monkeypatch) -> None:
     # many small inputs finished within one interval: the only line drawn said "0.0% 0.0/15.0 MB" to the end
-    from pipelines import ingest, progress
+    from pipelines import ingest
 
     clock = iter([100.0, 100.0, 101.0, 101.5, 102.0])  # start; due, elapsed; not due; the last line's elapsed
     monkeypatch.setattr(progress.time, "monotonic", lambda: next(clock))
@@ -67,7 +85,7 @@ def test_ingest_messages_past_the_limit_are_counted_in_one_line(tmp_path, monkey
 
 def test_listing_and_hashing_draw_a_line_when_they_take_long(tmp_path, capsys, monkeypatch) -> None:
     # a walk of millions of files, or terabytes to hash, said nothing until the ingest's own line began
-    from pipelines import ingest, progress
+    from pipelines import ingest
     from pipelines.reader import discover
 
     for i, n in enumerate([1_000_000, 500_000, 250_000]):
@@ -101,41 +119,25 @@ def test_a_quick_walk_and_hash_draw_nothing(tmp_path, capsys) -> None:
     assert capsys.readouterr().err == ""
 
 
-def test_an_error_after_the_walk_line_starts_a_line_of_its_own(tmp_path, capsys, monkeypatch) -> None:
+def test_an_error_after_the_walk_line_starts_a_line_of_its_own(tmp_path, capsys, terminal) -> None:
     # on a terminal the walk's line was left open, and the error (a missing input, a locked corpus, Ctrl-C)
     # was printed on the end of it
-    import itertools
-    import sys
-
-    import pytest
-
-    from pipelines import ingest, progress
+    from pipelines import ingest
 
     (tmp_path / "a.jsonl").write_text("{}\n")
-    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
-    clock = itertools.count(100.0, 20.0)  # every line due
-    monkeypatch.setattr(progress.time, "monotonic", lambda: next(clock))
     with pytest.raises(FileNotFoundError):
         ingest.ingest([tmp_path / "a.jsonl", tmp_path / "missing"], tmp_path / "c", ingest.IngestConfig(workers=1))
     err = capsys.readouterr().err
     assert err.startswith("\rlisting inputs: 1 found, 0.0 MB") and err.endswith("\n") and err.count("\n") == 1
 
 
-def test_an_error_while_reading_starts_a_line_of_its_own(tmp_path, capsys, monkeypatch) -> None:
+def test_an_error_while_reading_starts_a_line_of_its_own(tmp_path, capsys, monkeypatch, terminal) -> None:
     # on a terminal, Ctrl-C or a failing group left the ingest's line open for the error's message
-    import itertools
-    import sys
-
-    import pytest
-
-    from pipelines import ingest, progress
+    from pipelines import ingest
 
     chat = '{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}\n'
     (tmp_path / "a.jsonl").write_text(chat)
     (tmp_path / "b.jsonl").write_text(chat * 2)
-    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
-    clock = itertools.count(100.0, 20.0)  # every line due
-    monkeypatch.setattr(progress.time, "monotonic", lambda: next(clock))
     real = ingest.process_group
     calls: list[int] = []
 
